@@ -1,0 +1,43 @@
+"""flask-ratchet: a persistent, database-backed job scheduler for Flask."""
+
+from __future__ import annotations
+
+from .errors import (
+    ConfigError,
+    DoNotRetry,
+    DuplicateBusinessKey,
+    IllegalTransition,
+    JobNotFound,
+    PayloadError,
+    PayloadTooLarge,
+    RatchetError,
+    TaskNotAllowed,
+)
+from .extension import Ratchet
+from .job import Job, JobHandle, Page
+from .options import Backoff, Priority
+from .states import JobStatus
+from .submit import JobBuilder
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Backoff",
+    "ConfigError",
+    "DoNotRetry",
+    "DuplicateBusinessKey",
+    "IllegalTransition",
+    "Job",
+    "JobBuilder",
+    "JobHandle",
+    "JobNotFound",
+    "JobStatus",
+    "Page",
+    "PayloadError",
+    "PayloadTooLarge",
+    "Priority",
+    "Ratchet",
+    "RatchetError",
+    "TaskNotAllowed",
+    "__version__",
+]

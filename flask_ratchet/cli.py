@@ -1,0 +1,107 @@
+"""``flask ratchet …``: a thin click group over library functions.
+
+Each command parses its options and calls the same API a program would; no logic lives here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from flask import current_app
+from flask.cli import AppGroup
+
+from . import migrate
+from .states import JobStatus
+
+ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
+
+
+def _ratchet() -> Any:
+    return current_app.extensions["ratchet"].ratchet
+
+
+@ratchet_cli.group("db")
+def db_cli() -> None:
+    """Create and upgrade ratchet's own tables (alembic, version table ratchet_alembic_version)."""
+
+
+@db_cli.command("upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(revision: str) -> None:
+    """Upgrade ratchet's tables to REVISION (default: head)."""
+    engine = current_app.extensions["ratchet"].engine
+    migrate.upgrade(engine, revision)
+    click.echo(f"ratchet schema at {migrate.current(engine)}")
+
+
+@db_cli.command("downgrade")
+@click.argument("revision")
+def db_downgrade(revision: str) -> None:
+    """Downgrade ratchet's tables to REVISION ('base' drops them)."""
+    engine = current_app.extensions["ratchet"].engine
+    migrate.downgrade(engine, revision)
+    click.echo(f"ratchet schema at {migrate.current(engine) or 'base (no tables)'}")
+
+
+@db_cli.command("current")
+def db_current() -> None:
+    """Show the revision ratchet's tables are at, and the newest one available."""
+    engine = current_app.extensions["ratchet"].engine
+    click.echo(f"current: {migrate.current(engine) or 'none (run: flask ratchet db upgrade)'}")
+    click.echo(f"head:    {migrate.head()}")
+
+
+@ratchet_cli.group("jobs")
+def jobs_cli() -> None:
+    """Look at and act on jobs."""
+
+
+@jobs_cli.command("list")
+@click.option(
+    "--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False), default=None
+)
+@click.option("--task", default=None, help="Only jobs of this task name.")
+@click.option("--tag", default=None, help="Only jobs with this tag.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+def jobs_list(status: str | None, task: str | None, tag: str | None, limit: int) -> None:
+    """List jobs, newest first."""
+    page = _ratchet().find_jobs(
+        status=status.upper() if status else None, task=task, tag=tag, limit=limit
+    )
+    for job in page.items:
+        click.echo(f"{job.id}  {job.status:<9}  {job.attempts}/{job.max_retries + 1}  {job.task}")
+    if page.next_cursor:
+        click.echo(f"(more: newest older than {page.next_cursor})")
+
+
+@jobs_cli.command("show")
+@click.argument("job_id")
+def jobs_show(job_id: str) -> None:
+    """Show one job as JSON."""
+    job = _ratchet().get_job(job_id)
+    if job is None:
+        raise click.ClickException(f"no job has id {job_id}")
+    fields = {name: getattr(job, name) for name in job.__dataclass_fields__}
+    click.echo(json.dumps(fields, indent=2, default=str))
+
+
+@jobs_cli.command("retry")
+@click.argument("job_id")
+def jobs_retry(job_id: str) -> None:
+    """Retry a FAILED job now."""
+    _report(_ratchet().retry_job(job_id), job_id, "retried", "is not FAILED")
+
+
+@jobs_cli.command("cancel")
+@click.argument("job_id")
+def jobs_cancel(job_id: str) -> None:
+    """Cancel a PENDING, PAUSED or RUNNING job."""
+    _report(_ratchet().cancel_job(job_id), job_id, "canceled", "is not PENDING, PAUSED or RUNNING")
+
+
+def _report(done: bool, job_id: str, verb: str, why_not: str) -> None:
+    if not done:
+        raise click.ClickException(f"job {job_id} was not {verb}: it does not exist or {why_not}")
+    click.echo(f"job {job_id} {verb}")

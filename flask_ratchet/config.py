@@ -1,0 +1,178 @@
+"""Every ``RATCHET_*`` configuration key, its default, and its validation.
+
+``RatchetConfig.from_mapping(app.config)`` is called once by ``init_app``. A bad value raises
+:class:`~flask_ratchet.errors.ConfigError` naming the key; an unknown ``RATCHET_`` key warns
+with the closest known one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Any
+
+from .errors import ConfigError
+
+PREFIX = "RATCHET_"
+
+ConsoleAuth = Callable[[Any], str | None]
+
+
+class RatchetConfigWarning(UserWarning):
+    """An unknown ``RATCHET_*`` key was found in the app config."""
+
+
+@dataclass(frozen=True, slots=True)
+class RatchetConfig:
+    """The validated configuration of one app. Durations are in seconds."""
+
+    #: Module prefixes whose module-level functions may be enqueued without ``@ratchet.task``.
+    allowed_modules: tuple[str, ...] = ()
+    #: ``(request) -> "admin" | "read" | None``. Without it every console URL answers 403.
+    console_auth: ConsoleAuth | None = None
+    #: Where the console is mounted; ``None`` disables it.
+    console_url_prefix: str | None = "/ratchet"
+    #: Largest encoded arguments, params or result, in bytes.
+    max_payload_bytes: int = 100 * 1024
+    #: Minutes of waiting that raise a job's effective priority by one level; 0 disables.
+    priority_boost_minutes: int = 15
+    #: Create the tables at first use. ``None`` means: yes on SQLite, no elsewhere.
+    auto_create: bool | None = None
+    #: Shortest normal-mode polling delay.
+    poll_interval: float = 2.0
+    #: Longest normal-mode polling delay.
+    poll_max_interval: float = 30.0
+    #: Polling delay right after a wake-up.
+    burst_interval: float = 0.5
+    #: Polling delay once the worker has been idle for ``deep_idle_after``.
+    deep_idle_interval: float = 60.0
+    deep_idle_after: float = 300.0
+    #: Executor threads per worker process.
+    concurrency: int = 10
+    #: How often a worker writes its heartbeat.
+    heartbeat_interval: float = 10.0
+    #: A RUNNING job whose node's heartbeat (and claim) is older than this is recovered.
+    orphan_grace: float = 120.0
+    #: Terminal jobs older than this many days move to the archive table.
+    retention_days: float = 7.0
+    #: The worker's node id; default ``host:pid``.
+    node_id: str | None = None
+
+    @classmethod
+    def from_mapping(cls, config: Mapping[str, Any]) -> RatchetConfig:
+        """Read and validate every ``RATCHET_*`` key of ``config``."""
+        known = {f"{PREFIX}{f.name.upper()}": f.name for f in fields(cls)}
+        for key in config:
+            if key.startswith(PREFIX) and key not in known:
+                close = difflib.get_close_matches(key, list(known), n=1)
+                hint = f"; did you mean {close[0]}?" if close else ""
+                warnings.warn(f"unknown config key {key}{hint}", RatchetConfigWarning, stacklevel=3)
+        values: dict[str, Any] = {}
+        for key, name in known.items():
+            if key in config:
+                values[name] = _VALIDATORS[name](key, config[key])
+        result = cls(**values)
+        if result.poll_max_interval < result.poll_interval:
+            raise ConfigError(
+                f"RATCHET_POLL_MAX_INTERVAL ({result.poll_max_interval}s) must not be shorter "
+                f"than RATCHET_POLL_INTERVAL ({result.poll_interval}s)"
+            )
+        return result
+
+
+def _seconds(key: str, value: Any) -> float:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(
+            f"{key} must be a positive number of seconds or a timedelta, got {value!r}"
+        )
+    return float(value)
+
+
+def _positive_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{key} must be a positive whole number, got {value!r}")
+    return value
+
+
+def _non_negative_int(key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{key} must be a whole number >= 0 (0 disables it), got {value!r}")
+    return value
+
+
+def _positive_number(key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ConfigError(f"{key} must be a positive number, got {value!r}")
+    return float(value)
+
+
+def _module_list(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
+        raise ConfigError(
+            f"{key} must be a list of module prefixes like ['myapp.tasks'], got {value!r}"
+        )
+    for item in value:
+        if (
+            not isinstance(item, str)
+            or not item
+            or not all(p.isidentifier() for p in item.split("."))
+        ):
+            raise ConfigError(f"{key} entries must be dotted module names, got {item!r}")
+    return tuple(sorted(value))
+
+
+def _callable_or_none(key: str, value: Any) -> ConsoleAuth | None:
+    if value is not None and not callable(value):
+        raise ConfigError(
+            f"{key} must be a callable (request) -> 'admin' | 'read' | None, got {value!r}"
+        )
+    return value  # type: ignore[no-any-return]
+
+
+def _prefix_or_none(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.startswith("/") or value.endswith("/"):
+        raise ConfigError(
+            f"{key} must be a URL path like '/ratchet' (or None to disable), got {value!r}"
+        )
+    return value
+
+
+def _optional_bool(key: str, value: Any) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ConfigError(f"{key} must be True, False or None, got {value!r}")
+    return value
+
+
+def _optional_str(key: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value or len(value) > 64):
+        raise ConfigError(
+            f"{key} must be a non-empty string of at most 64 characters, got {value!r}"
+        )
+    return value
+
+
+_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "allowed_modules": _module_list,
+    "console_auth": _callable_or_none,
+    "console_url_prefix": _prefix_or_none,
+    "max_payload_bytes": _positive_int,
+    "priority_boost_minutes": _non_negative_int,
+    "auto_create": _optional_bool,
+    "poll_interval": _seconds,
+    "poll_max_interval": _seconds,
+    "burst_interval": _seconds,
+    "deep_idle_interval": _seconds,
+    "deep_idle_after": _seconds,
+    "concurrency": _positive_int,
+    "heartbeat_interval": _seconds,
+    "orphan_grace": _seconds,
+    "retention_days": _positive_number,
+    "node_id": _optional_str,
+}

@@ -1,0 +1,49 @@
+"""Exceptions raised by flask-ratchet.
+
+Every error says what was wrong and how to fix it, and is raised before anything is written.
+"""
+
+from __future__ import annotations
+
+
+class RatchetError(Exception):
+    """Base class for every error flask-ratchet raises on purpose."""
+
+
+class ConfigError(RatchetError, ValueError):
+    """A ``RATCHET_*`` configuration value is invalid; the message names the key."""
+
+
+class TaskNotAllowed(RatchetError, LookupError):
+    """The function is not a registered task and is not under ``RATCHET_ALLOWED_MODULES``."""
+
+
+class PayloadError(RatchetError, TypeError):
+    """Arguments, params or a result cannot be stored as JSON."""
+
+
+class PayloadTooLarge(RatchetError, ValueError):
+    """The encoded payload is larger than ``RATCHET_MAX_PAYLOAD_BYTES``."""
+
+
+class DuplicateBusinessKey(RatchetError):
+    """Another active (PENDING, RUNNING or PAUSED) job already holds this business key."""
+
+    def __init__(self, business_key: str) -> None:
+        super().__init__(
+            f"business key {business_key!r} is held by another active job; wait for it to "
+            "finish, cancel it, or use replace() to supersede it"
+        )
+        self.business_key = business_key
+
+
+class JobNotFound(RatchetError, LookupError):
+    """No job has the given id."""
+
+
+class IllegalTransition(RatchetError):
+    """The requested state change is not allowed from the job's current status."""
+
+
+class DoNotRetry(Exception):
+    """Raise from a task (or chain from it) to skip retries and go straight to the DLQ."""

@@ -1,0 +1,417 @@
+"""The :class:`Ratchet` extension: registration, configuration and the public job API.
+
+No SQL lives here (that is :mod:`flask_ratchet.store`) and nothing is started: ``init_app`` only
+records state in ``app.extensions["ratchet"]``, adds the CLI group and the console blueprint.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, TypeVar, overload
+
+from flask import Flask, current_app, has_request_context
+from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy.engine import Connection, Engine
+
+from . import migrate
+from .config import RatchetConfig
+from .errors import IllegalTransition, JobNotFound
+from .job import Job, JobHandle, Page
+from .options import Backoff, JobOptions, Priority, seconds, validate_options
+from .registry import TaskRegistry
+from .states import Action, JobStatus, allowed
+from .store import SqlJobStore, store_for
+from .store.base import ClaimedJob, JobFilter
+from .submit import JobBuilder, make_builder, replacement_builder
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+#: The connection of an enclosing ``ratchet.transaction()`` block, if any.
+_transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
+    "ratchet_transaction", default=None
+)
+
+FIND_LIMIT_MAX = 1000
+
+
+class RatchetState:
+    """What one app knows about ratchet: ``app.extensions["ratchet"]``."""
+
+    def __init__(self, ratchet: Ratchet, db: SQLAlchemy, config: RatchetConfig) -> None:
+        self.ratchet = ratchet
+        self.db = db
+        self.config = config
+        self._stores: dict[int, SqlJobStore] = {}
+        self._schema_ready = False
+        self._lock = threading.Lock()
+        #: Called with no arguments after a transaction that wrote an urgent job commits.
+        self.wake_listeners: list[Callable[[], None]] = []
+
+    @property
+    def engine(self) -> Engine:
+        """The app's default Flask-SQLAlchemy engine (needs an app context)."""
+        return self.db.engine
+
+    @property
+    def store(self) -> SqlJobStore:
+        """The store for :attr:`engine`'s dialect."""
+        engine = self.engine
+        store = self._stores.get(id(engine))
+        if store is None:
+            store = self._stores[id(engine)] = store_for(engine)
+        return store
+
+    @property
+    def auto_create(self) -> bool:
+        """Whether tables are created at first use (by default: on SQLite only)."""
+        if self.config.auto_create is not None:
+            return self.config.auto_create
+        return self.engine.dialect.name == "sqlite"
+
+    def ensure_schema(self) -> None:
+        """Create or upgrade ratchet's tables once per process, if auto-create is on."""
+        if self._schema_ready:
+            return
+        with self._lock:
+            if not self._schema_ready:
+                if self.auto_create:
+                    migrate.upgrade(self.engine)
+                self._schema_ready = True
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """The connection a job operation runs on.
+
+        Inside ``ratchet.transaction()``: that transaction. Inside a request, or when the app's
+        ``db.session`` already has a transaction: the session's connection (flushed with it,
+        committed or rolled back by the app). Otherwise a transaction of its own, committed here.
+        """
+        outer = _transaction.get()
+        if outer is not None:
+            yield outer
+            return
+        self.ensure_schema()
+        session = self.db.session()  # the Session of this app context
+        if has_request_context() or session.in_transaction():
+            yield session.connection()
+            return
+        with self.store.begin(self.engine) as conn:
+            yield conn
+
+    def submit(self, builders: Sequence[JobBuilder]) -> list[JobHandle]:
+        """Insert the builders' jobs in one transaction; return their handles in order."""
+        jobs = [b.build() for b in builders]
+        with self.connection() as conn:
+            outcome = self.store.insert_jobs(conn, jobs)
+        if any(b.wakes_workers for b in builders):
+            self.wake()
+        return [JobHandle(o.job_id, o.created) for o in outcome]
+
+    def wake(self) -> None:
+        """Tell listeners (the worker of this process, a NOTIFY sender) that urgent work exists."""
+        for listener in list(self.wake_listeners):
+            listener()
+
+
+class Ratchet:
+    """The flask-ratchet extension.
+
+    ::
+
+        db = SQLAlchemy()
+        ratchet = Ratchet()
+
+        def create_app():
+            app = Flask(__name__)
+            db.init_app(app)
+            ratchet.init_app(app)
+            return app
+
+    Tasks are registered on the extension object (``@ratchet.task``) and so are shared by every app
+    it is initialised on; everything else (config, store, engine) is per app.
+    """
+
+    def __init__(self, app: Flask | None = None, db: SQLAlchemy | None = None) -> None:
+        self.registry = TaskRegistry()
+        self._db = db
+        if app is not None:
+            self.init_app(app, db)
+
+    def init_app(self, app: Flask, db: SQLAlchemy | None = None) -> None:
+        """Register the extension on ``app``: config, CLI group and console. Starts nothing.
+
+        :raises RuntimeError: if ratchet is already registered on ``app`` or there is no db.
+        :raises ConfigError: naming the first invalid ``RATCHET_*`` key.
+        """
+        if "ratchet" in app.extensions:
+            raise RuntimeError(
+                "flask-ratchet is already registered on this app; call init_app() once per app"
+            )
+        db = db or self._db or app.extensions.get("sqlalchemy")
+        if db is None:
+            raise RuntimeError(
+                "flask-ratchet needs Flask-SQLAlchemy: call db.init_app(app) before "
+                "ratchet.init_app(app), or pass db=..."
+            )
+        config = RatchetConfig.from_mapping(app.config)
+        app.extensions["ratchet"] = RatchetState(self, db, config)
+
+        from .cli import ratchet_cli
+
+        app.cli.add_command(ratchet_cli)
+        if config.console_url_prefix is not None:
+            from .console import blueprint
+
+            app.register_blueprint(blueprint, url_prefix=config.console_url_prefix)
+
+    @property
+    def state(self) -> RatchetState:
+        """The current app's :class:`RatchetState` (needs an app context)."""
+        try:
+            state = current_app.extensions["ratchet"]
+        except RuntimeError:
+            raise RuntimeError(
+                "flask-ratchet needs an application context: use 'with app.app_context():'"
+            ) from None
+        except KeyError:
+            raise RuntimeError("ratchet.init_app(app) was not called for this app") from None
+        if state.ratchet is not self:
+            raise RuntimeError("this app was initialised with another Ratchet instance")
+        return state  # type: ignore[no-any-return]
+
+    # -- tasks ---------------------------------------------------------------------------------
+
+    @overload
+    def task(self, func: F) -> F: ...
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        priority: Priority | int = ...,
+        max_retries: int = ...,
+        backoff: Backoff | str = ...,
+        backoff_base: timedelta | float = ...,
+        timeout: timedelta | float | None = ...,
+        resource: str | None = ...,
+        tags: Iterable[str] = ...,
+    ) -> Callable[[F], F]: ...
+
+    def task(self, func: Any = None, **options: Any) -> Any:
+        """Register a function as a task; the function is returned unchanged.
+
+        ::
+
+            @ratchet.task
+            def send_welcome(user_id: int) -> None: ...
+
+            @ratchet.task(name="billing.charge", priority=Priority.HIGH, max_retries=3)
+            def charge(payment_id: int) -> dict: ...
+        """
+        name = options.pop("name", None)
+        if "tags" in options:
+            options["tags"] = tuple(options["tags"])
+        defaults = JobOptions(**validate_options(**options))
+
+        def register(f: F) -> F:
+            self.registry.register(f, name, defaults)
+            return f
+
+        return register(func) if func is not None else register
+
+    # -- submission ----------------------------------------------------------------------------
+
+    def enqueue(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> JobBuilder:
+        """Start building a job that runs ``fn(*args, **kwargs)`` as soon as a worker is free.
+
+        ``fn`` is a registered task (or its name) or a function under ``RATCHET_ALLOWED_MODULES``.
+        Nothing is written until :meth:`JobBuilder.submit`.
+        """
+        return make_builder(self.state, fn, args, kwargs)
+
+    def enqueue_now(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> JobHandle:
+        """Enqueue with the task's default options and submit: ``enqueue(...).submit()``."""
+        return self.enqueue(fn, *args, **kwargs).submit()
+
+    def schedule(
+        self, delay: timedelta | float, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
+    ) -> JobBuilder:
+        """Start building a job due ``delay`` after now (the database's clock)."""
+        return make_builder(self.state, fn, args, kwargs, delay=seconds("delay", delay))
+
+    def schedule_at(
+        self, when: datetime, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
+    ) -> JobBuilder:
+        """Start building a job due at ``when`` (an aware datetime)."""
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise ValueError(
+                f"schedule_at() needs an aware datetime (e.g. tzinfo=UTC), got {when!r}"
+            )
+        return make_builder(self.state, fn, args, kwargs, run_at=when)
+
+    def enqueue_many(self, builders: Iterable[JobBuilder]) -> list[JobHandle]:
+        """Submit many jobs in one transaction with multi-row inserts; all or nothing."""
+        return self.state.submit(list(builders))
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """Group job operations in one transaction of their own, committed at the end.
+
+        Inside a request you rarely need this: operations join the request's ``db.session``.
+        """
+        outer = _transaction.get()
+        if outer is not None:
+            yield outer
+            return
+        state = self.state
+        state.ensure_schema()
+        with state.store.begin(state.engine) as conn:
+            token = _transaction.set(conn)
+            try:
+                yield conn
+            finally:
+                _transaction.reset(token)
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def cancel_job(self, job_id: uuid.UUID | str) -> bool:
+        """PENDING, PAUSED or RUNNING → CANCELED (a running job's result is discarded)."""
+        return self._change(job_id, SqlJobStore.cancel)
+
+    def pause_job(self, job_id: uuid.UUID | str) -> bool:
+        """PENDING or FAILED → PAUSED, remembering which. Pausing a paused job returns True."""
+        return self._change(job_id, SqlJobStore.pause)
+
+    def resume_job(self, job_id: uuid.UUID | str) -> bool:
+        """PAUSED → the status it was paused from."""
+        return self._change(job_id, SqlJobStore.resume)
+
+    def retry_job(self, job_id: uuid.UUID | str) -> bool:
+        """FAILED → PENDING, attempts reset, due now; re-reserves its business key."""
+        return self._change(job_id, SqlJobStore.retry)
+
+    def _change(
+        self, job_id: uuid.UUID | str, op: Callable[[SqlJobStore, Connection, uuid.UUID], bool]
+    ) -> bool:
+        key = _job_id(job_id)
+        state = self.state
+        with state.connection() as conn:
+            return op(state.store, conn, key)
+
+    def replace(
+        self,
+        job_id: uuid.UUID | str,
+        delay: timedelta | float,
+        fn: Callable[..., Any] | str,
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> JobHandle:
+        """Cancel a job and submit ``fn(*args, **kwargs)`` in its place, in one transaction.
+
+        The new job keeps the old one's options and business key; the old one is CANCELED with
+        ``superseded_by`` pointing at the new one.
+
+        :raises JobNotFound: if there is no such job.
+        :raises IllegalTransition: if the job already ended (nothing is written).
+        """
+        key = _job_id(job_id)
+        state = self.state
+        with state.connection() as conn:
+            old = state.store.get_job(conn, key)
+            if old is None:
+                raise JobNotFound(f"no job has id {key}")
+            if not allowed(Action.CANCEL, old.status):
+                raise IllegalTransition(
+                    f"job {key} is {old.status}: only PENDING, PAUSED or RUNNING jobs "
+                    "can be replaced"
+                )
+            builder = replacement_builder(state, old, fn, args, kwargs, seconds("delay", delay))
+            new = builder.build()
+            if not state.store.cancel(conn, key):  # the swap: lost if the job just ended
+                raise IllegalTransition(f"job {key} ended while it was being replaced")
+            (inserted,) = state.store.insert_jobs(conn, [new])
+            state.store.mark_superseded(conn, key, inserted.job_id)
+        return JobHandle(inserted.job_id)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get_job(self, job_id: uuid.UUID | str) -> Job | None:
+        """A snapshot of one job, or ``None`` if there is no such job."""
+        key = _job_id(job_id)
+        state = self.state
+        with state.connection() as conn:
+            return state.store.get_job(conn, key)
+
+    def find_jobs(
+        self,
+        *,
+        status: JobStatus | str | Iterable[JobStatus | str] | None = None,
+        task: Callable[..., Any] | str | None = None,
+        tag: str | None = None,
+        business_key: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Job]:
+        """Jobs matching every given filter, newest first, a page at a time.
+
+        ::
+
+            page = ratchet.find_jobs(status="FAILED", tag="billing")
+            while page.next_cursor:
+                page = ratchet.find_jobs(status="FAILED", tag="billing", cursor=page.next_cursor)
+        """
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= FIND_LIMIT_MAX
+        ):
+            raise ValueError(f"limit must be from 1 to {FIND_LIMIT_MAX}, got {limit!r}")
+        statuses: tuple[JobStatus, ...] | None = None
+        if status is not None:
+            items = [status] if isinstance(status, str) else list(status)
+            try:
+                statuses = tuple(JobStatus(s) for s in items)
+            except ValueError:
+                names = ", ".join(JobStatus)
+                raise ValueError(f"status must be one of {names}, got {status!r}") from None
+        task_name = task if task is None or isinstance(task, str) else self._task_name(task)
+        where = JobFilter(statuses, task_name, tag, business_key, created_after, created_before)
+        state = self.state
+        with state.connection() as conn:
+            return state.store.find_jobs(conn, where, limit, cursor)
+
+    def _task_name(self, fn: Callable[..., Any]) -> str:
+        return self.registry.for_submit(fn, self.state.config.allowed_modules).name
+
+    def queue_health(self) -> dict[str, Any]:
+        """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds)."""
+        state = self.state
+        with state.connection() as conn:
+            return state.store.queue_health(conn)
+
+    def claim_due(self, limit: int, node_id: str) -> list[ClaimedJob]:
+        """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them: the claim.
+
+        Always its own short transaction: a claim never joins a request.
+        """
+        state = self.state
+        state.ensure_schema()
+        with state.store.begin(state.engine) as conn:
+            return state.store.claim_due(conn, limit, node_id, state.config.priority_boost_minutes)
+
+
+def _job_id(value: uuid.UUID | str) -> uuid.UUID:
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{value!r} is not a job id (a UUID like '0190…-…')") from None

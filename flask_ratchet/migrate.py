@@ -1,0 +1,50 @@
+"""Schema migrations: alembic, with ratchet's own script folder and version table.
+
+The scripts ship inside the package (``flask_ratchet.migrations``), found with
+:mod:`importlib.resources`, so an installed wheel migrates exactly like a checkout.
+"""
+
+from __future__ import annotations
+
+from importlib.resources import as_file, files
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection, Engine
+
+from .schema import VERSION_TABLE
+from .store import store_for
+
+
+def _config(conn: Connection | None = None) -> Config:
+    cfg = Config()
+    with as_file(files("flask_ratchet.migrations")) as folder:
+        cfg.set_main_option("script_location", str(folder))
+    cfg.attributes["connection"] = conn
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring ratchet's tables on ``engine`` up to ``revision``, in one transaction."""
+    with store_for(engine).begin(engine) as conn:
+        command.upgrade(_config(conn), revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Take ratchet's tables on ``engine`` down to ``revision`` (``base`` drops them)."""
+    with store_for(engine).begin(engine) as conn:
+        command.downgrade(_config(conn), revision)
+
+
+def current(engine: Engine) -> str | None:
+    """The revision ratchet's tables are at, or ``None`` if they do not exist."""
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+        return ctx.get_current_revision()
+
+
+def head() -> str | None:
+    """The newest revision this version of flask-ratchet ships."""
+    return ScriptDirectory.from_config(_config()).get_current_head()

@@ -1,0 +1,76 @@
+"""JSON encoding of job arguments, params and results, with a size cap.
+
+Only JSON is ever stored or run: never pickle. Encoding happens once, at enqueue, so a bad argument
+is refused before anything is written. Tuples come back as lists and dict keys as strings, as JSON
+has it; encode dates, UUIDs and Decimals yourself (``d.isoformat()``, ``str(u)``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import PayloadError, PayloadTooLarge
+
+
+def dumps(value: Any) -> str:
+    """Encode ``value`` as compact JSON; raise :class:`PayloadError` if it is not JSON."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"not JSON: {exc}") from None
+
+
+def loads(text: str | None) -> Any:
+    """Decode JSON written by :func:`dumps` (``None`` stays ``None``)."""
+    return None if text is None else json.loads(text)
+
+
+def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
+    """Encode a call's arguments as ``{"args": [...], "kwargs": {...}}``.
+
+    :raises PayloadError: naming the first argument that is not JSON and how to fix it.
+    :raises PayloadTooLarge: if the encoding exceeds ``limit`` bytes.
+    """
+    try:
+        text = dumps({"args": list(args), "kwargs": dict(kwargs)})
+    except PayloadError:
+        raise PayloadError(_first_bad_argument(task, args, kwargs)) from None
+    check_size(f"the arguments of {task}", text, limit)
+    return text
+
+
+def encode_value(what: str, value: Any, limit: int) -> str:
+    """Encode params or a result; refuse non-JSON and oversized values."""
+    try:
+        text = dumps(value)
+    except PayloadError as exc:
+        raise PayloadError(f"{what} is {exc}; return or pass only JSON types") from None
+    check_size(what, text, limit)
+    return text
+
+
+def check_size(what: str, text: str, limit: int) -> None:
+    """Raise :class:`PayloadTooLarge` if ``text`` is longer than ``limit`` bytes in UTF-8."""
+    size = len(text.encode())
+    if size > limit:
+        raise PayloadTooLarge(
+            f"{what} encode to {size} bytes, over RATCHET_MAX_PAYLOAD_BYTES ({limit}); store large "
+            "data elsewhere (a table, a file) and pass its id"
+        )
+
+
+def _first_bad_argument(task: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+    named = [(f"argument {i + 1}", v) for i, v in enumerate(args)]
+    named += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
+    for label, value in named:
+        try:
+            dumps(value)
+        except PayloadError as exc:
+            return (
+                f"{label} of {task} is {type(value).__name__!r}, {exc}. Pass only JSON types "
+                "(str, int, float, bool, None, list, dict); encode dates with .isoformat(), "
+                "UUIDs and Decimals with str()"
+            )
+    return f"the arguments of {task} are not JSON"  # e.g. a non-string dict key in kwargs

@@ -1,0 +1,154 @@
+"""The task registry and the allow-list: which functions may be enqueued and run.
+
+A function runs only if it was registered with ``@ratchet.task`` or is a module-level function of a
+module under a ``RATCHET_ALLOWED_MODULES`` prefix. Jobs store the task's name, never code, and
+the worker resolves the name through this registry again before running anything.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import TaskNotAllowed
+from .options import JobOptions
+
+NAME_MAX_LENGTH = 255
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A function that may run as a job, under a stable name, with its default options."""
+
+    name: str
+    func: Callable[..., Any]
+    options: JobOptions
+
+
+def default_name(func: Callable[..., Any]) -> str:
+    """Return ``module:qualname``, the name a task gets unless it is given one."""
+    return f"{func.__module__}:{func.__qualname__}"
+
+
+def module_allowed(module: str, prefixes: tuple[str, ...]) -> bool:
+    """Return whether ``module`` is one of ``prefixes`` or inside one of them."""
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def check_importable(func: Callable[..., Any]) -> None:
+    """Refuse what a worker could never find again by name: lambdas, closures, methods."""
+    what = getattr(func, "__qualname__", repr(func))
+    if not inspect.isfunction(func):
+        raise TaskNotAllowed(
+            f"{what!r} is not a plain function; enqueue a module-level function "
+            "decorated with @ratchet.task"
+        )
+    if func.__name__ == "<lambda>":
+        raise TaskNotAllowed(
+            "lambdas cannot be enqueued: a worker cannot import them by name. Define a "
+            "module-level function and decorate it with @ratchet.task"
+        )
+    if "<locals>" in func.__qualname__ or func.__closure__:
+        raise TaskNotAllowed(
+            f"{func.__qualname__} is a nested function or closure: a worker cannot import it "
+            "by name. Move it to module level and decorate it with @ratchet.task"
+        )
+
+
+class TaskRegistry:
+    """Maps task names and functions to :class:`Task` entries. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, Task] = {}
+        self._by_func: dict[Callable[..., Any], Task] = {}
+        self._lock = threading.Lock()
+
+    def register(self, func: Callable[..., Any], name: str | None, options: JobOptions) -> Task:
+        """Register ``func`` under ``name`` (default ``module:qualname``)."""
+        check_importable(func)
+        name = name or default_name(func)
+        if not isinstance(name, str) or not name or len(name) > NAME_MAX_LENGTH:
+            raise ValueError(f"task name must be 1-{NAME_MAX_LENGTH} characters, got {name!r}")
+        with self._lock:
+            existing = self._by_name.get(name)
+            if existing is not None and default_name(existing.func) != default_name(func):
+                raise ValueError(
+                    f"task name {name!r} is already used by {default_name(existing.func)}; "
+                    "give one of them another name="
+                )
+            task = Task(name, func, options)
+            self._by_name[name] = task
+            self._by_func[func] = task
+        return task
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(list(self._by_name.values()))
+
+    def get(self, name: str) -> Task | None:
+        """Return the registered task called ``name``, if any."""
+        return self._by_name.get(name)
+
+    def for_submit(self, target: Callable[..., Any] | str, allowed: tuple[str, ...]) -> Task:
+        """Return the task to enqueue for a function or a registered name.
+
+        :raises TaskNotAllowed: with what to do about it.
+        """
+        if isinstance(target, str):
+            task = self._by_name.get(target)
+            if task is None:
+                raise TaskNotAllowed(
+                    f"no task is registered as {target!r}; decorate the function with "
+                    "@ratchet.task (and import its module before enqueueing)"
+                )
+            return task
+        task = self._by_func.get(target)
+        if task is not None:
+            return task
+        check_importable(target)
+        module, qualname = target.__module__, target.__qualname__
+        if not module_allowed(module, allowed):
+            raise TaskNotAllowed(
+                f"{module}:{qualname} is not a registered task; decorate it with @ratchet.task "
+                f"or add {module!r} to RATCHET_ALLOWED_MODULES"
+            )
+        if _lookup(module, qualname) is not target:
+            raise TaskNotAllowed(
+                f"{module}:{qualname} cannot be found again by name in its module; "
+                "enqueue a module-level function"
+            )
+        return Task(default_name(target), target, JobOptions())
+
+    def for_run(self, name: str, allowed: tuple[str, ...]) -> Task:
+        """Return the task a stored job names, re-checking the allow-list.
+
+        :raises TaskNotAllowed: if the name is unknown or no longer allowed.
+        """
+        task = self._by_name.get(name)
+        if task is not None:
+            return task
+        module, _, qualname = name.partition(":")
+        if not qualname or not module_allowed(module, allowed):
+            raise TaskNotAllowed(
+                f"task {name!r} is not registered in this worker and its module is not in "
+                "RATCHET_ALLOWED_MODULES; import the module that defines it in the worker's app"
+            )
+        try:
+            func = _lookup(module, qualname)
+        except ImportError as exc:
+            raise TaskNotAllowed(f"task {name!r} cannot be imported: {exc}") from None
+        if func is None or not inspect.isfunction(func):
+            raise TaskNotAllowed(f"task {name!r} names no function in module {module!r}")
+        return Task(name, func, JobOptions())
+
+
+def _lookup(module: str, qualname: str) -> Any:
+    obj: Any = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj

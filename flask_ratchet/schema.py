@@ -1,0 +1,249 @@
+"""The ``ratchet_*`` tables, as SQLAlchemy Core on a private ``MetaData``.
+
+Never attached to the host app's ``db.Model``: the host's own migrations never see these tables, and
+ours (``migrations/``, version table ``ratchet_alembic_version``) never see the host's.
+
+Jobs are split as the seeds describe: ``ratchet_job`` is the cold row (what the job is, how it
+ended) and ``ratchet_job_queue`` the hot row, which exists only while the job is live (PENDING,
+RUNNING, PAUSED) and carries everything the claim needs, so the claim touches one small table.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+from .states import JobStatus
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = sa.MetaData(naming_convention=NAMING)
+
+VERSION_TABLE = "ratchet_alembic_version"
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """A timestamp that is always an aware UTC ``datetime`` in Python.
+
+    PostgreSQL stores ``timestamptz``; SQLite stores naive UTC text, which sorts in time order.
+    """
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass an aware datetime (e.g. tzinfo=UTC)")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # raw SQLite text from an untyped expression
+            value = datetime.fromisoformat(value)
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
+        return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+def _id(name: str = "job_id", **kw: Any) -> sa.Column[Any]:
+    return sa.Column(name, sa.Uuid(), **kw)
+
+
+def _job_fk(**kw: Any) -> sa.Column[Any]:
+    return sa.Column(
+        "job_id", sa.Uuid(), sa.ForeignKey("ratchet_job.job_id", ondelete="CASCADE"), **kw
+    )
+
+
+STATUS = sa.String(16)
+KEY = sa.String(255)
+
+job = sa.Table(
+    "ratchet_job",
+    metadata,
+    _id(primary_key=True),
+    sa.Column("task", sa.String(255), nullable=False),
+    sa.Column("job_type", sa.String(16), nullable=False),  # SINGLE, later BATCH / BATCH_CHILD …
+    sa.Column("priority", sa.SmallInteger, nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),  # JSON {"args": [...], "kwargs": {...}}
+    sa.Column("params", sa.Text),  # JSON object
+    sa.Column("max_retries", sa.Integer, nullable=False),
+    sa.Column("backoff", sa.String(16), nullable=False),
+    sa.Column("backoff_base", sa.Float, nullable=False),
+    sa.Column("timeout", sa.Float),
+    sa.Column("resource_name", sa.String(100)),
+    sa.Column("idempotency_key", KEY, unique=True),
+    sa.Column("business_key", KEY, index=True),
+    _id("depends_on", index=True),
+    _id("superseded_by", index=True),
+    sa.Column("recurring_id", KEY),
+    sa.Column("fire_time", UtcDateTime),
+    sa.Column("created_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("first_due_at", UtcDateTime, nullable=False),
+    # Survivors of the hot row, written at the terminal transition.
+    sa.Column("terminal_status", STATUS),
+    sa.Column("terminal_error", sa.Text),
+    sa.Column("result", sa.Text),  # JSON
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("finished_at", UtcDateTime),
+    sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
+    sa.Index(None, "task", "job_id"),
+    sa.Index(None, "terminal_status", "finished_at"),
+)
+
+job_queue = sa.Table(
+    "ratchet_job_queue",
+    metadata,
+    _job_fk(primary_key=True),
+    sa.Column("status", STATUS, nullable=False),
+    sa.Column("scheduled_time", UtcDateTime, nullable=False),
+    sa.Column(
+        "priority", sa.SmallInteger, nullable=False
+    ),  # copied from the cold row for the claim
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("max_retries", sa.Integer, nullable=False),
+    sa.Column("picked_by", sa.String(64)),
+    sa.Column("picked_at", UtcDateTime),
+    sa.Column("paused_from_status", STATUS),
+    sa.Column("last_error", sa.Text),
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    # The claim reads one index per priority level, in due order: see store/postgres.py.
+    sa.Index(
+        "ix_ratchet_job_queue_claim",
+        "priority",
+        "scheduled_time",
+        "job_id",
+        postgresql_where=sa.text(f"status = '{JobStatus.PENDING}'"),
+        sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
+    ),
+    sa.Index(None, "status", "picked_at", "picked_by"),
+)
+
+business_key = sa.Table(
+    "ratchet_business_key",
+    metadata,
+    sa.Column("business_key", KEY, primary_key=True),
+    _job_fk(nullable=False, index=True),
+    sa.Column("reserved_at", UtcDateTime, nullable=False),
+)
+
+job_tag = sa.Table(
+    "ratchet_job_tag",
+    metadata,
+    _job_fk(primary_key=True),
+    sa.Column("tag", sa.String(100), primary_key=True),
+    sa.Index(None, "tag", "job_id"),
+)
+
+execution = sa.Table(
+    "ratchet_execution",
+    metadata,
+    _id("execution_id", primary_key=True),
+    _job_fk(nullable=False, index=True),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("node_id", sa.String(64), nullable=False),
+    sa.Column("status", STATUS, nullable=False),
+    sa.Column("started_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("finished_at", UtcDateTime),
+    sa.Column("duration_ms", sa.Float),
+    sa.Column("queue_wait_ms", sa.Float),
+    sa.Column("error", sa.Text),
+    sa.Column("traceback", sa.Text),
+)
+
+job_log = sa.Table(
+    "ratchet_job_log",
+    metadata,
+    sa.Column(
+        "log_id",
+        sa.BigInteger().with_variant(sa.Integer, "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    _job_fk(nullable=False, index=True),
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("logged_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("level", sa.String(16), nullable=False),
+    sa.Column("message", sa.Text, nullable=False),
+)
+
+node = sa.Table(
+    "ratchet_node",
+    metadata,
+    sa.Column("node_id", sa.String(64), primary_key=True),
+    sa.Column("host", sa.String(255), nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    sa.Column("version", sa.String(32), nullable=False),
+    sa.Column("concurrency", sa.Integer, nullable=False),
+    sa.Column("started_at", UtcDateTime, nullable=False),
+    sa.Column("last_heartbeat", UtcDateTime, nullable=False, index=True),
+    sa.Column("info", sa.Text),  # JSON
+)
+
+lock = sa.Table(
+    "ratchet_lock",
+    metadata,
+    sa.Column("lock_name", sa.String(100), primary_key=True),
+    sa.Column("locked_by", sa.String(64), nullable=False),
+    sa.Column("locked_at", UtcDateTime, nullable=False),
+    sa.Column("expires_at", UtcDateTime, nullable=False),
+)
+
+dlq_alert = sa.Table(
+    "ratchet_dlq_alert",
+    metadata,
+    _id("alert_id", primary_key=True),
+    _job_fk(nullable=False),
+    sa.Column("task", sa.String(255), nullable=False),
+    sa.Column("error_hash", sa.String(64), nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("hour", UtcDateTime, nullable=False),  # the hour it dedupes within
+    sa.Column("occurrences", sa.Integer, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("last_seen_at", UtcDateTime, nullable=False),
+    sa.UniqueConstraint("job_id", "error_hash", "hour"),
+)
+
+recurring = sa.Table(
+    "ratchet_recurring",
+    metadata,
+    sa.Column("recurring_id", KEY, primary_key=True),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("task", sa.String(255), nullable=False),
+    sa.Column("cron", sa.String(255), nullable=False),
+    sa.Column("zone", sa.String(64), nullable=False),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("options", sa.Text, nullable=False),  # JSON of the child jobs' options
+    sa.Column("misfire", sa.String(32), nullable=False),
+    sa.Column("status", STATUS, nullable=False),  # ACTIVE, PAUSED, CANCELED
+    sa.Column("next_fire", UtcDateTime),
+    sa.Column("last_fire", UtcDateTime),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+    sa.Index(None, "status", "next_fire"),
+)
+
+job_archive = sa.Table(
+    "ratchet_job_archive",
+    metadata,
+    _id(primary_key=True),
+    sa.Column("task", sa.String(255), nullable=False),
+    sa.Column("terminal_status", STATUS, nullable=False),
+    sa.Column("business_key", KEY),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("finished_at", UtcDateTime),
+    sa.Column("archived_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("data", sa.Text, nullable=False),  # JSON snapshot of the cold row
+)

@@ -1,0 +1,522 @@
+"""The store operations both SQL dialects share, written once in SQLAlchemy Core.
+
+Every status write is a compare-and-swap guarded by the statuses :mod:`flask_ratchet.states` allows
+for that action: ``UPDATE/DELETE … WHERE job_id = :id AND status IN (…)``. A write that changes
+no row means the job was not in an allowed status (or someone else got there first), and the
+operation returns False without touching anything else.
+
+Dialects differ in their clock, their transactions and the claim; see :mod:`.postgres` and
+:mod:`.sqlite`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.sql.elements import ColumnElement
+
+from .. import payload
+from ..errors import DuplicateBusinessKey
+from ..job import Job, Page
+from ..options import Backoff, Priority
+from ..schema import business_key, execution, job, job_queue, job_tag
+from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources
+from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
+
+#: Rows per multi-row INSERT; keeps statements well under every driver's parameter limit.
+INSERT_CHUNK = 500
+
+_JOB_COLUMNS = [
+    job.c.job_id,
+    job.c.task,
+    job.c.priority,
+    job.c.payload,
+    job.c.params,
+    job.c.max_retries,
+    job.c.backoff,
+    job.c.backoff_base,
+    job.c.timeout,
+    job.c.resource_name,
+    job.c.idempotency_key,
+    job.c.business_key,
+    job.c.depends_on,
+    job.c.superseded_by,
+    job.c.recurring_id,
+    job.c.created_at,
+    job.c.first_due_at,
+    job.c.terminal_status,
+    job.c.terminal_error,
+    job.c.result,
+    job.c.attempts,
+    job.c.finished_at,
+    job_queue.c.status,
+    job_queue.c.scheduled_time,
+    job_queue.c.attempts.label("live_attempts"),
+    job_queue.c.picked_by,
+    job_queue.c.picked_at,
+    job_queue.c.paused_from_status,
+    job_queue.c.last_error,
+]
+_JOB_FROM = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
+
+
+class SqlJobStore:
+    """Shared implementation of :class:`~flask_ratchet.store.base.JobStore`."""
+
+    #: ``sqlalchemy.dialects.<name>.insert``: the INSERT with ``on_conflict_do_nothing``.
+    dialect_insert: Any
+
+    # -- dialect hooks -------------------------------------------------------------------------
+
+    def begin(self, engine: Engine) -> AbstractContextManager[Connection]:
+        raise NotImplementedError
+
+    def now(self, conn: Connection) -> datetime:
+        raise NotImplementedError
+
+    def now_sql(self) -> ColumnElement[datetime]:
+        """The current time inside one statement."""
+        raise NotImplementedError
+
+    def _insert_times(self) -> dict[str, ColumnElement[datetime]]:
+        """Expressions for ``created``/``due``, fed per row by :meth:`_time_params`."""
+        raise NotImplementedError
+
+    def _time_params(self, new: NewJob, now: datetime) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def claim_due(
+        self, conn: Connection, limit: int, node_id: str, boost_minutes: int
+    ) -> list[ClaimedJob]:
+        raise NotImplementedError
+
+    # -- submission ----------------------------------------------------------------------------
+
+    def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
+        now = datetime.now(UTC)
+        times = self._insert_times()
+        inserted: set[uuid.UUID] = set()
+        for part in chunks(jobs, INSERT_CHUNK):
+            stmt = (
+                self.dialect_insert(job)
+                .values(created_at=times["created"], first_due_at=times["due"])
+                .on_conflict_do_nothing(index_elements=["idempotency_key"])
+                .returning(job.c.job_id)
+            )
+            rows = [_job_row(new) | self._time_params(new, now) for new in part]
+            inserted.update(conn.execute(stmt, rows).scalars())
+
+        outcome = self._match_duplicates(conn, jobs, inserted)
+        fresh = [new for new in jobs if new.job_id in inserted]
+        self._reserve_business_keys(conn, fresh, inserted)
+        for part in chunks(fresh, INSERT_CHUNK):
+            stmt = sa.insert(job_queue).values(
+                scheduled_time=times["due"], updated_at=times["created"]
+            )
+            conn.execute(stmt, [_queue_row(new) | self._time_params(new, now) for new in part])
+        tags = [{"job_id": new.job_id, "tag": t} for new in fresh for t in new.options.tags]
+        for part in chunks(tags, INSERT_CHUNK):
+            conn.execute(sa.insert(job_tag), list(part))
+        return outcome
+
+    def _match_duplicates(
+        self, conn: Connection, jobs: Sequence[NewJob], inserted: set[uuid.UUID]
+    ) -> list[Inserted]:
+        """Map each job whose idempotency key already existed to the original job's id."""
+        missing = [new.idempotency_key for new in jobs if new.job_id not in inserted]
+        original: dict[str | None, uuid.UUID] = {}
+        if missing:
+            found = conn.execute(
+                sa.select(job.c.idempotency_key, job.c.job_id).where(
+                    job.c.idempotency_key.in_(missing)
+                )
+            )
+            original = {key: job_id for key, job_id in found}
+        result = []
+        for new in jobs:
+            if new.job_id in inserted:
+                result.append(Inserted(new.job_id, True))
+            else:
+                # Only an idempotency-key conflict skips a row; the original exists.
+                result.append(Inserted(original[new.idempotency_key], False))
+        return result
+
+    def _reserve_business_keys(
+        self, conn: Connection, fresh: Sequence[NewJob], inserted: set[uuid.UUID]
+    ) -> None:
+        wanted = [new for new in fresh if new.business_key is not None]
+        if not wanted:
+            return
+        stmt = (
+            self.dialect_insert(business_key)
+            .values(reserved_at=self.now_sql())
+            .on_conflict_do_nothing(index_elements=["business_key"])
+            .returning(business_key.c.business_key)
+        )
+        reserved: set[str] = set()
+        for part in chunks(wanted, INSERT_CHUNK):
+            rows = [{"business_key": new.business_key, "job_id": new.job_id} for new in part]
+            reserved.update(conn.execute(stmt, rows).scalars())
+        refused = [new.business_key for new in wanted if new.business_key not in reserved]
+        if refused:
+            # Undo this call's rows (never anything else) so the caller's transaction is as before.
+            ids = list(inserted)
+            for part in chunks(ids, INSERT_CHUNK):
+                conn.execute(sa.delete(business_key).where(business_key.c.job_id.in_(part)))
+                conn.execute(sa.delete(job).where(job.c.job_id.in_(part)))
+            raise DuplicateBusinessKey(str(refused[0]))
+
+    # -- status changes ------------------------------------------------------------------------
+
+    def cancel(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        gone = conn.execute(
+            sa.delete(job_queue)
+            .where(job_queue.c.job_id == job_id, job_queue.c.status.in_(sources(Action.CANCEL)))
+            .returning(job_queue.c.attempts)
+        ).first()
+        if gone is None:
+            return False
+        self.finish(conn, job_id, JobStatus.CANCELED, attempts=gone.attempts)
+        return True
+
+    def pause(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        allowed = sources(Action.PAUSE)
+        live_from = sorted(allowed & LIVE)
+        paused = conn.execute(
+            sa.update(job_queue)
+            .where(job_queue.c.job_id == job_id, job_queue.c.status.in_(live_from))
+            .values(
+                status=JobStatus.PAUSED,
+                paused_from_status=job_queue.c.status,
+                version=job_queue.c.version + 1,
+                updated_at=self.now_sql(),
+            )
+        )
+        if paused.rowcount == 1:
+            return True
+        # A terminal FAILED job has no hot row: pausing it puts one back, guarded by the cold row.
+        if self._recreate_hot_row(conn, job_id, sorted(allowed & TERMINAL), JobStatus.PAUSED):
+            return True
+        current = conn.execute(
+            sa.select(job_queue.c.status).where(job_queue.c.job_id == job_id)
+        ).scalar()
+        return current == JobStatus.PAUSED  # pausing a paused job is a no-op that succeeds
+
+    def resume(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        for paused_from in (JobStatus.PENDING, JobStatus.FAILED):
+            guard = (
+                job_queue.c.job_id == job_id,
+                job_queue.c.status.in_(sources(Action.RESUME)),
+                job_queue.c.paused_from_status == paused_from,
+            )
+            back_to = resume_target(paused_from)
+            if back_to in LIVE:
+                stmt: sa.Executable = (
+                    sa.update(job_queue)
+                    .where(*guard)
+                    .values(
+                        status=back_to,
+                        paused_from_status=None,
+                        version=job_queue.c.version + 1,
+                        updated_at=self.now_sql(),
+                    )
+                )
+            else:  # back to a terminal status: the cold row still holds it
+                stmt = sa.delete(job_queue).where(*guard)
+            if conn.execute(stmt).rowcount == 1:
+                return True
+        return False
+
+    def retry(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        if not self._recreate_hot_row(
+            conn, job_id, sorted(sources(Action.RETRY)), JobStatus.PENDING
+        ):
+            return False
+        key = conn.execute(sa.select(job.c.business_key).where(job.c.job_id == job_id)).scalar()
+        if key is not None:
+            took = conn.execute(
+                self.dialect_insert(business_key)
+                .values(business_key=key, job_id=job_id, reserved_at=self.now_sql())
+                .on_conflict_do_nothing(index_elements=["business_key"])
+            )
+            if took.rowcount != 1:
+                # Another active job holds the key now: undo the hot row, change nothing.
+                conn.execute(sa.delete(job_queue).where(job_queue.c.job_id == job_id))
+                return False
+        conn.execute(
+            sa.update(job)
+            .where(job.c.job_id == job_id)
+            .values(
+                terminal_status=None, terminal_error=None, result=None, finished_at=None, attempts=0
+            )
+        )
+        return True
+
+    def _recreate_hot_row(
+        self, conn: Connection, job_id: uuid.UUID, from_terminal: list[JobStatus], to: JobStatus
+    ) -> bool:
+        """Insert a hot row for a terminal job whose cold status is in ``from_terminal``.
+
+        The hot row's primary key makes this a compare-and-swap too: of two concurrent callers,
+        one inserts and the other changes nothing.
+        """
+        paused_from = sa.literal(JobStatus.FAILED) if to == JobStatus.PAUSED else sa.null()
+        source = sa.select(
+            job.c.job_id,
+            sa.literal(str(to)),
+            self.now_sql(),
+            job.c.priority,
+            job.c.attempts if to == JobStatus.PAUSED else sa.literal(0),
+            job.c.max_retries,
+            paused_from,
+            job.c.terminal_error if to == JobStatus.PAUSED else sa.null(),
+            sa.literal(0),
+            self.now_sql(),
+        ).where(job.c.job_id == job_id, job.c.terminal_status.in_(from_terminal))
+        stmt = (
+            self.dialect_insert(job_queue)
+            .from_select(
+                [
+                    "job_id",
+                    "status",
+                    "scheduled_time",
+                    "priority",
+                    "attempts",
+                    "max_retries",
+                    "paused_from_status",
+                    "last_error",
+                    "version",
+                    "updated_at",
+                ],
+                source,
+            )
+            .on_conflict_do_nothing(index_elements=["job_id"])
+        )
+        return bool(conn.execute(stmt).rowcount == 1)
+
+    def finish(
+        self,
+        conn: Connection,
+        job_id: uuid.UUID,
+        status: JobStatus,
+        *,
+        attempts: int,
+        error: str | None = None,
+        result: str | None = None,
+    ) -> None:
+        """Write a terminal outcome to the cold row and free the business key.
+
+        Call only after the guarded delete of the hot row succeeded: that delete is the swap.
+        """
+        assert status in TERMINAL
+        conn.execute(
+            sa.update(job)
+            .where(job.c.job_id == job_id)
+            .values(
+                terminal_status=status,
+                terminal_error=error,
+                result=result,
+                attempts=attempts,
+                finished_at=self.now_sql(),
+            )
+        )
+        conn.execute(sa.delete(business_key).where(business_key.c.job_id == job_id))
+
+    def mark_superseded(self, conn: Connection, job_id: uuid.UUID, by: uuid.UUID) -> None:
+        conn.execute(sa.update(job).where(job.c.job_id == job_id).values(superseded_by=by))
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get_job(self, conn: Connection, job_id: uuid.UUID) -> Job | None:
+        row = conn.execute(
+            sa.select(*_JOB_COLUMNS).select_from(_JOB_FROM).where(job.c.job_id == job_id)
+        ).first()
+        if row is None:
+            return None
+        return _to_job(row, self._tags(conn, [job_id]).get(job_id, ()))
+
+    def find_jobs(
+        self, conn: Connection, where: JobFilter, limit: int, cursor: str | None
+    ) -> Page[Job]:
+        stmt = sa.select(*_JOB_COLUMNS).select_from(_JOB_FROM)
+        if where.statuses:
+            live = [s for s in where.statuses if s in LIVE]
+            ended = [s for s in where.statuses if s in TERMINAL]
+            stmt = stmt.where(
+                sa.or_(
+                    job_queue.c.status.in_(live),
+                    sa.and_(job_queue.c.job_id.is_(None), job.c.terminal_status.in_(ended)),
+                )
+            )
+        if where.task is not None:
+            stmt = stmt.where(job.c.task == where.task)
+        if where.business_key is not None:
+            stmt = stmt.where(job.c.business_key == where.business_key)
+        if where.tag is not None:
+            stmt = stmt.where(
+                sa.exists().where(job_tag.c.job_id == job.c.job_id, job_tag.c.tag == where.tag)
+            )
+        if where.created_after is not None:
+            stmt = stmt.where(job.c.created_at >= where.created_after)
+        if where.created_before is not None:
+            stmt = stmt.where(job.c.created_at < where.created_before)
+        if cursor is not None:
+            stmt = stmt.where(job.c.job_id < _parse_cursor(cursor))
+        # UUIDv7 ids grow with time: newest first, and a new job never shifts a later page.
+        rows = conn.execute(stmt.order_by(job.c.job_id.desc()).limit(limit + 1)).all()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        tags = self._tags(conn, [r.job_id for r in rows])
+        items = [_to_job(r, tags.get(r.job_id, ())) for r in rows]
+        return Page(items, str(rows[-1].job_id) if more else None)
+
+    def _tags(self, conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, ...]]:
+        if not ids:
+            return {}
+        out: dict[uuid.UUID, list[str]] = {}
+        rows = conn.execute(
+            sa.select(job_tag.c.job_id, job_tag.c.tag)
+            .where(job_tag.c.job_id.in_(ids))
+            .order_by(job_tag.c.job_id, job_tag.c.tag)
+        )
+        for job_id, tag in rows:
+            out.setdefault(job_id, []).append(tag)
+        return {k: tuple(v) for k, v in out.items()}
+
+    def queue_health(self, conn: Connection) -> dict[str, Any]:
+        now = self.now(conn)
+        counts = {str(s): 0 for s in JobStatus}
+        for status, n in conn.execute(
+            sa.select(job_queue.c.status, sa.func.count()).group_by(job_queue.c.status)
+        ):
+            counts[status] = n
+        ended = (
+            sa.select(job.c.terminal_status, sa.func.count())
+            .select_from(_JOB_FROM)
+            .where(job_queue.c.job_id.is_(None), job.c.terminal_status.is_not(None))
+            .group_by(job.c.terminal_status)
+        )
+        for status, n in conn.execute(ended):
+            counts[status] = n
+        oldest = conn.execute(
+            sa.select(sa.func.min(job_queue.c.scheduled_time)).where(
+                job_queue.c.status == JobStatus.PENDING, job_queue.c.scheduled_time <= now
+            )
+        ).scalar()
+        if isinstance(oldest, str):  # SQLite's MIN() loses the column type
+            oldest = datetime.fromisoformat(oldest).replace(tzinfo=UTC)
+        return {
+            "counts": counts,
+            "due": self._count_due(conn, now),
+            "oldest_pending_age": (now - oldest).total_seconds() if oldest else None,
+            "p95_queue_wait": self._p95_queue_wait(conn, now),
+        }
+
+    def _count_due(self, conn: Connection, now: datetime) -> int:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).where(
+                    job_queue.c.status == JobStatus.PENDING, job_queue.c.scheduled_time <= now
+                )
+            ).scalar_one()
+        )
+
+    def _p95_queue_wait(self, conn: Connection, now: datetime) -> float | None:
+        """The 95th percentile of queue wait (seconds) over executions started in the last hour."""
+        recent = execution.c.started_at >= now - _HOUR
+        n = conn.execute(sa.select(sa.func.count()).where(recent)).scalar_one()
+        if not n:
+            return None
+        value = conn.execute(
+            sa.select(execution.c.queue_wait_ms)
+            .where(recent)
+            .order_by(execution.c.queue_wait_ms)
+            .limit(1)
+            .offset(int(0.95 * (n - 1)))
+        ).scalar()
+        return None if value is None else value / 1000.0
+
+
+_HOUR = timedelta(hours=1)
+
+
+def _job_row(new: NewJob) -> dict[str, Any]:
+    o = new.options
+    return {
+        "job_id": new.job_id,
+        "task": new.task,
+        "job_type": new.job_type,
+        "priority": int(o.priority),
+        "payload": new.payload,
+        "params": new.params,
+        "max_retries": o.max_retries,
+        "backoff": str(o.backoff),
+        "backoff_base": o.backoff_base,
+        "timeout": o.timeout,
+        "resource_name": o.resource,
+        "idempotency_key": new.idempotency_key,
+        "business_key": new.business_key,
+        "depends_on": new.depends_on,
+        "superseded_by": None,
+        "recurring_id": new.recurring_id,
+        "fire_time": new.fire_time,
+        "attempts": 0,
+    }
+
+
+def _queue_row(new: NewJob) -> dict[str, Any]:
+    return {
+        "job_id": new.job_id,
+        "status": JobStatus.PENDING,
+        "priority": int(new.options.priority),
+        "attempts": 0,
+        "max_retries": new.options.max_retries,
+        "version": 0,
+    }
+
+
+def _parse_cursor(cursor: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(cursor)
+    except (ValueError, TypeError):
+        raise ValueError(f"cursor {cursor!r} is not one find_jobs() returned") from None
+
+
+def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
+    live = row.status is not None
+    decoded = payload.loads(row.payload)
+    return Job(
+        id=row.job_id,
+        task=row.task,
+        status=JobStatus(row.status if live else row.terminal_status),
+        priority=Priority(row.priority),
+        args=decoded["args"],
+        kwargs=decoded["kwargs"],
+        params=payload.loads(row.params) or {},
+        attempts=row.live_attempts if live else row.attempts,
+        max_retries=row.max_retries,
+        backoff=Backoff(row.backoff),
+        backoff_base=row.backoff_base,
+        timeout=row.timeout,
+        resource=row.resource_name,
+        tags=tags,
+        idempotency_key=row.idempotency_key,
+        business_key=row.business_key,
+        created_at=row.created_at,
+        scheduled_at=row.scheduled_time if live else row.first_due_at,
+        picked_by=row.picked_by,
+        picked_at=row.picked_at,
+        paused_from=JobStatus(row.paused_from_status) if row.paused_from_status else None,
+        finished_at=row.finished_at,
+        error=row.last_error if live else row.terminal_error,
+        result=payload.loads(row.result),
+        superseded_by=row.superseded_by,
+        depends_on=row.depends_on,
+        recurring_id=row.recurring_id,
+    )

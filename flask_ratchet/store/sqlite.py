@@ -1,0 +1,131 @@
+"""SQLite: the embedded store, with the same behaviour as PostgreSQL.
+
+SQLite has one writer at a time, so every write transaction this store opens starts with
+``BEGIN IMMEDIATE``: it takes the write lock up front (waiting up to the driver's busy timeout)
+instead of failing halfway when a reader tries to become a writer. Concurrent claimers are
+therefore serialised, and each sees the rows the previous one marked RUNNING: disjoint sets, as
+``SKIP LOCKED`` gives on PostgreSQL. The clock is this machine's, which is the database's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..options import Priority
+from ..schema import UtcDateTime, job, job_queue
+from ..states import Action, sources, target
+from .base import ClaimedJob, NewJob
+from .sql import SqlJobStore
+
+
+class SqliteStore(SqlJobStore):
+    """The store for ``sqlite:///path`` URLs."""
+
+    dialect_insert = staticmethod(sqlite.insert)
+
+    @contextmanager
+    def begin(self, engine: Engine) -> Iterator[Connection]:
+        with engine.connect() as conn, conn.begin():
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            yield conn
+
+    def now(self, conn: Connection) -> datetime:
+        return datetime.now(UTC)
+
+    def now_sql(self) -> ColumnElement[datetime]:
+        return sa.literal(datetime.now(UTC), UtcDateTime())
+
+    def _insert_times(self) -> dict[str, ColumnElement[datetime]]:
+        return {
+            "created": sa.bindparam("p_now", type_=UtcDateTime()),
+            "due": sa.bindparam("p_due", type_=UtcDateTime()),
+        }
+
+    def _time_params(self, new: NewJob, now: datetime) -> dict[str, Any]:
+        due = new.run_at if new.run_at is not None else now + timedelta(seconds=new.delay)
+        return {"p_now": now, "p_due": due}
+
+    def claim_due(
+        self, conn: Connection, limit: int, node_id: str, boost_minutes: int
+    ) -> list[ClaimedJob]:
+        now = datetime.now(UTC)
+        q = job_queue
+        (source,) = sources(Action.CLAIM)
+        levels = []
+        for level in sorted(Priority, reverse=True):
+            oldest = (
+                sa.select(q.c.job_id, q.c.priority, q.c.scheduled_time)
+                .where(q.c.status == source, q.c.priority == int(level), q.c.scheduled_time <= now)
+                .order_by(q.c.scheduled_time, q.c.job_id)
+                .limit(limit)
+                .subquery()
+            )
+            levels.append(sa.select(oldest))
+        candidate = sa.union_all(*levels).subquery()
+        effective: ColumnElement[Any] = candidate.c.priority
+        if boost_minutes:
+            waited = (
+                sa.func.julianday(now) - sa.func.julianday(candidate.c.scheduled_time)
+            ) * 1440.0
+            effective = candidate.c.priority + sa.cast(waited / boost_minutes, sa.Integer)
+        picked = (
+            sa.select(candidate.c.job_id)
+            .order_by(effective.desc(), candidate.c.scheduled_time, candidate.c.job_id)
+            .limit(limit)
+        )
+        claim = (
+            sa.update(q)
+            .where(q.c.job_id.in_(picked), q.c.status == source)
+            .values(
+                status=target(Action.CLAIM, source),
+                picked_by=node_id,
+                picked_at=now,
+                attempts=q.c.attempts + 1,
+                version=q.c.version + 1,
+                updated_at=now,
+            )
+            .returning(q.c.job_id, q.c.priority, q.c.attempts, q.c.max_retries, q.c.scheduled_time)
+        )
+        hot = {r.job_id: r for r in conn.execute(claim)}
+        if not hot:
+            return []
+        cold = conn.execute(
+            sa.select(
+                job.c.job_id,
+                job.c.task,
+                job.c.payload,
+                job.c.params,
+                job.c.backoff,
+                job.c.backoff_base,
+                job.c.timeout,
+                job.c.resource_name,
+            ).where(job.c.job_id.in_(list(hot)))
+        )
+        claimed = [
+            ClaimedJob(
+                job_id=c.job_id,
+                task=c.task,
+                payload=c.payload,
+                params=c.params,
+                priority=hot[c.job_id].priority,
+                attempt=hot[c.job_id].attempts,
+                max_retries=hot[c.job_id].max_retries,
+                backoff=c.backoff,
+                backoff_base=c.backoff_base,
+                timeout=c.timeout,
+                resource=c.resource_name,
+                scheduled_time=hot[c.job_id].scheduled_time,
+                picked_at=now,
+            )
+            for c in cold
+        ]
+        claimed.sort(key=lambda c: (-c.priority, c.scheduled_time, c.job_id))
+        return claimed

@@ -10,6 +10,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 from flask import Blueprint
+
 from .views import register
 
 blueprint = Blueprint(

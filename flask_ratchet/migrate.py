@@ -7,6 +7,7 @@ The scripts ship inside the package (``flask_ratchet.migrations``), found with
 from __future__ import annotations
 
 from importlib.resources import as_file, files
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
@@ -16,6 +17,14 @@ from sqlalchemy.engine import Connection, Engine
 
 from .schema import VERSION_TABLE
 from .store import store_for
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """Alembic's filter: look only at ratchet's tables and what belongs to them."""
+    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", "")
+    return bool(table) and str(table).startswith("ratchet_") and table != VERSION_TABLE
 
 
 def _config(conn: Connection | None = None) -> Config:

@@ -7,20 +7,10 @@ host app's own alembic or Flask-Migrate history is never read or written.
 
 from __future__ import annotations
 
-from typing import Any
-
 from alembic import context
 
+from flask_ratchet.migrate import include_object
 from flask_ratchet.schema import VERSION_TABLE, metadata
-
-
-def include_object(
-    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
-) -> bool:
-    """Look only at ratchet's tables (and what belongs to them)."""
-    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", "")
-    return bool(table) and str(table).startswith("ratchet_") and table != VERSION_TABLE
-
 
 connection = context.config.attributes.get("connection")
 if connection is None:

@@ -26,7 +26,7 @@ from ..errors import DuplicateBusinessKey
 from ..job import Job, Page
 from ..options import Backoff, Priority
 from ..schema import business_key, execution, job, job_queue, job_tag
-from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources
+from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
 
 #: Rows per multi-row INSERT; keeps statements well under every driver's parameter limit.
@@ -157,13 +157,14 @@ class SqlJobStore:
             self.dialect_insert(business_key)
             .values(reserved_at=self.now_sql())
             .on_conflict_do_nothing(index_elements=["business_key"])
-            .returning(business_key.c.business_key)
+            .returning(business_key.c.job_id)
         )
-        reserved: set[str] = set()
+        reserved: set[uuid.UUID] = set()
         for part in chunks(wanted, INSERT_CHUNK):
             rows = [{"business_key": new.business_key, "job_id": new.job_id} for new in part]
             reserved.update(conn.execute(stmt, rows).scalars())
-        refused = [new.business_key for new in wanted if new.business_key not in reserved]
+        # By job, not by key: a key given twice in one call is reserved once and refused once.
+        refused = [new.business_key for new in wanted if new.job_id not in reserved]
         if refused:
             # Undo this call's rows (never anything else) so the caller's transaction is as before.
             ids = list(inserted)
@@ -183,6 +184,43 @@ class SqlJobStore:
         if gone is None:
             return False
         self.finish(conn, job_id, JobStatus.CANCELED, attempts=gone.attempts)
+        return True
+
+    def complete(
+        self,
+        conn: Connection,
+        job_id: uuid.UUID,
+        node_id: str,
+        status: JobStatus,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+    ) -> bool:
+        """End a RUNNING job this node holds as SUCCEEDED or FAILED (terminal).
+
+        Fenced by ``picked_by``: after orphan recovery or a cancel the row is gone or someone
+        else's, the delete matches nothing, and a late finish changes nothing.
+        """
+        action = Action.SUCCEED if status == JobStatus.SUCCEEDED else Action.FAIL
+        gone = conn.execute(
+            sa.delete(job_queue)
+            .where(
+                job_queue.c.job_id == job_id,
+                job_queue.c.status.in_(sources(action)),
+                job_queue.c.picked_by == node_id,
+            )
+            .returning(job_queue.c.status, job_queue.c.attempts)
+        ).first()
+        if gone is None:
+            return False
+        self.finish(
+            conn,
+            job_id,
+            target(action, JobStatus(gone.status)),
+            attempts=gone.attempts,
+            error=error,
+            result=result,
+        )
         return True
 
     def pause(self, conn: Connection, job_id: uuid.UUID) -> bool:
@@ -244,8 +282,9 @@ class SqlJobStore:
                 self.dialect_insert(business_key)
                 .values(business_key=key, job_id=job_id, reserved_at=self.now_sql())
                 .on_conflict_do_nothing(index_elements=["business_key"])
-            )
-            if took.rowcount != 1:
+                .returning(business_key.c.job_id)
+            ).first()
+            if took is None:
                 # Another active job holds the key now: undo the hot row, change nothing.
                 conn.execute(sa.delete(job_queue).where(job_queue.c.job_id == job_id))
                 return False
@@ -297,8 +336,10 @@ class SqlJobStore:
                 source,
             )
             .on_conflict_do_nothing(index_elements=["job_id"])
+            .returning(job_queue.c.job_id)
         )
-        return bool(conn.execute(stmt).rowcount == 1)
+        # RETURNING, not rowcount: drivers may report -1 for INSERT … ON CONFLICT.
+        return conn.execute(stmt).first() is not None
 
     def finish(
         self,

@@ -1,0 +1,87 @@
+"""Fixtures: every integration test runs on a fresh SQLite file and on real PostgreSQL.
+
+PostgreSQL comes from ``RATCHET_TEST_DATABASE_URL`` (default: the local server). The suite uses its
+own database on that server, ``ratchet_test``, migrated once per run and truncated before each
+test. If PostgreSQL cannot be reached the tests fail: they never skip.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+
+from flask_ratchet import migrate, schema
+from tests.apps import create_app, db
+
+PG_SERVER = os.environ.get(
+    "RATCHET_TEST_DATABASE_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
+)
+PG_DATABASE = "ratchet_test"
+
+
+@pytest.fixture(scope="session")
+def pg_url() -> Iterator[str]:
+    """A migrated PostgreSQL database of the test run's own."""
+    server = sa.make_url(PG_SERVER)
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
+            conn.exec_driver_sql(f"CREATE DATABASE {PG_DATABASE}")
+    except sa.exc.OperationalError as exc:
+        pytest.fail(
+            f"PostgreSQL is unreachable at {server.render_as_string(hide_password=True)}: {exc}\n"
+            "The suite needs a real PostgreSQL; set RATCHET_TEST_DATABASE_URL to one.",
+            pytrace=False,
+        )
+    url = server.set(database=PG_DATABASE).render_as_string(hide_password=False)
+    engine = sa.create_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    yield url
+    admin.dispose()
+
+
+def truncate_all(url: str) -> None:
+    """Empty every ratchet table and the test app's own tables."""
+    engine = sa.create_engine(url)
+    names = ", ".join(f'"{t}"' for t in [*schema.metadata.tables, *db.metadata.tables])
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"TRUNCATE {names} CASCADE")
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A clean database: a new SQLite file, or the truncated PostgreSQL test database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'ratchet.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    with Flask(__name__).app_context():  # the host table may not exist yet on a new database
+        engine = sa.create_engine(url)
+        db.metadata.create_all(engine)
+        engine.dispose()
+    truncate_all(url)
+    return url
+
+
+@pytest.fixture
+def app(database_url: str) -> Iterator[Flask]:
+    """The test app on a clean database, inside an app context."""
+    app = create_app(database_url)
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()  # SQLite: create the tables a test may count
+        yield app
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture
+def dialect(database_url: str) -> str:
+    """``sqlite`` or ``postgresql``."""
+    return sa.make_url(database_url).get_backend_name()

@@ -1,0 +1,59 @@
+"""Small helpers the integration tests share: raw counts and driving jobs to a status."""
+
+from __future__ import annotations
+
+import uuid
+
+import sqlalchemy as sa
+from flask import current_app
+
+from flask_ratchet.states import JobStatus
+from tests.apps import add, ratchet
+
+
+def count(table: str, url: str | None = None) -> int:
+    """Rows in ``table``, read on a fresh connection (so only committed rows count)."""
+    engine = sa.create_engine(url or current_app.config["SQLALCHEMY_DATABASE_URI"])
+    try:
+        with engine.connect() as conn:
+            return int(conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one())
+    finally:
+        engine.dispose()
+
+
+def rows_written() -> dict[str, int]:
+    """Counts of every table a submission writes."""
+    return {
+        t: count(t)
+        for t in ("ratchet_job", "ratchet_job_queue", "ratchet_job_tag", "ratchet_business_key")
+    }
+
+
+def job_in(status: JobStatus, *, business_key: str | None = None) -> uuid.UUID:
+    """Submit a job and drive it to ``status`` through the real operations."""
+    builder = ratchet.enqueue(add, 1, 2)
+    if business_key:
+        builder.with_business_key(business_key)
+    job_id = builder.submit().id
+    if status == JobStatus.PENDING:
+        return job_id
+    if status == JobStatus.PAUSED:
+        assert ratchet.pause_job(job_id)
+        return job_id
+    if status == JobStatus.CANCELED:
+        assert ratchet.cancel_job(job_id)
+        return job_id
+    claimed = ratchet.claim_due(1000, "node-a")
+    assert [c.job_id for c in claimed] == [job_id], "make running/ended jobs before pending ones"
+    if status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        finish(job_id, status)
+    return job_id
+
+
+def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
+    """End a RUNNING job as the worker would (fenced by ``node``)."""
+    state = ratchet.state
+    with state.store.begin(state.engine) as conn:
+        return state.store.complete(
+            conn, job_id, node, status, error="boom" if status == JobStatus.FAILED else None
+        )

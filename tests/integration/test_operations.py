@@ -1,0 +1,216 @@
+"""cancel / pause / resume / retry / replace: legal paths, illegal paths, and races."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+from flask import Flask
+
+from flask_ratchet import IllegalTransition, JobNotFound, JobStatus, Priority
+from flask_ratchet.job import Job
+from tests.apps import add, charge, ratchet
+from tests.integration.helpers import count, finish, job_in
+
+P, R, S, F, Z, C = (
+    JobStatus.PENDING,
+    JobStatus.RUNNING,
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.PAUSED,
+    JobStatus.CANCELED,
+)
+
+
+def get(job_id: uuid.UUID) -> Job:
+    job = ratchet.get_job(job_id)
+    assert job is not None
+    return job
+
+
+@pytest.mark.parametrize(
+    ("start", "op", "ok", "end"),
+    [
+        (P, "cancel", True, C),
+        (Z, "cancel", True, C),
+        (R, "cancel", True, C),
+        (S, "cancel", False, S),
+        (F, "cancel", False, F),
+        (C, "cancel", False, C),
+        (P, "pause", True, Z),
+        (F, "pause", True, Z),
+        (Z, "pause", True, Z),
+        (R, "pause", False, R),
+        (S, "pause", False, S),
+        (C, "pause", False, C),
+        (Z, "resume", True, P),
+        (P, "resume", False, P),
+        (R, "resume", False, R),
+        (F, "resume", False, F),
+        (F, "retry", True, P),
+        (P, "retry", False, P),
+        (R, "retry", False, R),
+        (S, "retry", False, S),
+        (C, "retry", False, C),
+        (Z, "retry", False, Z),
+    ],
+)
+def test_transitions(app: Flask, start: JobStatus, op: str, ok: bool, end: JobStatus) -> None:
+    job_id = job_in(start)
+    before = get(job_id)
+    assert getattr(ratchet, f"{op}_job")(job_id) is ok
+    after = get(job_id)
+    assert after.status == end
+    if not ok:
+        assert after == before  # an illegal transition changes nothing at all
+
+
+def test_pause_remembers_failed_and_resume_restores_it(app: Flask) -> None:
+    job_id = job_in(F)
+    assert ratchet.pause_job(job_id)
+    paused = get(job_id)
+    assert (paused.status, paused.paused_from, paused.error) == (Z, F, "boom")
+    assert not ratchet.retry_job(job_id)  # resume first
+    assert ratchet.claim_due(10, "n") == []  # a paused job is invisible to the poller
+    assert ratchet.resume_job(job_id)
+    resumed = get(job_id)
+    assert (resumed.status, resumed.paused_from, resumed.error) == (F, None, "boom")
+    assert count("ratchet_job_queue") == 0
+
+
+def test_retry_resets_attempts_clears_the_error_and_is_due_now(app: Flask) -> None:
+    job_id = job_in(F)
+    assert get(job_id).attempts == 1
+    assert ratchet.retry_job(job_id)
+    job = get(job_id)
+    assert (job.status, job.attempts, job.error, job.finished_at) == (P, 0, None, None)
+    assert [c.job_id for c in ratchet.claim_due(10, "n")] == [job_id]
+
+
+def test_cancel_of_a_running_job_fences_out_its_worker(app: Flask) -> None:
+    job_id = job_in(R)
+    assert ratchet.cancel_job(job_id)
+    assert not finish(job_id, S)  # the worker's late success changes nothing
+    assert get(job_id).status == C
+
+
+def test_completion_is_fenced_by_the_claiming_node(app: Flask) -> None:
+    job_id = job_in(R)
+    assert not finish(job_id, S, node="someone-else")
+    assert get(job_id).status == R
+    assert finish(job_id, S)
+    assert not finish(job_id, S)
+    assert get(job_id).status == S
+
+
+@pytest.mark.parametrize("op", ["cancel", "pause", "resume", "retry"])
+def test_unknown_ids_are_false_and_malformed_ids_are_errors(app: Flask, op: str) -> None:
+    assert getattr(ratchet, f"{op}_job")(uuid.uuid4()) is False
+    with pytest.raises(ValueError, match="not a job id"):
+        getattr(ratchet, f"{op}_job")("not-a-uuid")
+    assert ratchet.get_job(uuid.uuid4()) is None
+
+
+def test_concurrent_cancels_exactly_one_wins(app: Flask) -> None:
+    job_ids = [job_in(P) for _ in range(5)]
+    wins: list[bool] = []
+    lock = threading.Lock()
+
+    def cancel(job_id: uuid.UUID, barrier: threading.Barrier) -> None:
+        with app.app_context():
+            barrier.wait()
+            won = ratchet.cancel_job(job_id)
+            with lock:
+                wins.append(won)
+
+    for job_id in job_ids:
+        barrier = threading.Barrier(3)
+        threads = [threading.Thread(target=cancel, args=(job_id, barrier)) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert wins.count(True) == 5 and wins.count(False) == 10
+
+
+def test_replace_supersedes_the_old_job_in_one_transaction(app: Flask) -> None:
+    old = (
+        ratchet.enqueue(add, 1, 1)
+        .with_priority(Priority.HIGH)
+        .with_business_key("debounce-1")
+        .with_tags("t")
+        .submit()
+    )
+    new = ratchet.replace(old.id, timedelta(minutes=5), add, 2, 2)
+    old_job, new_job = get(old.id), get(new.id)
+    assert (old_job.status, old_job.superseded_by) == (C, new.id)
+    assert (new_job.status, new_job.args, new_job.business_key) == (P, [2, 2], "debounce-1")
+    assert (new_job.priority, new_job.tags) == (Priority.HIGH, ("t",))
+    assert new_job.scheduled_at > old_job.scheduled_at + timedelta(minutes=4)
+
+
+def test_replace_of_an_ended_job_writes_nothing(app: Flask) -> None:
+    done = job_in(S)
+    before = count("ratchet_job")
+    with pytest.raises(IllegalTransition, match="SUCCEEDED"):
+        ratchet.replace(done, 0, add, 2, 2)
+    assert count("ratchet_job") == before
+    with pytest.raises(JobNotFound):
+        ratchet.replace(uuid.uuid4(), 0, add, 2, 2)
+
+
+def test_find_jobs_filters(app: Flask) -> None:
+    failed = job_in(F)
+    paused_failed = job_in(F)
+    ratchet.pause_job(paused_failed)
+    pending = job_in(P, business_key="bk")
+    billing = ratchet.enqueue_now(charge, 1).id
+
+    def ids(**filters: object) -> set[uuid.UUID]:
+        return {j.id for j in ratchet.find_jobs(**filters).items}  # type: ignore[arg-type]
+
+    assert ids(status="FAILED") == {failed}  # a paused FAILED job is PAUSED, not FAILED
+    assert ids(status=[P, Z]) == {pending, billing, paused_failed}
+    assert ids(tag="billing") == {billing}
+    assert ids(task=charge) == ids(task="billing.charge") == {billing}
+    assert ids(business_key="bk") == {pending}
+    assert ids(status="PENDING", tag="billing") == {billing}
+    with pytest.raises(ValueError, match="status must be one of"):
+        ratchet.find_jobs(status="DONE")
+    with pytest.raises(ValueError, match="limit"):
+        ratchet.find_jobs(limit=0)
+    with pytest.raises(ValueError, match="cursor"):
+        ratchet.find_jobs(cursor="nope")
+
+
+def test_cursor_paging_is_stable_under_inserts(app: Flask) -> None:
+    original = [ratchet.enqueue_now(add, i, i).id for i in range(12)]
+    first = ratchet.find_jobs(limit=5)
+    assert [j.id for j in first.items] == original[::-1][:5]
+    newer = [ratchet.enqueue_now(add, 99, i).id for i in range(3)]  # arrive between pages
+    seen = [j.id for j in first.items]
+    cursor = first.next_cursor
+    while cursor:
+        page = ratchet.find_jobs(limit=5, cursor=cursor)
+        seen += [j.id for j in page.items]
+        cursor = page.next_cursor
+    assert seen == original[::-1]
+    assert not set(newer) & set(seen)
+
+
+def test_queue_health_counts_every_status(app: Flask) -> None:
+    for status in (S, F, R, P, P, Z, C):  # running and ended first: job_in claims all due jobs
+        job_in(status)
+    health = ratchet.queue_health()
+    assert health["counts"] == {
+        "PENDING": 2,
+        "RUNNING": 1,
+        "SUCCEEDED": 1,
+        "FAILED": 1,
+        "PAUSED": 1,
+        "CANCELED": 1,
+    }
+    assert health["due"] == 2
+    assert health["oldest_pending_age"] is not None and health["oldest_pending_age"] >= 0

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from flask_ratchet import payload
+from flask_ratchet.errors import PayloadError, PayloadTooLarge, TaskNotAllowed
+from flask_ratchet.options import JobOptions, Priority
+from flask_ratchet.registry import TaskRegistry, default_name, module_allowed
+
+
+def plain(x: int) -> int:
+    return x
+
+
+def other(x: int) -> int:
+    return x
+
+
+def make_closure() -> Any:
+    y = 1
+
+    def inner(x: int) -> int:
+        return x + y
+
+    return inner
+
+
+class Service:
+    def method(self) -> None: ...
+
+
+def test_default_name_is_module_and_qualname() -> None:
+    assert default_name(plain) == f"{__name__}:plain"
+
+
+def test_registered_task_is_found_by_function_and_name() -> None:
+    registry = TaskRegistry()
+    task = registry.register(plain, None, JobOptions(priority=Priority.HIGH))
+    assert registry.for_submit(plain, ()) is task
+    assert registry.for_submit(task.name, ()) is task
+    assert registry.for_run(task.name, ()) is task
+
+
+def test_a_name_cannot_be_taken_twice() -> None:
+    registry = TaskRegistry()
+    registry.register(plain, "same", JobOptions())
+    with pytest.raises(ValueError, match="already used"):
+        registry.register(other, "same", JobOptions())
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (lambda x: x, "lambdas cannot be enqueued"),
+        (make_closure(), "nested function or closure"),
+        (Service().method, "not a plain function"),
+        (len, "not a plain function"),
+    ],
+)
+def test_unimportable_callables_are_refused(target: Any, message: str) -> None:
+    with pytest.raises(TaskNotAllowed, match=message):
+        TaskRegistry().for_submit(target, (__name__,))
+
+
+def test_unregistered_function_needs_the_allow_list() -> None:
+    registry = TaskRegistry()
+    with pytest.raises(TaskNotAllowed, match="RATCHET_ALLOWED_MODULES"):
+        registry.for_submit(plain, ())
+    assert registry.for_submit(plain, ("tests",)).name == default_name(plain)
+    assert registry.for_run(default_name(plain), ("tests.unit",)).func is plain
+
+
+def test_run_time_lookup_rechecks_the_allow_list() -> None:
+    registry = TaskRegistry()
+    with pytest.raises(TaskNotAllowed, match="not registered in this worker"):
+        registry.for_run(default_name(plain), ())
+    with pytest.raises(TaskNotAllowed, match="names no function"):
+        registry.for_run(f"{__name__}:missing", ("tests",))
+    with pytest.raises(TaskNotAllowed, match="not registered in this worker"):
+        registry.for_run("os:system", ("tests",))
+
+
+def test_module_prefix_matching_is_by_dotted_segment() -> None:
+    assert module_allowed("myapp", ("myapp",))
+    assert module_allowed("myapp.tasks.mail", ("myapp.tasks",))
+    assert not module_allowed("myappx", ("myapp",))
+
+
+def test_arguments_encode_once_as_compact_json() -> None:
+    text = payload.encode_arguments("t", (1, "é", [True, None]), {"k": {"n": 1.5}}, 1000)
+    assert json.loads(text) == {"args": [1, "é", [True, None]], "kwargs": {"k": {"n": 1.5}}}
+    assert " " not in text
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "where"),
+    [
+        ((datetime.now(UTC),), {}, "argument 1"),
+        ((1, {1, 2}), {}, "argument 2"),
+        ((), {"when": object()}, "keyword argument 'when'"),
+        ((float("nan"),), {}, "argument 1"),
+    ],
+)
+def test_non_json_arguments_are_refused_naming_the_argument(
+    args: tuple[Any, ...], kwargs: dict[str, Any], where: str
+) -> None:
+    with pytest.raises(PayloadError, match=where) as info:
+        payload.encode_arguments("mod:task", args, kwargs, 1000)
+    assert "JSON" in str(info.value)
+
+
+def test_oversized_payload_is_refused_with_the_limit() -> None:
+    with pytest.raises(PayloadTooLarge, match=r"RATCHET_MAX_PAYLOAD_BYTES \(100\)"):
+        payload.encode_arguments("t", ("x" * 200,), {}, 100)
+    with pytest.raises(PayloadTooLarge):
+        payload.encode_value("the result", "é" * 60, 100)  # counted in UTF-8 bytes

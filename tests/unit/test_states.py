@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import pytest
+
+from flask_ratchet import states
+from flask_ratchet.states import Action, JobStatus
+
+P, R, S, F, Z, C = (
+    JobStatus.PENDING,
+    JobStatus.RUNNING,
+    JobStatus.SUCCEEDED,
+    JobStatus.FAILED,
+    JobStatus.PAUSED,
+    JobStatus.CANCELED,
+)
+
+
+def test_the_seed_transitions_and_nothing_else() -> None:
+    edges = {(a, src, dst) for a, table in states.TRANSITIONS.items() for src, dst in table.items()}
+    assert edges == {
+        (Action.CLAIM, P, R),
+        (Action.SUCCEED, R, S),
+        (Action.FAIL, R, F),
+        (Action.RESCHEDULE, R, P),
+        (Action.RELEASE, R, P),
+        (Action.PAUSE, P, Z),
+        (Action.PAUSE, F, Z),
+        (Action.RESUME, Z, Z),
+        (Action.RETRY, F, P),
+        (Action.CANCEL, P, C),
+        (Action.CANCEL, Z, C),
+        (Action.CANCEL, R, C),
+    }
+
+
+@pytest.mark.parametrize("status", [S, C])
+def test_succeeded_and_canceled_are_final(status: JobStatus) -> None:
+    assert not any(states.allowed(a, status) for a in Action)
+
+
+def test_failed_only_leaves_by_manual_retry_or_pause() -> None:
+    assert {a for a in Action if states.allowed(a, F)} == {Action.RETRY, Action.PAUSE}
+
+
+def test_running_cannot_be_paused() -> None:
+    assert not states.allowed(Action.PAUSE, R)
+    with pytest.raises(ValueError, match="cannot pause a job that is RUNNING"):
+        states.target(Action.PAUSE, R)
+
+
+def test_resume_returns_to_the_remembered_status() -> None:
+    assert states.resume_target("PENDING") == P
+    assert states.resume_target(F) == F
+    for bad in (None, "RUNNING", "SUCCEEDED"):
+        with pytest.raises(ValueError):
+            states.resume_target(bad)
+
+
+def test_live_and_terminal_partition_the_statuses() -> None:
+    assert states.LIVE | states.TERMINAL == set(JobStatus)
+    assert not states.LIVE & states.TERMINAL

@@ -60,6 +60,9 @@ class RatchetConfig:
     retention_days: float = 7.0
     #: The worker's node id; default ``host:pid``.
     node_id: str | None = None
+    #: SQLite only: ``PRAGMA synchronous`` for ratchet's own write transactions (WAL mode).
+    #: ``NORMAL`` skips the fsync per commit; ``FULL`` keeps it; ``None`` leaves it as it is.
+    sqlite_synchronous: str | None = "NORMAL"
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> RatchetConfig:
@@ -158,6 +161,12 @@ def _optional_str(key: str, value: Any) -> str | None:
     return value
 
 
+def _sqlite_synchronous(key: str, value: Any) -> str | None:
+    if value is not None and value not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+        raise ConfigError(f"{key} must be 'OFF', 'NORMAL', 'FULL', 'EXTRA' or None, got {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "allowed_modules": _module_list,
     "console_auth": _callable_or_none,
@@ -175,4 +184,5 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "orphan_grace": _seconds,
     "retention_days": _positive_number,
     "node_id": _optional_str,
+    "sqlite_synchronous": _sqlite_synchronous,
 }

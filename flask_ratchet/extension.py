@@ -63,7 +63,7 @@ class RatchetState:
         engine = self.engine
         store = self._stores.get(id(engine))
         if store is None:
-            store = self._stores[id(engine)] = store_for(engine)
+            store = self._stores[id(engine)] = store_for(engine, self.config)
         return store
 
     @property
@@ -81,33 +81,44 @@ class RatchetState:
             if not self._schema_ready:
                 if self.auto_create:
                     migrate.upgrade(self.engine)
+                self.store.prepare(self.engine)
                 self._schema_ready = True
 
-    @contextmanager
-    def connection(self) -> Iterator[Connection]:
-        """The connection a job operation runs on.
+    def joined_connection(self) -> Connection | None:
+        """The connection of the transaction a job operation must join, if there is one.
 
         Inside ``ratchet.transaction()``: that transaction. Inside a request, or when the app's
-        ``db.session`` already has a transaction: the session's connection (flushed with it,
-        committed or rolled back by the app). Otherwise a transaction of its own, committed here.
+        ``db.session`` already has a transaction: the session's connection (committed or rolled
+        back by the app, never by ratchet). Otherwise ``None``: the operation runs on its own.
         """
         outer = _transaction.get()
         if outer is not None:
-            yield outer
-            return
+            return outer
         self.ensure_schema()
         session = self.db.session()  # the Session of this app context
         if has_request_context() or session.in_transaction():
-            yield session.connection()
+            return session.connection()
+        return None
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """The joined connection, or a transaction of its own that commits at the end."""
+        joined = self.joined_connection()
+        if joined is not None:
+            yield joined
             return
         with self.store.begin(self.engine) as conn:
             yield conn
 
     def submit(self, builders: Sequence[JobBuilder]) -> list[JobHandle]:
-        """Insert the builders' jobs in one transaction; return their handles in order."""
+        """Insert the builders' jobs atomically; return their handles in order."""
         jobs = [b.build() for b in builders]
-        with self.connection() as conn:
-            outcome = self.store.insert_jobs(conn, jobs)
+        joined = self.joined_connection()
+        if joined is not None:
+            outcome = self.store.insert_jobs(joined, jobs)
+        else:
+            with self.store.single_statement(self.engine) as conn:
+                outcome = self.store.insert_jobs(conn, jobs)
         if any(b.wakes_workers for b in builders):
             self.wake()
         return [JobHandle(o.job_id, o.created) for o in outcome]
@@ -404,7 +415,7 @@ class Ratchet:
         """
         state = self.state
         state.ensure_schema()
-        with state.store.begin(state.engine) as conn:
+        with state.store.single_statement(state.engine) as conn:
             return state.store.claim_due(conn, limit, node_id, state.config.priority_boost_minutes)
 
 

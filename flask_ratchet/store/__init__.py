@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Engine
 
+from ..config import RatchetConfig
 from .postgres import PostgresStore
 from .sql import SqlJobStore
 from .sqlite import SqliteStore
 
 
-def store_for(engine: Engine) -> SqlJobStore:
+def store_for(engine: Engine, config: RatchetConfig | None = None) -> SqlJobStore:
     """Return the store for ``engine``'s dialect.
 
     :raises ValueError: for a database flask-ratchet does not support (yet).
@@ -28,7 +29,7 @@ def store_for(engine: Engine) -> SqlJobStore:
                 "flask-ratchet needs a SQLite file shared by the app and its workers, not an "
                 "in-memory database; use a URL like 'sqlite:///instance/app.db'"
             )
-        return SqliteStore()
+        return SqliteStore(synchronous=(config or RatchetConfig()).sqlite_synchronous)
     raise ValueError(f"flask-ratchet does not support {name!r} yet; use PostgreSQL or SQLite")
 
 

@@ -16,7 +16,9 @@ deep the backlog is.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+import weakref
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -26,10 +28,11 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..errors import DuplicateBusinessKey
 from ..options import Priority
-from ..schema import UtcDateTime
-from ..states import Action, sources, target
-from .base import ClaimedJob, NewJob
+from ..schema import UtcDateTime, business_key
+from ..states import Action, JobStatus, sources, target
+from .base import ClaimedJob, Inserted, NewJob, chunks
 from .sql import SqlJobStore
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
@@ -60,6 +63,75 @@ RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_r
           j.backoff, j.backoff_base, j.timeout, j.resource_name, q.scheduled_time, q.picked_at
 """
 
+_SUBMIT = """
+WITH input AS (
+    SELECT * FROM unnest(
+        CAST(:job_id AS uuid[]), CAST(:task AS text[]), CAST(:job_type AS text[]),
+        CAST(:priority AS smallint[]), CAST(:payload AS text[]), CAST(:params AS text[]),
+        CAST(:max_retries AS int[]), CAST(:backoff AS text[]), CAST(:backoff_base AS float8[]),
+        CAST(:timeout AS float8[]), CAST(:resource_name AS text[]),
+        CAST(:idempotency_key AS text[]), CAST(:business_key AS text[]),
+        CAST(:depends_on AS uuid[]), CAST(:recurring_id AS text[]),
+        CAST(:fire_time AS timestamptz[]), CAST(:run_at AS timestamptz[]),
+        CAST(:delay AS float8[])
+    ) AS t(job_id, task, job_type, priority, payload, params, max_retries, backoff,
+           backoff_base, timeout, resource_name, idempotency_key, business_key, depends_on,
+           recurring_id, fire_time, run_at, delay)
+), job AS (
+    INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, params, max_retries,
+        backoff, backoff_base, timeout, resource_name, idempotency_key, business_key,
+        depends_on, recurring_id, fire_time, created_at, first_due_at, attempts)
+    SELECT job_id, task, job_type, priority, payload, params, max_retries, backoff,
+        backoff_base, timeout, resource_name, idempotency_key, business_key, depends_on,
+        recurring_id, fire_time, now(), coalesce(run_at, now() + make_interval(secs => delay)), 0
+    FROM input
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING job_id, priority, max_retries, first_due_at, business_key
+), queue AS (
+    INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts,
+        max_retries, version, updated_at)
+    SELECT job_id, :pending, first_due_at, priority, 0, max_retries, 0, now() FROM job
+), tag AS (
+    INSERT INTO ratchet_job_tag (job_id, tag)
+    SELECT t.job_id, t.tag
+    FROM unnest(CAST(:tag_job AS uuid[]), CAST(:tag AS text[])) AS t(job_id, tag)
+    JOIN job USING (job_id)
+), reservation AS (
+    -- No ON CONFLICT: a held key fails the whole statement, so nothing at all is written.
+    INSERT INTO ratchet_business_key (business_key, job_id, reserved_at)
+    SELECT business_key, job_id, now() FROM job WHERE business_key IS NOT NULL
+)
+SELECT job_id FROM job
+"""
+# The same for one job, with scalar parameters: the common case, and cheaper to bind and plan.
+_SUBMIT_ONE = """
+WITH job AS (
+    INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, params, max_retries,
+        backoff, backoff_base, timeout, resource_name, idempotency_key, business_key,
+        depends_on, recurring_id, fire_time, created_at, first_due_at, attempts)
+    VALUES (:job_id, :task, :job_type, :priority, :payload, :params, :max_retries, :backoff,
+        :backoff_base, :timeout, :resource_name, :idempotency_key, :business_key, :depends_on,
+        :recurring_id, :fire_time, now(),
+        coalesce(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)), 0)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING job_id, priority, max_retries, first_due_at, business_key
+), queue AS (
+    INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts,
+        max_retries, version, updated_at)
+    SELECT job_id, :pending, first_due_at, priority, 0, max_retries, 0, now() FROM job
+), tag AS (
+    INSERT INTO ratchet_job_tag (job_id, tag)
+    SELECT job.job_id, t.tag FROM job, unnest(CAST(:tags AS text[])) AS t(tag)
+), reservation AS (
+    INSERT INTO ratchet_business_key (business_key, job_id, reserved_at)
+    SELECT business_key, job_id, now() FROM job WHERE business_key IS NOT NULL
+)
+SELECT job_id FROM job
+"""
+_SUBMIT_STMT = sa.text(_SUBMIT).columns(job_id=sa.Uuid())
+_SUBMIT_ONE_STMT = sa.text(_SUBMIT_ONE).columns(job_id=sa.Uuid())
+_KEY_CONSTRAINT = "pk_ratchet_business_key"
+
 _BOOSTED = "priority + floor(extract(epoch FROM now() - scheduled_time) / (60 * :boost))"
 
 
@@ -79,28 +151,63 @@ class PostgresStore(SqlJobStore):
 
     dialect_insert = staticmethod(postgresql.insert)
 
+    def __init__(self) -> None:
+        self._autocommit: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
+
     @contextmanager
     def begin(self, engine: Engine) -> Iterator[Connection]:
         with engine.begin() as conn:
             yield conn
+
+    @contextmanager
+    def single_statement(self, engine: Engine) -> Iterator[Connection]:
+        # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
+        autocommit = self._autocommit.get(engine)
+        if autocommit is None:
+            autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+            self._autocommit[engine] = autocommit
+        with autocommit.connect() as conn:
+            yield conn
+
+    def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
+        """Insert jobs, their queue rows, tags and key reservations in one statement."""
+        _refuse_repeated_business_keys(jobs)
+        inserted: set[uuid.UUID] = set()
+        joined = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
+        for part in chunks(jobs, SUBMIT_CHUNK):
+            if len(part) == 1:
+                stmt, params = _SUBMIT_ONE_STMT, _submit_one_params(part[0])
+            else:
+                stmt, params = _SUBMIT_STMT, _submit_params(part)
+            keyed = any(new.business_key for new in part)
+            try:
+                if keyed and joined:
+                    # A refused key must not abort the caller's transaction.
+                    with conn.begin_nested():
+                        rows = conn.execute(stmt, params)
+                else:
+                    rows = conn.execute(stmt, params)
+                inserted.update(rows.scalars())
+            except sa.exc.IntegrityError as exc:
+                if _constraint(exc) == _KEY_CONSTRAINT:
+                    if inserted:  # an earlier chunk of this call went in: take it back out
+                        self._delete_jobs(conn, list(inserted))
+                    raise DuplicateBusinessKey(self._held_key(conn, part)) from None
+                raise
+        return self._match_duplicates(conn, jobs, inserted)
+
+    def _held_key(self, conn: Connection, jobs: Sequence[NewJob]) -> str:
+        keys = [new.business_key for new in jobs if new.business_key]
+        held = conn.execute(
+            sa.select(business_key.c.business_key).where(business_key.c.business_key.in_(keys))
+        ).scalar()
+        return str(held or keys[0])
 
     def now(self, conn: Connection) -> datetime:
         return conn.execute(sa.select(self.now_sql())).scalar_one()
 
     def now_sql(self) -> ColumnElement[datetime]:
         return sa.func.now(type_=UtcDateTime())
-
-    def _insert_times(self) -> dict[str, ColumnElement[datetime]]:
-        delay = sa.func.make_interval(0, 0, 0, 0, 0, 0, sa.bindparam("p_delay", type_=sa.Float))
-        return {
-            "created": self.now_sql(),
-            "due": sa.func.coalesce(
-                sa.bindparam("p_run_at", type_=UtcDateTime()), self.now_sql() + delay
-            ),
-        }
-
-    def _time_params(self, new: NewJob, now: datetime) -> dict[str, Any]:
-        return {"p_delay": new.delay, "p_run_at": new.run_at}
 
     def claim_due(
         self, conn: Connection, limit: int, node_id: str, boost_minutes: int
@@ -136,3 +243,78 @@ class PostgresStore(SqlJobStore):
         ]
         claimed.sort(key=lambda c: (-c.priority, c.scheduled_time, c.job_id))
         return claimed
+
+
+#: Jobs per submission statement: large enough for bulk speed, small enough for memory.
+SUBMIT_CHUNK = 5000
+
+
+def _submit_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
+    """The column arrays ``_SUBMIT`` unnests: one list per column, one entry per job."""
+    o = [new.options for new in jobs]
+    tags = [(new.job_id, tag) for new in jobs for tag in new.options.tags]
+    return {
+        "job_id": [new.job_id for new in jobs],
+        "task": [new.task for new in jobs],
+        "job_type": [new.job_type for new in jobs],
+        "priority": [int(x.priority) for x in o],
+        "payload": [new.payload for new in jobs],
+        "params": [new.params for new in jobs],
+        "max_retries": [x.max_retries for x in o],
+        "backoff": [str(x.backoff) for x in o],
+        "backoff_base": [x.backoff_base for x in o],
+        "timeout": [x.timeout for x in o],
+        "resource_name": [x.resource for x in o],
+        "idempotency_key": [new.idempotency_key for new in jobs],
+        "business_key": [new.business_key for new in jobs],
+        "depends_on": [new.depends_on for new in jobs],
+        "recurring_id": [new.recurring_id for new in jobs],
+        "fire_time": [new.fire_time for new in jobs],
+        "run_at": [new.run_at for new in jobs],
+        "delay": [new.delay for new in jobs],
+        "tag_job": [job_id for job_id, _ in tags],
+        "tag": [tag for _, tag in tags],
+        "pending": JobStatus.PENDING.value,
+    }
+
+
+def _submit_one_params(new: NewJob) -> dict[str, Any]:
+    """``_SUBMIT_ONE``'s parameters."""
+    o = new.options
+    return {
+        "job_id": new.job_id,
+        "task": new.task,
+        "job_type": new.job_type,
+        "priority": int(o.priority),
+        "payload": new.payload,
+        "params": new.params,
+        "max_retries": o.max_retries,
+        "backoff": str(o.backoff),
+        "backoff_base": o.backoff_base,
+        "timeout": o.timeout,
+        "resource_name": o.resource,
+        "idempotency_key": new.idempotency_key,
+        "business_key": new.business_key,
+        "depends_on": new.depends_on,
+        "recurring_id": new.recurring_id,
+        "fire_time": new.fire_time,
+        "run_at": new.run_at,
+        "delay": new.delay,
+        "tags": list(o.tags),
+        "pending": JobStatus.PENDING.value,
+    }
+
+
+def _constraint(exc: sa.exc.IntegrityError) -> str | None:
+    """The name of the constraint a psycopg integrity error is about."""
+    diag = getattr(exc.orig, "diag", None)
+    return getattr(diag, "constraint_name", None)
+
+
+def _refuse_repeated_business_keys(jobs: Sequence[NewJob]) -> None:
+    seen: set[str] = set()
+    for new in jobs:
+        if new.business_key is not None:
+            if new.business_key in seen:
+                raise DuplicateBusinessKey(new.business_key)
+            seen.add(new.business_key)

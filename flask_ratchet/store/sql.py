@@ -11,6 +11,7 @@ Dialects differ in their clock, their transactions and the claim; see :mod:`.pos
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -77,6 +78,13 @@ class SqlJobStore:
     def begin(self, engine: Engine) -> AbstractContextManager[Connection]:
         raise NotImplementedError
 
+    def prepare(self, engine: Engine) -> None:
+        """Once per process, before first use: settings the database needs (none by default)."""
+
+    def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
+        """A connection for work that is one atomic write (the claim, a submission)."""
+        return self.begin(engine)
+
     def now(self, conn: Connection) -> datetime:
         raise NotImplementedError
 
@@ -98,28 +106,37 @@ class SqlJobStore:
 
     # -- submission ----------------------------------------------------------------------------
 
+    @functools.cached_property
+    def _job_insert(self) -> sa.Insert:
+        times = self._insert_times()
+        stmt: sa.Insert = (
+            self.dialect_insert(job)
+            .values(created_at=times["created"], first_due_at=times["due"])
+            .on_conflict_do_nothing(index_elements=["idempotency_key"])
+            .returning(job.c.job_id)
+        )
+        return stmt
+
+    @functools.cached_property
+    def _queue_insert(self) -> sa.Insert:
+        times = self._insert_times()
+        return sa.insert(job_queue).values(scheduled_time=times["due"], updated_at=times["created"])
+
     def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         now = datetime.now(UTC)
-        times = self._insert_times()
         inserted: set[uuid.UUID] = set()
         for part in chunks(jobs, INSERT_CHUNK):
-            stmt = (
-                self.dialect_insert(job)
-                .values(created_at=times["created"], first_due_at=times["due"])
-                .on_conflict_do_nothing(index_elements=["idempotency_key"])
-                .returning(job.c.job_id)
-            )
             rows = [_job_row(new) | self._time_params(new, now) for new in part]
-            inserted.update(conn.execute(stmt, rows).scalars())
+            # One row is a plain execute: executemany's batching only costs time there.
+            result = conn.execute(self._job_insert, rows[0] if len(rows) == 1 else rows)
+            inserted.update(result.scalars())
 
         outcome = self._match_duplicates(conn, jobs, inserted)
         fresh = [new for new in jobs if new.job_id in inserted]
         self._reserve_business_keys(conn, fresh, inserted)
         for part in chunks(fresh, INSERT_CHUNK):
-            stmt = sa.insert(job_queue).values(
-                scheduled_time=times["due"], updated_at=times["created"]
-            )
-            conn.execute(stmt, [_queue_row(new) | self._time_params(new, now) for new in part])
+            rows = [_queue_row(new) | self._time_params(new, now) for new in part]
+            conn.execute(self._queue_insert, rows[0] if len(rows) == 1 else rows)
         tags = [{"job_id": new.job_id, "tag": t} for new in fresh for t in new.options.tags]
         for part in chunks(tags, INSERT_CHUNK):
             conn.execute(sa.insert(job_tag), list(part))
@@ -167,11 +184,14 @@ class SqlJobStore:
         refused = [new.business_key for new in wanted if new.job_id not in reserved]
         if refused:
             # Undo this call's rows (never anything else) so the caller's transaction is as before.
-            ids = list(inserted)
-            for part in chunks(ids, INSERT_CHUNK):
-                conn.execute(sa.delete(business_key).where(business_key.c.job_id.in_(part)))
-                conn.execute(sa.delete(job).where(job.c.job_id.in_(part)))
+            self._delete_jobs(conn, list(inserted))
             raise DuplicateBusinessKey(str(refused[0]))
+
+    def _delete_jobs(self, conn: Connection, ids: list[uuid.UUID]) -> None:
+        """Delete jobs this call inserted, with every row that belongs to them."""
+        for part in chunks(ids, INSERT_CHUNK):
+            for table in (business_key, job_tag, job_queue, job):
+                conn.execute(sa.delete(table).where(table.c.job_id.in_(part)))
 
     # -- status changes ------------------------------------------------------------------------
 

@@ -1,0 +1,34 @@
+# Everything runs from a virtualenv this Makefile creates: `make test` and `make demo` need
+# nothing installed by hand but python3 (3.11+). PostgreSQL comes from RATCHET_TEST_DATABASE_URL.
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+
+.PHONY: setup lint test demo bench clean
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
+	$(PY) -m pip install --quiet -e . --group dev
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+setup: $(STAMP)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy --strict flask_ratchet console
+
+test: lint
+	$(PY) -m pytest
+
+demo: setup
+	$(PY) -m examples.demo
+
+bench: setup
+	$(PY) -m bench.enqueue_claim
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info instance

@@ -1,0 +1,143 @@
+"""Enqueue and claim cost, on PostgreSQL and SQLite.
+
+    python -m bench.enqueue_claim [--pg URL] [--deep 1000000] [--single 2000] [--bulk 20000]
+
+Measures, each in a database of its own:
+- single enqueue: one job per transaction (``enqueue_now`` outside a request), jobs/s;
+- bulk enqueue: ``enqueue_many`` in transactions of 5,000 jobs, jobs/s;
+- claim cost: the mean and p95 time of ``claim_due(10)`` (then released, so the backlog stays the
+  same) with 10k pending jobs and again with ``--deep`` pending jobs (PostgreSQL only).
+
+Prints one table. Nothing here is asserted: the figures go into the issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import sqlalchemy as sa
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
+
+from flask_ratchet import Ratchet, migrate
+
+db = SQLAlchemy()
+ratchet = Ratchet()
+
+
+@ratchet.task
+def noop(i: int) -> None:
+    """The job every benchmark enqueues."""
+
+
+def make_app(url: str) -> Flask:
+    app = Flask(__name__)
+    app.config["SQLALCHEMY_DATABASE_URI"] = url
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {"pool_size": 5}
+    db.init_app(app)
+    ratchet.init_app(app)
+    return app
+
+
+def fresh_pg(server: str, name: str) -> str:
+    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    admin.dispose()
+    url = sa.make_url(server).set(database=name).render_as_string(hide_password=False)
+    engine = sa.create_engine(url)
+    migrate.upgrade(engine)
+    engine.dispose()
+    return url
+
+
+def rate(n: int, fn: Callable[[], None]) -> float:
+    start = time.perf_counter()
+    fn()
+    return n / (time.perf_counter() - start)
+
+
+def single(n: int) -> None:
+    for i in range(n):
+        ratchet.enqueue_now(noop, i)
+
+
+def bulk(n: int, chunk: int = 5000) -> None:
+    for start in range(0, n, chunk):
+        ratchet.enqueue_many(ratchet.enqueue(noop, i) for i in range(start, min(n, start + chunk)))
+
+
+def claim_cost(rounds: int = 300, batch: int = 10) -> tuple[float, float]:
+    """Mean and p95 milliseconds of one claim; each claimed batch is put back afterwards."""
+    state = ratchet.state
+    times: list[float] = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        claimed = ratchet.claim_due(batch, "bench")
+        times.append((time.perf_counter() - start) * 1000)
+        assert len(claimed) == batch
+        with state.engine.begin() as conn:  # back to PENDING, so the backlog does not shrink
+            conn.execute(
+                sa.text(
+                    "UPDATE ratchet_job_queue SET status = 'PENDING', picked_by = NULL "
+                    "WHERE picked_by = 'bench'"
+                )
+            )
+    times.sort()
+    return statistics.fmean(times), times[int(len(times) * 0.95)]
+
+
+def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    rows: list[tuple[str, str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = (
+            ("PostgreSQL", fresh_pg(args.pg, "ratchet_bench")),
+            ("SQLite", f"sqlite:///{Path(tmp) / 'bench.db'}"),
+        )
+        for label, url in stores:
+            app = make_app(url)
+            with app.app_context():
+                ratchet.state.ensure_schema()
+                single(100)  # warm up connections and statement caches
+                r = rate(args.single, lambda: single(args.single))
+                rows.append((label, f"single enqueue ({args.single:,} jobs)", f"{r:,.0f} jobs/s"))
+                r = rate(args.bulk, lambda: bulk(args.bulk))
+                rows.append((label, f"bulk enqueue ({args.bulk:,} jobs)", f"{r:,.0f} jobs/s"))
+                db.engine.dispose()
+        # Claim cost against a backlog of each depth, in a database of its own.
+        app = make_app(fresh_pg(args.pg, "ratchet_bench_claim"))
+        with app.app_context():
+            have = 0
+            for depth in (10_000, args.deep):
+                bulk(depth - have, chunk=5000)
+                have = depth
+                autocommit = ratchet.state.engine.execution_options(isolation_level="AUTOCOMMIT")
+                with autocommit.connect() as conn:
+                    conn.exec_driver_sql("VACUUM ANALYZE ratchet_job_queue")
+                mean, p95 = claim_cost()
+                figure = f"{mean:.2f} ms (p95 {p95:.2f})"
+                rows.append(("PostgreSQL", f"claim 10 of {depth:,} pending", figure))
+            db.engine.dispose()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--deep", type=int, default=1_000_000)
+    parser.add_argument("--single", type=int, default=2000)
+    parser.add_argument("--bulk", type=int, default=20_000)
+    rows = run(parser.parse_args())
+    width = max(len(r[1]) for r in rows)
+    for store, what, figure in rows:
+        print(f"{store:<11} {what:<{width}}  {figure}")
+
+
+if __name__ == "__main__":
+    main()

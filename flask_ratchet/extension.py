@@ -17,6 +17,7 @@ from typing import Any, TypeVar, overload
 from flask import Flask, current_app, has_request_context
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
 
 from . import migrate
 from .config import RatchetConfig
@@ -79,10 +80,22 @@ class RatchetState:
             return
         with self._lock:
             if not self._schema_ready:
-                if self.auto_create:
-                    migrate.upgrade(self.engine)
+                if self.auto_create and migrate.current(self.engine) != migrate.head():
+                    self._create_schema()
                 self.store.prepare(self.engine)
                 self._schema_ready = True
+
+    def _create_schema(self) -> None:
+        try:
+            migrate.upgrade(self.engine)
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            raise RuntimeError(
+                "flask-ratchet could not create its tables: this app's own open transaction "
+                "holds the SQLite write lock. Run 'flask ratchet db upgrade' once, or make the "
+                "first ratchet call before writing in that transaction"
+            ) from exc
 
     def joined_connection(self) -> Connection | None:
         """The connection of the transaction a job operation must join, if there is one.
@@ -175,6 +188,9 @@ class Ratchet:
         from .cli import ratchet_cli
 
         app.cli.add_command(ratchet_cli)
+        # Tables are created at first use; in a web app, before any handler can take the
+        # write lock that creating them needs.
+        app.before_request(_ensure_schema)
         if config.console_url_prefix is not None:
             from .console import blueprint
 
@@ -417,6 +433,10 @@ class Ratchet:
         state.ensure_schema()
         with state.store.single_statement(state.engine) as conn:
             return state.store.claim_due(conn, limit, node_id, state.config.priority_boost_minutes)
+
+
+def _ensure_schema() -> None:
+    current_app.extensions["ratchet"].ensure_schema()
 
 
 def _job_id(value: uuid.UUID | str) -> uuid.UUID:

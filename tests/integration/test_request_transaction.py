@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
@@ -128,3 +129,36 @@ def test_ratchet_transaction_groups_operations(app: Flask) -> None:
         assert ratchet.cancel_job(first.id)
         ratchet.enqueue_now(add, 3, 4)
     assert count("ratchet_job") == 2 and count("ratchet_job_queue") == 1
+
+
+def test_first_request_may_write_before_its_first_enqueue(tmp_path: Path) -> None:
+    """SQLite auto-create happens before the handler, so it never waits on the handler's lock."""
+    app = create_app(f"sqlite:///{tmp_path / 'fresh.db'}")
+
+    @app.post("/signup")
+    def signup() -> str:
+        db.session.add(Order(item="first"))
+        db.session.flush()  # takes SQLite's write lock for this request
+        handle = ratchet.enqueue_now(add, 1, 2)
+        db.session.commit()
+        return str(handle.id)
+
+    response = app.test_client().post("/signup")
+    assert response.status_code == 200, response.text
+    with app.app_context():
+        assert ratchet.get_job(response.text) is not None
+        db.engine.dispose()
+
+
+def test_a_script_holding_the_write_lock_gets_a_clear_error(tmp_path: Path) -> None:
+    app = create_app(
+        f"sqlite:///{tmp_path / 'fresh.db'}",
+        SQLALCHEMY_ENGINE_OPTIONS={"connect_args": {"timeout": 0.2}},
+    )
+    with app.app_context():
+        db.session.add(Order(item="first"))
+        db.session.flush()
+        with pytest.raises(RuntimeError, match="flask ratchet db upgrade"):
+            ratchet.enqueue_now(add, 1, 2)
+        db.session.rollback()
+        db.engine.dispose()

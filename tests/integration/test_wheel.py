@@ -1,0 +1,83 @@
+"""The built wheel is self-contained: console, templates, static files and migrations included."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys, flask_ratchet
+    from flask import Flask
+    from flask_sqlalchemy import SQLAlchemy
+    from flask_ratchet import Ratchet
+    assert "site-packages" in flask_ratchet.__file__, flask_ratchet.__file__
+    app = Flask(__name__)
+    app.config["SQLALCHEMY_DATABASE_URI"] = "sqlite:///" + sys.argv[1]
+    app.config["RATCHET_CONSOLE_AUTH"] = lambda request: "read"
+    db = SQLAlchemy(app)
+    ratchet = Ratchet(app)
+    client = app.test_client()
+    page = client.get("/ratchet/")
+    assert page.status_code == 200 and b"Overview" in page.data, page.status_code
+    css = client.get("/ratchet/static/console.css")
+    assert css.status_code == 200 and b".pill" in css.data
+    print("ok")
+    """
+)
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_serves_the_console(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "build", "--wheel", "--outdir", str(tmp_path / "dist"), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = (tmp_path / "dist").glob("flask_ratchet-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for expected in (
+        "flask_ratchet/console/views.py",
+        "flask_ratchet/templates/ratchet/overview.html",
+        "flask_ratchet/static/ratchet/console.css",
+        "flask_ratchet/migrations/env.py",
+        "flask_ratchet/migrations/script.py.mako",
+        "flask_ratchet/migrations/versions/0001_initial_tables.py",
+        "flask_ratchet/py.typed",
+    ):
+        assert expected in names
+    env = tmp_path / "venv"
+    venv.create(env, with_pip=True)
+    python = env / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    db_file = tmp_path / "wheel.db"
+    run = subprocess.run(
+        [str(python), "-c", SCRIPT, str(db_file)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "ok"
+    (tmp_path / "wheelapp.py").write_text(
+        "from flask import Flask\n"
+        "from flask_sqlalchemy import SQLAlchemy\n"
+        "from flask_ratchet import Ratchet\n"
+        "app = Flask(__name__)\n"
+        f"app.config['SQLALCHEMY_DATABASE_URI'] = 'sqlite:///{tmp_path / 'cli.db'}'\n"
+        "Ratchet(app, db=SQLAlchemy(app))\n"
+    )
+    flask = [str(env / "bin" / "flask"), "--app", "wheelapp", "ratchet", "db"]
+    upgrade = subprocess.run([*flask, "upgrade"], capture_output=True, text=True, cwd=tmp_path)
+    assert upgrade.returncode == 0, upgrade.stderr
+    current = subprocess.run([*flask, "current"], capture_output=True, text=True, cwd=tmp_path)
+    assert "current: 0001" in current.stdout, current.stdout + current.stderr

@@ -6,6 +6,8 @@ Each command parses its options and calls the same API a program would; no logic
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from typing import Any
 
 import click
@@ -20,6 +22,38 @@ ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.
 
 def _ratchet() -> Any:
     return current_app.extensions["ratchet"].ratchet
+
+
+@ratchet_cli.command("worker")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1000),
+    default=None,
+    help="Job threads (default RATCHET_CONCURRENCY).",
+)
+@click.option("--node-id", default=None, help="This worker's id (default host:pid).")
+@click.option("--burst", is_flag=True, help="Exit once nothing is due.")
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(0),
+    default=None,
+    help="Seconds running jobs get to finish on SIGTERM (default RATCHET_DRAIN_TIMEOUT).",
+)
+def worker(
+    concurrency: int | None, node_id: str | None, burst: bool, drain_timeout: float | None
+) -> None:
+    """Run jobs until SIGTERM/SIGINT (then drain) or, with --burst, until nothing is due."""
+    from .worker.runner import Worker
+
+    if not logging.getLogger().handlers:  # the app did not configure logging: show the worker's
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    code = Worker(
+        app, concurrency=concurrency, node_id=node_id, burst=burst, drain_timeout=drain_timeout
+    ).run()
+    sys.exit(code)
 
 
 @ratchet_cli.group("db")

@@ -58,6 +58,16 @@ class RatchetConfig:
     orphan_grace: float = 120.0
     #: Terminal jobs older than this many days move to the archive table.
     retention_days: float = 7.0
+    #: DLQ alerts not seen for this many days are deleted.
+    dlq_retention_days: float = 30.0
+    #: Job log lines older than this many days are deleted.
+    log_retention_days: float = 14.0
+    #: How often retention runs (somewhere in the cluster).
+    retention_interval: float = 600.0
+    #: How often orphan recovery runs at most (it also runs twice per orphan grace).
+    maintenance_interval: float = 30.0
+    #: How long a stopping worker lets running jobs finish before releasing them.
+    drain_timeout: float = 30.0
     #: The worker's node id; default ``host:pid``.
     node_id: str | None = None
     #: SQLite only: ``PRAGMA synchronous`` for ratchet's own write transactions (WAL mode).
@@ -183,6 +193,11 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "heartbeat_interval": _seconds,
     "orphan_grace": _seconds,
     "retention_days": _positive_number,
+    "dlq_retention_days": _positive_number,
+    "log_retention_days": _positive_number,
+    "retention_interval": _seconds,
+    "maintenance_interval": _seconds,
+    "drain_timeout": _seconds,
     "node_id": _optional_str,
     "sqlite_synchronous": _sqlite_synchronous,
 }

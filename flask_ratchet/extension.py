@@ -14,10 +14,12 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
+import sqlalchemy as sa
 from flask import Flask, current_app, has_request_context
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
 
 from . import migrate
 from .config import RatchetConfig
@@ -29,6 +31,7 @@ from .states import Action, JobStatus, allowed
 from .store import SqlJobStore, store_for
 from .store.base import ClaimedJob, JobFilter
 from .submit import JobBuilder, make_builder, replacement_builder
+from .worker.wakeup import Notifier
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -36,6 +39,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 _transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
     "ratchet_transaction", default=None
 )
+
+#: Set when a job due now was written inside ``ratchet.transaction()``: wake after its commit.
+_wake_pending: contextvars.ContextVar[bool] = contextvars.ContextVar("ratchet_wake", default=False)
 
 FIND_LIMIT_MAX = 1000
 
@@ -48,10 +54,12 @@ class RatchetState:
         self.db = db
         self.config = config
         self._stores: dict[int, SqlJobStore] = {}
+        self._statement_engine: tuple[Engine, Engine] | None = None
         self._schema_ready = False
         self._lock = threading.Lock()
-        #: Called with no arguments after a transaction that wrote an urgent job commits.
+        #: Called with no arguments after a transaction that wrote a due job commits.
         self.wake_listeners: list[Callable[[], None]] = []
+        self._notifier: Notifier | None = None
 
     @property
     def engine(self) -> Engine:
@@ -66,6 +74,15 @@ class RatchetState:
         if store is None:
             store = self._stores[id(engine)] = store_for(engine, self.config)
         return store
+
+    @property
+    def statement_engine(self) -> Engine:
+        """The engine single-statement operations run on (autocommit on PostgreSQL)."""
+        engine = self.engine
+        cached = self._statement_engine
+        if cached is None or cached[0] is not engine:
+            cached = self._statement_engine = (engine, self.store.statement_engine(engine))
+        return cached[1]
 
     @property
     def auto_create(self) -> bool:
@@ -126,20 +143,44 @@ class RatchetState:
     def submit(self, builders: Sequence[JobBuilder]) -> list[JobHandle]:
         """Insert the builders' jobs atomically; return their handles in order."""
         jobs = [b.build() for b in builders]
+        urgent = any(b.wakes_workers for b in builders)
         joined = self.joined_connection()
         if joined is not None:
             outcome = self.store.insert_jobs(joined, jobs)
+            if urgent:
+                self._wake_after_commit()
         else:
-            with self.store.single_statement(self.engine) as conn:
+            with self.store.single_statement(self.statement_engine) as conn:
                 outcome = self.store.insert_jobs(conn, jobs)
-        if any(b.wakes_workers for b in builders):
-            self.wake()
+            if urgent:
+                self.wake()
         return [JobHandle(o.job_id, o.created) for o in outcome]
 
     def wake(self) -> None:
-        """Tell listeners (the worker of this process, a NOTIFY sender) that urgent work exists."""
+        """Tell workers that committed work is due: in this process directly, and elsewhere by
+        ``NOTIFY`` on PostgreSQL (SQLite workers see the commit themselves)."""
         for listener in list(self.wake_listeners):
             listener()
+        if self.engine.dialect.name == "postgresql":
+            if self._notifier is None:
+                self._notifier = Notifier(self.engine.url)
+            self._notifier.request()
+
+    def _wake_after_commit(self) -> None:
+        """Wake workers once the joined transaction commits: at most once per transaction."""
+        if _transaction.get() is not None:
+            _wake_pending.set(True)  # ratchet.transaction() wakes after it commits
+            return
+        session = self.db.session()
+        if session.info.get("ratchet_wake"):
+            return
+        session.info["ratchet_wake"] = True
+        sa.event.listen(session, "after_commit", self._session_committed, once=True)
+        sa.event.listen(session, "after_rollback", _forget_wake, once=True)
+
+    def _session_committed(self, session: Session) -> None:
+        if session.info.pop("ratchet_wake", None):
+            self.wake()
 
 
 class Ratchet:
@@ -297,12 +338,18 @@ class Ratchet:
             return
         state = self.state
         state.ensure_schema()
-        with state.store.begin(state.engine) as conn:
-            token = _transaction.set(conn)
-            try:
-                yield conn
-            finally:
-                _transaction.reset(token)
+        wake = _wake_pending.set(False)
+        try:
+            with state.store.begin(state.engine) as conn:
+                token = _transaction.set(conn)
+                try:
+                    yield conn
+                finally:
+                    _transaction.reset(token)
+            if _wake_pending.get():
+                state.wake()
+        finally:
+            _wake_pending.reset(wake)
 
     # -- operations ----------------------------------------------------------------------------
 
@@ -431,8 +478,12 @@ class Ratchet:
         """
         state = self.state
         state.ensure_schema()
-        with state.store.single_statement(state.engine) as conn:
+        with state.store.single_statement(state.statement_engine) as conn:
             return state.store.claim_due(conn, limit, node_id, state.config.priority_boost_minutes)
+
+
+def _forget_wake(session: Session, *args: Any) -> None:
+    session.info.pop("ratchet_wake", None)
 
 
 def _ensure_schema() -> None:

@@ -33,6 +33,7 @@ class Backoff(StrEnum):
     NONE = "NONE"  # retry at once
     FIXED = "FIXED"  # base every time
     EXPONENTIAL = "EXPONENTIAL"  # base * 2^(attempt-1), capped at 24 h
+    JITTER = "JITTER"  # EXPONENTIAL less a random part of up to half of it
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +90,7 @@ def validate_options(**changes: Any) -> dict[str, Any]:
                 out[name] = Backoff(value)
             except ValueError:
                 raise ValueError(
-                    f"backoff must be a Backoff (NONE, FIXED, EXPONENTIAL), got {value!r}"
+                    f"backoff must be a Backoff (NONE, FIXED, EXPONENTIAL, JITTER), got {value!r}"
                 ) from None
         elif name in ("backoff_base", "timeout"):
             if value is None and name == "timeout":

@@ -97,6 +97,7 @@ job = sa.Table(
     sa.Column("result", sa.Text),  # JSON
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("finished_at", UtcDateTime),
+    sa.Column("progress", sa.Text),  # JSON {"done", "total", "message"}, the last reported
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
     sa.Index(None, "terminal_status", "finished_at"),
@@ -117,6 +118,7 @@ job_queue = sa.Table(
     sa.Column("picked_at", UtcDateTime),
     sa.Column("paused_from_status", STATUS),
     sa.Column("last_error", sa.Text),
+    sa.Column("progress", sa.Text),  # JSON, while the job runs
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     # The claim reads one index per priority level, in due order: see store/postgres.py.

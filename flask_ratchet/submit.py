@@ -144,8 +144,9 @@ class JobBuilder:
 
     @property
     def wakes_workers(self) -> bool:
-        """Whether submitting this job should wake workers at once."""
-        return self._immediate or self._options.priority == Priority.CRITICAL
+        """Whether submitting this job wakes workers: it is due now, urgent, or asked to."""
+        due_now = self._delay == 0 and self._run_at is None
+        return due_now or self._immediate or self._options.priority == Priority.CRITICAL
 
     def submit(self) -> JobHandle:
         """Write the job (joining the current transaction, see ``Ratchet.transaction``)."""

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from typing import Any
 
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flask_ratchet import Priority, Ratchet
+from flask_ratchet import Backoff, DoNotRetry, Priority, Ratchet
+from flask_ratchet.context import JobContext
 
 db = SQLAlchemy()
 ratchet = Ratchet()
@@ -42,9 +45,81 @@ def create_app(url: str | None = None, **config: Any) -> Flask:
     app = Flask(__name__)
     app.config["SQLALCHEMY_DATABASE_URI"] = url or os.environ["RATCHET_TEST_URL"]
     app.config["RATCHET_CONSOLE_AUTH"] = lambda request: request.headers.get("X-Role")
+    app.config.update(json.loads(os.environ.get("RATCHET_TEST_CONFIG", "{}")))  # from a test
     app.config.update(config)
     db.init_app(app)
     ratchet.init_app(app)
     with app.app_context():
         db.create_all()  # the host's tables only: ratchet's live on their own MetaData
     return app
+
+
+# -- tasks the worker tests run ------------------------------------------------------------------
+
+
+class Run(db.Model):  # type: ignore[name-defined,misc]
+    """One row per execution of ``record_run``: how the tests count runs."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[str]
+    pid: Mapped[int]
+
+
+@ratchet.task
+def record_run(n: int) -> int:
+    """Record that this job ran, in the job's own app context and transaction."""
+    db.session.add(Run(job_id=str(JobContext.current().job_id), pid=os.getpid()))
+    db.session.commit()
+    return n
+
+
+@ratchet.task
+def wait_for_file(path: str, ctx: JobContext) -> int:
+    """Run until ``path`` exists (or the job is canceled); return the worker's pid."""
+    ctx.logger.info("waiting for %s", path)
+    while not os.path.exists(path):
+        if ctx.is_canceled():
+            return -1
+        time.sleep(0.05)
+    return os.getpid()
+
+
+@ratchet.task
+def sleep_for(seconds: float) -> int:
+    """A job that takes a while and ignores cancellation."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.02)
+    return os.getpid()
+
+
+@ratchet.task(max_retries=2, backoff=Backoff.FIXED, backoff_base=1)
+def fail_until(attempt_that_works: int) -> str:
+    """Fails until its ``attempt_that_works``-th run."""
+    ctx = JobContext.current()
+    ctx.logger.warning("attempt %d", ctx.attempt)
+    if ctx.attempt < attempt_that_works:
+        raise ConnectionError(f"attempt {ctx.attempt} failed, password=hunter2")
+    return f"worked on attempt {ctx.attempt}"
+
+
+@ratchet.task(max_retries=5)
+def refuse(reason: str) -> None:
+    """Fails for good: DoNotRetry, raised as the cause of another error."""
+    try:
+        raise DoNotRetry(reason)
+    except DoNotRetry as exc:
+        raise RuntimeError("could not process") from exc
+
+
+@ratchet.task(max_retries=0)
+def never_returns() -> None:
+    """Runs until it is interrupted."""
+    while True:
+        time.sleep(0.01)
+
+
+@ratchet.task
+def report(done: int) -> str:
+    JobContext.current().set_progress(done, 10, "half way")
+    return "reported"

@@ -17,7 +17,6 @@ deep the backlog is.
 from __future__ import annotations
 
 import uuid
-import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -151,23 +150,22 @@ class PostgresStore(SqlJobStore):
 
     dialect_insert = staticmethod(postgresql.insert)
 
-    def __init__(self) -> None:
-        self._autocommit: weakref.WeakKeyDictionary[Engine, Engine] = weakref.WeakKeyDictionary()
-
     @contextmanager
     def begin(self, engine: Engine) -> Iterator[Connection]:
         with engine.begin() as conn:
             yield conn
 
+    def statement_engine(self, engine: Engine) -> Engine:
+        # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
+        return engine.execution_options(isolation_level="AUTOCOMMIT")
+
     @contextmanager
     def single_statement(self, engine: Engine) -> Iterator[Connection]:
-        # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
-        autocommit = self._autocommit.get(engine)
-        if autocommit is None:
-            autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-            self._autocommit[engine] = autocommit
-        with autocommit.connect() as conn:
-            yield conn
+        with engine.connect() as conn:
+            if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+                yield conn
+            else:  # not a statement_engine(): switch this connection (slower)
+                yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs, their queue rows, tags and key reservations in one statement."""
@@ -208,6 +206,15 @@ class PostgresStore(SqlJobStore):
 
     def now_sql(self) -> ColumnElement[datetime]:
         return sa.func.now(type_=UtcDateTime())
+
+    def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
+        return sa.func.now(type_=UtcDateTime()) - _interval(seconds)
+
+    def later_sql(self, seconds: float) -> ColumnElement[datetime]:
+        return sa.func.now(type_=UtcDateTime()) + _interval(seconds)
+
+    def hour_sql(self) -> ColumnElement[datetime]:
+        return sa.func.date_trunc("hour", sa.func.now(), type_=UtcDateTime())
 
     def claim_due(
         self, conn: Connection, limit: int, node_id: str, boost_minutes: int
@@ -276,6 +283,10 @@ def _submit_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
         "tag": [tag for _, tag in tags],
         "pending": JobStatus.PENDING.value,
     }
+
+
+def _interval(seconds: float) -> ColumnElement[Any]:
+    return sa.func.make_interval(0, 0, 0, 0, 0, 0, sa.literal(float(seconds), sa.Float))
 
 
 def _submit_one_params(new: NewJob) -> dict[str, Any]:

@@ -29,6 +29,8 @@ from ..options import Backoff, Priority
 from ..schema import business_key, execution, job, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
+from .cluster import ClusterStore
+from .execution import ExecutionStore
 
 #: Rows per multi-row INSERT; keeps statements well under every driver's parameter limit.
 INSERT_CHUNK = 500
@@ -67,7 +69,7 @@ _JOB_COLUMNS = [
 _JOB_FROM = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
 
 
-class SqlJobStore:
+class SqlJobStore(ExecutionStore, ClusterStore):
     """Shared implementation of :class:`~flask_ratchet.store.base.JobStore`."""
 
     #: ``sqlalchemy.dialects.<name>.insert``: the INSERT with ``on_conflict_do_nothing``.
@@ -81,6 +83,10 @@ class SqlJobStore:
     def prepare(self, engine: Engine) -> None:
         """Once per process, before first use: settings the database needs (none by default)."""
 
+    def statement_engine(self, engine: Engine) -> Engine:
+        """The engine to pass to :meth:`single_statement`; make it once and keep it."""
+        return engine
+
     def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
         """A connection for work that is one atomic write (the claim, a submission)."""
         return self.begin(engine)
@@ -90,6 +96,18 @@ class SqlJobStore:
 
     def now_sql(self) -> ColumnElement[datetime]:
         """The current time inside one statement."""
+        raise NotImplementedError
+
+    def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
+        """``seconds`` before the current time."""
+        raise NotImplementedError
+
+    def later_sql(self, seconds: float) -> ColumnElement[datetime]:
+        """``seconds`` after the current time."""
+        raise NotImplementedError
+
+    def hour_sql(self) -> ColumnElement[datetime]:
+        """The current time, truncated to the hour."""
         raise NotImplementedError
 
     def _insert_times(self) -> dict[str, ColumnElement[datetime]]:

@@ -57,6 +57,16 @@ class SqliteStore(SqlJobStore):
     def now_sql(self) -> ColumnElement[datetime]:
         return sa.literal(datetime.now(UTC), UtcDateTime())
 
+    def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
+        return sa.literal(datetime.now(UTC) - timedelta(seconds=seconds), UtcDateTime())
+
+    def later_sql(self, seconds: float) -> ColumnElement[datetime]:
+        return sa.literal(datetime.now(UTC) + timedelta(seconds=seconds), UtcDateTime())
+
+    def hour_sql(self) -> ColumnElement[datetime]:
+        hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
+        return sa.literal(hour, UtcDateTime())
+
     def _insert_times(self) -> dict[str, ColumnElement[datetime]]:
         return {
             "created": sa.bindparam("p_now", type_=UtcDateTime()),

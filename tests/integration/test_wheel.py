@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from flask_ratchet import migrate
+
 ROOT = Path(__file__).resolve().parents[2]
+VERSIONS = ROOT / "migrations" / "versions"
 
 SCRIPT = textwrap.dedent(
     """
@@ -50,7 +53,7 @@ def test_wheel_installs_and_serves_the_console(tmp_path: Path) -> None:
         "flask_ratchet/static/ratchet/console.css",
         "flask_ratchet/migrations/env.py",
         "flask_ratchet/migrations/script.py.mako",
-        "flask_ratchet/migrations/versions/0001_initial_tables.py",
+        *(f"flask_ratchet/migrations/versions/{p.name}" for p in VERSIONS.glob("0*.py")),
         "flask_ratchet/py.typed",
     ):
         assert expected in names
@@ -80,4 +83,18 @@ def test_wheel_installs_and_serves_the_console(tmp_path: Path) -> None:
     upgrade = subprocess.run([*flask, "upgrade"], capture_output=True, text=True, cwd=tmp_path)
     assert upgrade.returncode == 0, upgrade.stderr
     current = subprocess.run([*flask, "current"], capture_output=True, text=True, cwd=tmp_path)
-    assert "current: 0001" in current.stdout, current.stdout + current.stderr
+    head = migrate.head()
+    assert f"current: {head}" in current.stdout, current.stdout + current.stderr
+
+
+def test_every_package_folder_is_listed_for_the_wheel() -> None:
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "flask_ratchet").rglob("__init__.py")
+    }
+    assert found <= listed, f"add {sorted(found - listed)} to [tool.setuptools] packages"

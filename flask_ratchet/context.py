@@ -1,0 +1,143 @@
+"""``JobContext``: what a running job can know about itself and tell the operator.
+
+The worker makes one per attempt and binds it to the executing thread. A task gets it from
+``JobContext.current()`` or by declaring a parameter annotated ``JobContext``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+#: Log lines kept per attempt, and the longest line, so one chatty job cannot flood the table.
+MAX_LOG_LINES = 1000
+MAX_LOG_LINE = 4000
+#: How often a job's progress or cancel check may reach the database.
+CHECK_INTERVAL = 1.0
+
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
+    "ratchet_job_context", default=None
+)
+job_logger = logging.getLogger("flask_ratchet.job")
+
+
+class Supervisor(Protocol):
+    """The worker side of a context: where progress goes and whether the job may go on."""
+
+    def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None: ...
+    def still_running(self, job_id: uuid.UUID) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """One line a job logged, kept with its attempt."""
+
+    logged_at: datetime
+    level: str
+    message: str
+
+
+@dataclass
+class JobContext:
+    """The running job: its id, attempt (1-based), params, logger, progress and cancellation."""
+
+    job_id: uuid.UUID
+    task: str
+    attempt: int
+    params: dict[str, Any]
+    previous_result: Any = None
+    _supervisor: Supervisor | None = field(default=None, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    _lines: list[LogLine] = field(default_factory=list, repr=False)
+    _dropped: int = field(default=0, repr=False)
+    _last_check: float = field(default=0.0, repr=False)
+    _last_progress: float = field(default=0.0, repr=False)
+
+    @staticmethod
+    def current() -> JobContext:
+        """The context of the job running in this thread.
+
+        :raises RuntimeError: outside a job.
+        """
+        ctx = _current.get()
+        if ctx is None:
+            raise RuntimeError("JobContext.current() is only available while a job runs")
+        return ctx
+
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger whose lines are stored with this attempt (and shown in the console)."""
+        return logging.LoggerAdapter(job_logger, {"job_id": str(self.job_id), "task": self.task})
+
+    def set_progress(
+        self, done: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        """Report progress, e.g. ``set_progress(40, 100, "resizing")``; stored once a second."""
+        now = time.monotonic()
+        if self._supervisor is None or (
+            now - self._last_progress < CHECK_INTERVAL and done != total
+        ):
+            return
+        self._last_progress = now
+        progress: dict[str, Any] = {"done": done, "total": total, "message": message}
+        self._supervisor.report_progress(self.job_id, progress)
+
+    def is_canceled(self) -> bool:
+        """True once the job was canceled or timed out: a long job should check and stop."""
+        if self._stop.is_set():
+            return True
+        now = time.monotonic()
+        if self._supervisor is not None and now - self._last_check >= CHECK_INTERVAL:
+            self._last_check = now
+            if not self._supervisor.still_running(self.job_id):
+                self._stop.set()
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Ask the job to stop (the worker calls this on cancel or timeout)."""
+        self._stop.set()
+
+    def record(self, record: logging.LogRecord) -> None:
+        """Keep one log line for storage."""
+        if len(self._lines) >= MAX_LOG_LINES:
+            self._dropped += 1
+            return
+        message = record.getMessage()[:MAX_LOG_LINE]
+        self._lines.append(
+            LogLine(datetime.fromtimestamp(record.created, UTC), record.levelname, message)
+        )
+
+    def take_lines(self) -> list[LogLine]:
+        """The lines logged so far (and a note of any dropped), emptying the buffer."""
+        lines, self._lines = self._lines, []
+        if self._dropped:
+            note = f"{self._dropped} more log lines were dropped (limit {MAX_LOG_LINES})"
+            lines.append(LogLine(datetime.now(UTC), "WARNING", note))
+            self._dropped = 0
+        return lines
+
+    @contextmanager
+    def bound(self) -> Iterator[JobContext]:
+        """Make this the current context while the job runs."""
+        token = _current.set(self)
+        try:
+            yield self
+        finally:
+            _current.reset(token)
+
+
+class CaptureHandler(logging.Handler):
+    """Sends every line logged during a job (to any logger) to that job's context."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        ctx = _current.get()
+        if ctx is not None:
+            ctx.record(record)

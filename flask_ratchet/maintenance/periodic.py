@@ -1,0 +1,75 @@
+"""Runs periodic maintenance tasks, each under a lease so one node runs it at a time.
+
+The lease lasts one interval and is not released after the run: whichever node takes it first in
+an interval does the work, and the others skip that round.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..store import SqlJobStore
+from .locks import Lease
+
+log = logging.getLogger("flask_ratchet.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicTask:
+    """``run(store, engine)`` every ``interval`` seconds, cluster-wide, under lease ``name``."""
+
+    name: str
+    interval: float
+    run: Callable[[SqlJobStore, Engine], None]
+
+
+class Maintenance(threading.Thread):
+    """The thread that runs a node's share of the cluster's periodic tasks."""
+
+    def __init__(
+        self,
+        store: SqlJobStore,
+        engine: Engine,
+        owner: str,
+        tasks: list[PeriodicTask],
+        stop: threading.Event,
+    ) -> None:
+        super().__init__(name="ratchet-maintenance", daemon=True)
+        self._store = store
+        self._engine = engine
+        self._owner = owner
+        self._tasks = tasks
+        self._stop = stop
+        self.runs: dict[str, int] = {t.name: 0 for t in tasks}
+
+    def run_due(self, due: dict[str, float], now: float) -> None:
+        """Run every task whose time has come and whose lease this node gets."""
+        for task in self._tasks:
+            if now < due[task.name]:
+                continue
+            due[task.name] = now + task.interval
+            lease = Lease(self._store, self._engine, f"ratchet:{task.name}", self._owner)
+            try:
+                if lease.try_acquire(ttl=task.interval * 0.9):
+                    task.run(self._store, self._engine)
+                    self.runs[task.name] += 1
+            except SQLAlchemyError:
+                log.warning(
+                    "maintenance task %s failed; next try in %.0fs",
+                    task.name,
+                    task.interval,
+                    exc_info=True,
+                )
+
+    def run(self) -> None:
+        due = {t.name: time.monotonic() for t in self._tasks}
+        while not self._stop.is_set():
+            self.run_due(due, time.monotonic())
+            self._stop.wait(max(0.05, min(due.values()) - time.monotonic()))

@@ -1,0 +1,57 @@
+"""The maintenance tasks themselves: orphan recovery and retention."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy.engine import Engine
+
+from ..config import RatchetConfig
+from ..store import SqlJobStore
+from .periodic import PeriodicTask
+
+log = logging.getLogger("flask_ratchet.worker")
+
+DAY = 86400.0
+#: Rows archived per transaction, so retention never holds long locks.
+ARCHIVE_BATCH = 1000
+
+
+def orphan_recovery(config: RatchetConfig) -> PeriodicTask:
+    """Requeue (or fail) RUNNING jobs of silent nodes; forget nodes silent for long."""
+
+    def run(store: SqlJobStore, engine: Engine) -> None:
+        with store.begin(engine) as conn:
+            recovered = store.recover_orphans(conn, config.orphan_grace)
+            store.delete_dead_nodes(conn, max(10 * config.orphan_grace, 3600.0))
+        if recovered.requeued or recovered.failed:
+            log.warning(
+                "recovered %d jobs of silent workers (%d more had used every attempt: DLQ)",
+                len(recovered.requeued),
+                len(recovered.failed),
+            )
+
+    interval = max(1.0, min(config.orphan_grace / 2, config.maintenance_interval))
+    return PeriodicTask("orphan-recovery", interval, run)
+
+
+def retention(config: RatchetConfig) -> PeriodicTask:
+    """Archive jobs that ended over RATCHET_RETENTION_DAYS ago; purge old alerts and logs."""
+
+    def run(store: SqlJobStore, engine: Engine) -> None:
+        moved = 0
+        while True:
+            with store.begin(engine) as conn:
+                n = store.archive_ended(conn, config.retention_days * DAY, ARCHIVE_BATCH)
+            moved += n
+            if n < ARCHIVE_BATCH:
+                break
+        with store.begin(engine) as conn:
+            alerts = store.purge_alerts(conn, config.dlq_retention_days * DAY)
+            logs = store.purge_logs(conn, config.log_retention_days * DAY)
+        if moved or alerts or logs:
+            log.info(
+                "retention: archived %d jobs, purged %d alerts, %d log lines", moved, alerts, logs
+            )
+
+    return PeriodicTask("retention", config.retention_interval, run)

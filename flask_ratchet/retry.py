@@ -1,0 +1,120 @@
+"""Retry decisions: backoff delays, do-not-retry detection, and what an error may say.
+
+Pure functions, no IO: the worker asks them what to do with a failure.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import traceback
+from dataclasses import dataclass
+
+from .errors import DoNotRetry
+from .options import Backoff
+
+#: No backoff delay is longer than a day.
+MAX_DELAY = 24 * 3600.0
+#: Stored error messages and tracebacks are cut to these lengths (characters).
+MAX_ERROR = 2000
+MAX_TRACEBACK = 16000
+
+_DO_NOT_RETRY_ATTR = "__ratchet_do_not_retry__"
+
+
+def do_not_retry(cls: type[BaseException]) -> type[BaseException]:
+    """Class decorator: failures with this exception (or a subclass) skip retries.
+
+    ::
+
+        @do_not_retry
+        class InvalidInvoice(ValueError): ...
+    """
+    setattr(cls, _DO_NOT_RETRY_ATTR, True)
+    return cls
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """True if ``exc`` or anything in its ``__cause__``/``__context__`` chain says do not retry."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, DoNotRetry) or getattr(current, _DO_NOT_RETRY_ATTR, False):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def backoff_delay(
+    policy: Backoff, base: float, attempt: int, rng: random.Random | None = None
+) -> float:
+    """Seconds to wait before the run after ``attempt`` (1-based) failed.
+
+    NONE: 0. FIXED: ``base``. EXPONENTIAL: ``base * 2**(attempt - 1)``. JITTER: the exponential
+    delay, of which a random half is taken off (spreads retries of jobs that failed together).
+    Never more than 24 hours.
+    """
+    if policy == Backoff.NONE:
+        return 0.0
+    if policy == Backoff.FIXED:
+        return min(base, MAX_DELAY)
+    exponent = min(attempt - 1, 64)  # 2**64 * any base is past the cap already
+    delay = min(base * 2.0**exponent, MAX_DELAY)
+    if policy == Backoff.JITTER:
+        delay = delay / 2 + (rng or random).uniform(0, delay / 2)
+    return delay
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do after a failed attempt: retry after ``delay`` seconds, or stop (DLQ)."""
+
+    retry: bool
+    delay: float = 0.0
+
+
+def decide(
+    exc: BaseException, attempt: int, max_retries: int, policy: Backoff, base: float
+) -> Decision:
+    """Retry while retries remain (``max_retries = n`` allows ``n + 1`` runs) unless told not."""
+    if is_permanent(exc) or attempt > max_retries:
+        return Decision(retry=False)
+    return Decision(retry=True, delay=backoff_delay(policy, base, attempt))
+
+
+_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]+@")
+_SECRET_VALUES = re.compile(
+    r"(?P<key>\b[\w-]*(?:password|passwd|pwd|token|secret|api[_-]?key|authorization)[\w-]*"
+    r"['\"]?\s*[=:]\s*)(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\",;&]+)",
+    re.IGNORECASE,
+)
+
+
+def _mask(match: re.Match[str]) -> str:
+    value = match["value"]
+    quote = value[0] if value[0] in "'\"" else ""
+    return f"{match['key']}{quote}***{quote}"
+
+
+def sanitize(text: str, limit: int = MAX_ERROR) -> str:
+    """Redact credentials in URLs and ``password=``/``token=``-style values; cut to ``limit``."""
+    text = _URL_CREDENTIALS.sub(r"\g<scheme>\g<user>:***@", text)
+    text = _SECRET_VALUES.sub(_mask, text)
+    if len(text) > limit:
+        text = text[: limit - 20] + f"… [{len(text) - limit + 20} more]"
+    return text
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message``, sanitised and cut: what the job's error column says."""
+    message = str(exc)
+    return sanitize(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+
+
+def format_traceback(exc: BaseException) -> str:
+    """The sanitised traceback, cut from the top so the innermost frames survive."""
+    text = sanitize("".join(traceback.format_exception(exc)), limit=10**9)
+    if len(text) > MAX_TRACEBACK:
+        text = "… (traceback cut)\n" + text[-(MAX_TRACEBACK - 20) :]
+    return text

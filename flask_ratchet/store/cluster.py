@@ -1,0 +1,279 @@
+"""What nodes share through the database: heartbeats, orphan recovery, leases, retention.
+
+Every time here is the database's (``now_sql``/``ago_sql``), never a worker's clock: two nodes
+with skewed clocks still agree on who is dead and whose lease expired.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..options import Priority
+from ..schema import (
+    UtcDateTime,
+    business_key,
+    dlq_alert,
+    execution,
+    job,
+    job_archive,
+    job_log,
+    job_queue,
+    job_tag,
+    lock,
+    node,
+)
+from ..states import Action, JobStatus, sources, target
+
+_UTC = UtcDateTime()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What a worker process says about itself in ``ratchet_node``."""
+
+    node_id: str
+    host: str
+    pid: int
+    version: str
+    concurrency: int
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """Jobs taken back from dead nodes: requeued, or failed for good (they used every attempt)."""
+
+    requeued: list[uuid.UUID]
+    failed: list[uuid.UUID]
+
+
+class ClusterStore:
+    """Nodes, orphans, leases and retention. Mixed into the dialect stores."""
+
+    dialect_insert: Any
+
+    def now_sql(self) -> ColumnElement[datetime]:
+        raise NotImplementedError
+
+    def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
+        raise NotImplementedError
+
+    def later_sql(self, seconds: float) -> ColumnElement[datetime]:
+        raise NotImplementedError
+
+    def finish(
+        self,
+        conn: Connection,
+        job_id: uuid.UUID,
+        status: JobStatus,
+        *,
+        attempts: int,
+        error: str | None = None,
+        result: str | None = None,
+    ) -> None:
+        raise NotImplementedError
+
+    # -- nodes ---------------------------------------------------------------------------------
+
+    def heartbeat(self, conn: Connection, info: NodeInfo) -> datetime:
+        """Record that ``info.node_id`` is alive; return the database's time."""
+        stmt = self.dialect_insert(node).values(
+            node_id=info.node_id,
+            host=info.host,
+            pid=info.pid,
+            version=info.version,
+            concurrency=info.concurrency,
+            started_at=self.now_sql(),
+            last_heartbeat=self.now_sql(),
+        )
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["node_id"],
+                set_={"last_heartbeat": stmt.excluded.last_heartbeat, "pid": stmt.excluded.pid},
+            )
+        )
+        return conn.execute(sa.select(self.now_sql())).scalar_one()
+
+    def remove_node(self, conn: Connection, node_id: str) -> None:
+        """A node that shut down cleanly says so."""
+        conn.execute(sa.delete(node).where(node.c.node_id == node_id))
+
+    def delete_dead_nodes(self, conn: Connection, silent_for: float) -> int:
+        """Forget nodes whose last heartbeat is older than ``silent_for`` seconds."""
+        result = conn.execute(
+            sa.delete(node).where(node.c.last_heartbeat < self.ago_sql(silent_for))
+        )
+        return int(result.rowcount)
+
+    def recover_orphans(self, conn: Connection, grace: float) -> Recovered:
+        """RUNNING jobs of nodes silent for ``grace``, claimed over ``grace`` ago, run again.
+
+        Both conditions must hold: a live node's slow job is never taken, and neither is a job
+        claimed a moment ago by a node whose first heartbeat is not in yet. A job that has used all
+        its attempts (it keeps killing its workers) goes to the dead-letter queue instead.
+        """
+        alive = sa.select(node.c.node_id).where(node.c.last_heartbeat >= self.ago_sql(grace))
+        return self._take_back(
+            conn,
+            (
+                job_queue.c.picked_at < self.ago_sql(grace),
+                sa.or_(job_queue.c.picked_by.is_(None), job_queue.c.picked_by.not_in(alive)),
+            ),
+            "its worker stopped sending heartbeats",
+        )
+
+    def reclaim_own(self, conn: Connection, node_id: str) -> Recovered:
+        """At start-up: RUNNING jobs left by an earlier process with this node id."""
+        return self._take_back(
+            conn,
+            (job_queue.c.picked_by == node_id,),
+            f"worker {node_id} restarted while running it",
+        )
+
+    def _take_back(self, conn: Connection, where: tuple[Any, ...], why: str) -> Recovered:
+        running = sorted(sources(Action.RELEASE))
+        spent = job_queue.c.attempts > job_queue.c.max_retries
+        failed = conn.execute(
+            sa.delete(job_queue)
+            .where(job_queue.c.status.in_(running), spent, *where)
+            .returning(job_queue.c.job_id, job_queue.c.attempts)
+        ).all()
+        for row in failed:
+            self.finish(
+                conn,
+                row.job_id,
+                target(Action.FAIL, JobStatus.RUNNING),
+                attempts=row.attempts,
+                error=f"WorkerLost: {why}, on every one of its {row.attempts} attempts",
+            )
+        requeued = conn.execute(
+            sa.update(job_queue)
+            .where(job_queue.c.status.in_(running), sa.not_(spent), *where)
+            .values(
+                status=target(Action.RELEASE, JobStatus.RUNNING),
+                scheduled_time=self.now_sql(),
+                picked_by=None,
+                picked_at=None,
+                last_error=f"WorkerLost: {why}",
+                version=job_queue.c.version + 1,
+                updated_at=self.now_sql(),
+            )
+            .returning(job_queue.c.job_id)
+        )
+        return Recovered(list(requeued.scalars()), [r.job_id for r in failed])
+
+    # -- leases --------------------------------------------------------------------------------
+
+    def try_lease(self, conn: Connection, name: str, owner: str, ttl: float) -> bool:
+        """Take or renew the lease ``name`` for ``ttl`` seconds; True if ``owner`` holds it now.
+
+        A lease is free when nobody holds it or its holder let it expire.
+        """
+        stmt = self.dialect_insert(lock).values(
+            lock_name=name,
+            locked_by=owner,
+            locked_at=self.now_sql(),
+            expires_at=self.later_sql(ttl),
+        )
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["lock_name"],
+            set_={
+                "locked_by": stmt.excluded.locked_by,
+                "locked_at": stmt.excluded.locked_at,
+                "expires_at": stmt.excluded.expires_at,
+            },
+            where=sa.or_(lock.c.locked_by == owner, lock.c.expires_at < self.now_sql()),
+        ).returning(lock.c.locked_by)
+        return conn.execute(stmt).scalar() == owner
+
+    def release_lease(self, conn: Connection, name: str, owner: str) -> bool:
+        """Give the lease up, if ``owner`` holds it."""
+        result = conn.execute(
+            sa.delete(lock).where(lock.c.lock_name == name, lock.c.locked_by == owner)
+        )
+        return bool(result.rowcount == 1)
+
+    # -- scheduling ----------------------------------------------------------------------------
+
+    def next_due(self, conn: Connection) -> datetime | None:
+        """The earliest due time of any PENDING job (one index probe per priority level)."""
+        firsts = [
+            sa.select(job_queue.c.scheduled_time)
+            .where(job_queue.c.status == JobStatus.PENDING, job_queue.c.priority == int(p))
+            .order_by(job_queue.c.scheduled_time)
+            .limit(1)
+            .scalar_subquery()
+            for p in Priority
+        ]
+        values = conn.execute(sa.select(*firsts)).one()
+        due = [v for v in values if v is not None]
+        if not due:
+            return None
+        # SQLite returns a scalar subquery's value as untyped text: let the column type read it.
+        return _UTC.process_result_value(min(due), conn.dialect)
+
+    def database_now(self, conn: Connection) -> datetime:
+        """The database's clock."""
+        return conn.execute(sa.select(self.now_sql())).scalar_one()
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def archive_ended(self, conn: Connection, older_than: float, limit: int) -> int:
+        """Move up to ``limit`` jobs that ended over ``older_than`` seconds ago to the archive."""
+        rows = conn.execute(
+            sa.select(job)
+            .where(
+                job.c.terminal_status.is_not(None),
+                job.c.finished_at < self.ago_sql(older_than),
+                ~sa.exists().where(job_queue.c.job_id == job.c.job_id),
+            )
+            .order_by(job.c.finished_at)
+            .limit(limit)
+        ).all()
+        if not rows:
+            return 0
+        archived_at = self.database_now(conn)
+        conn.execute(
+            sa.insert(job_archive),
+            [
+                {
+                    "job_id": r.job_id,
+                    "task": r.task,
+                    "terminal_status": r.terminal_status,
+                    "business_key": r.business_key,
+                    "created_at": r.created_at,
+                    "finished_at": r.finished_at,
+                    "archived_at": archived_at,
+                    "data": json.dumps(
+                        {k: v for k, v in r._mapping.items() if k != "job_id"}, default=str
+                    ),
+                }
+                for r in rows
+            ],
+        )
+        ids = [r.job_id for r in rows]
+        # Children first: SQLite does not enforce the foreign keys' ON DELETE CASCADE.
+        for table in (job_log, execution, dlq_alert, job_tag, business_key, job):
+            conn.execute(sa.delete(table).where(table.c.job_id.in_(ids)))
+        return len(ids)
+
+    def purge_alerts(self, conn: Connection, older_than: float) -> int:
+        """Delete DLQ alerts last seen over ``older_than`` seconds ago."""
+        result = conn.execute(
+            sa.delete(dlq_alert).where(dlq_alert.c.last_seen_at < self.ago_sql(older_than))
+        )
+        return int(result.rowcount)
+
+    def purge_logs(self, conn: Connection, older_than: float) -> int:
+        """Delete job log lines older than ``older_than`` seconds."""
+        result = conn.execute(
+            sa.delete(job_log).where(job_log.c.logged_at < self.ago_sql(older_than))
+        )
+        return int(result.rowcount)

@@ -1,0 +1,335 @@
+"""Runs claimed jobs on a pool of threads, each in a fresh Flask app context.
+
+A job runs outside any transaction. What it returns or raises becomes a :class:`Finished`
+outcome for the completer. The watchdog ends attempts that run past their timeout (through the
+normal failure path) and stops jobs that were canceled while running; a late return of such a job
+is discarded.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import inspect
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask
+
+from .. import payload
+from ..context import JobContext, Supervisor
+from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed
+from ..options import Backoff
+from ..retry import decide, describe, format_traceback
+from ..store.base import ClaimedJob
+from ..store.execution import Finished, Outcome
+
+if TYPE_CHECKING:
+    from ..extension import RatchetState
+
+log = logging.getLogger("flask_ratchet.worker")
+
+
+class JobTimeout(BaseException):
+    """Raised inside a job's thread when its attempt runs past its timeout.
+
+    A ``BaseException`` so that a task's ``except Exception`` does not swallow it.
+    """
+
+
+@dataclass
+class Run:
+    """One attempt in flight."""
+
+    claimed: ClaimedJob
+    ctx: JobContext
+    received: float  # monotonic time the claim arrived
+    started: float = 0.0
+    started_at: datetime | None = None
+    thread_id: int | None = None
+    in_user_code: bool = False
+    reported: bool = False  # an outcome was handed to the completer: later ones are discarded
+    expired: bool = False  # ended by the watchdog (timeout, drain): its thread may still be busy
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def deadline(self) -> float | None:
+        timeout = self.claimed.timeout
+        return None if timeout is None or not self.started else self.started + timeout
+
+
+class Executor:
+    """A fixed pool of job threads that reports every outcome through ``report``."""
+
+    def __init__(
+        self,
+        app: Flask,
+        state: RatchetState,
+        supervisor: Supervisor,
+        report: Callable[[Finished], None],
+        concurrency: int,
+        on_free: Callable[[], None],
+    ) -> None:
+        self._app = app
+        self._state = state
+        self._supervisor = supervisor
+        self._report = report
+        self._on_free = on_free
+        self.concurrency = concurrency
+        # Daemon threads: a job abandoned at the end of a drain must not keep the process alive
+        # (a ThreadPoolExecutor's threads are joined at exit).
+        self._inbox: queue.SimpleQueue[Run | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"ratchet-job-{i}", daemon=True)
+            for i in range(concurrency)
+        ]
+        for thread in self._threads:
+            thread.start()
+        self._runs: dict[uuid.UUID, Run] = {}
+        self._busy = 0  # threads occupied, including timed-out jobs that have not returned yet
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+
+    # -- capacity ------------------------------------------------------------------------------
+
+    @property
+    def free(self) -> int:
+        """Threads with nothing to do."""
+        with self._lock:
+            return self.concurrency - self._busy
+
+    @property
+    def utilization(self) -> float:
+        with self._lock:
+            return self._busy / self.concurrency
+
+    def running(self) -> list[Run]:
+        """Attempts that have not reported an outcome yet."""
+        with self._lock:
+            return [r for r in self._runs.values() if not r.reported]
+
+    def in_flight(self) -> int:
+        """Attempts whose outcome is not yet in the completer's hands.
+
+        A run stays in flight until its thread has handed its outcome over; only runs the
+        watchdog ended (their outcome is already handed over) no longer count.
+        """
+        with self._lock:
+            return sum(1 for r in self._runs.values() if not r.expired)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no attempt is in flight; False if ``timeout`` passed first."""
+        deadline = time.monotonic() + timeout
+        with self._idle:
+            while any(not r.expired for r in self._runs.values()):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._idle.wait(left)
+        return True
+
+    def shutdown(self) -> None:
+        """Let idle job threads end (busy ones are daemons and die with the process)."""
+        for _ in self._threads:
+            self._inbox.put(None)
+
+    def _serve(self) -> None:
+        while (run := self._inbox.get()) is not None:
+            self._execute(run)
+
+    # -- running -------------------------------------------------------------------------------
+
+    def submit(self, claimed: ClaimedJob) -> None:
+        ctx = JobContext(
+            job_id=claimed.job_id,
+            task=claimed.task,
+            attempt=claimed.attempt,
+            params=payload.loads(claimed.params) or {},
+            _supervisor=self._supervisor,
+            # The claim a moment ago was the first "still mine?" check; the next one is due in a
+            # second (so a job that waited longer for a free thread is checked before it starts).
+            _last_check=time.monotonic(),
+        )
+        run = Run(claimed, ctx, time.monotonic())
+        with self._lock:
+            self._busy += 1
+            self._runs[claimed.job_id] = run
+        self._inbox.put(run)
+
+    def _execute(self, run: Run) -> None:
+        try:
+            with self._app.app_context(), run.ctx.bound():
+                outcome = self._attempt(run)
+            self._finish(run, outcome)
+        except BaseException:  # never let a pool thread die silently
+            log.exception("ratchet worker failed while running job %s", run.claimed.job_id)
+        finally:
+            with self._lock:
+                self._busy -= 1
+                if self._runs.get(run.claimed.job_id) is run:
+                    del self._runs[run.claimed.job_id]
+                self._idle.notify_all()
+            self._on_free()
+
+    def _attempt(self, run: Run) -> Finished | None:
+        claimed = run.claimed
+        run.started_at = datetime.now(UTC)
+        run.started = time.monotonic()
+        run.thread_id = threading.get_ident()
+        if run.ctx.is_canceled():  # canceled between the claim and now
+            return None
+        try:
+            task = self._state.ratchet.registry.for_run(
+                claimed.task, self._state.config.allowed_modules
+            )
+            call = payload.loads(claimed.payload)
+        except TaskNotAllowed as exc:
+            return self._failed(run, exc, permanent=True)
+        try:
+            kwargs = dict(call["kwargs"])
+            name = _context_parameter(task.func)
+            if name is not None and name not in kwargs:
+                kwargs[name] = run.ctx
+            with run.lock:
+                run.in_user_code = True
+            try:
+                value = task.func(*call["args"], **kwargs)
+            finally:
+                self._leave_user_code(run)
+        except BaseException as exc:
+            if isinstance(exc, KeyboardInterrupt | SystemExit):
+                raise
+            return self._failed(run, exc)
+        if run.ctx.is_canceled():
+            log.info(
+                "job %s is no longer this worker's (canceled or recovered elsewhere): its "
+                "result is discarded",
+                claimed.job_id,
+            )
+            return None
+        try:
+            result = payload.encode_value(
+                f"the result of {claimed.task}", value, self._state.config.max_payload_bytes
+            )
+        except (PayloadError, PayloadTooLarge) as exc:
+            return self._failed(run, exc, permanent=True)
+        return self._outcome(run, Outcome.SUCCEEDED, result=result)
+
+    def _leave_user_code(self, run: Run) -> None:
+        with run.lock:
+            run.in_user_code = False
+            if run.thread_id is not None:
+                # Drop a timeout that was raised into the thread but not delivered yet.
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(run.thread_id), None)
+
+    def _failed(self, run: Run, exc: BaseException, *, permanent: bool = False) -> Finished:
+        claimed = run.claimed
+        error, trace = describe(exc), format_traceback(exc)
+        if isinstance(exc, JobTimeout):
+            error = f"JobTimeout: ran longer than its timeout of {claimed.timeout:g}s"
+        decision = decide(
+            exc,
+            claimed.attempt,
+            claimed.max_retries,
+            Backoff(claimed.backoff),
+            claimed.backoff_base,
+        )
+        if permanent or not decision.retry:
+            return self._outcome(run, Outcome.FAILED, error=error, traceback=trace)
+        return self._outcome(run, Outcome.RETRY, error=error, traceback=trace, delay=decision.delay)
+
+    def _outcome(self, run: Run, outcome: Outcome, **fields: Any) -> Finished:
+        claimed = run.claimed
+        now = time.monotonic()
+        waited = (claimed.picked_at - claimed.scheduled_time).total_seconds()
+        return Finished(
+            job_id=claimed.job_id,
+            outcome=outcome,
+            task=claimed.task,
+            attempt=claimed.attempt,
+            started_at=run.started_at,
+            duration_ms=(now - run.started) * 1000 if run.started else None,
+            queue_wait_ms=(max(waited, 0.0) + (run.started - run.received)) * 1000,
+            logs=run.ctx.take_lines(),
+            **fields,
+        )
+
+    def _finish(self, run: Run, outcome: Finished | None) -> None:
+        with run.lock:
+            if run.reported or outcome is None:
+                return  # timed out (already reported) or canceled: nothing to write
+            run.reported = True
+        self._report(outcome)
+
+    # -- the watchdog --------------------------------------------------------------------------
+
+    def expire(self, now: float) -> list[Run]:
+        """End attempts past their deadline: report a timeout failure, stop the thread."""
+        expired = []
+        for run in self.running():
+            deadline = run.deadline
+            if deadline is None or now < deadline:
+                continue
+            with run.lock:
+                if run.reported:
+                    continue
+                run.reported = run.expired = True
+                run.ctx.stop()
+                if run.in_user_code and run.thread_id is not None:
+                    # Only while the job's own code runs: never inside ratchet's bookkeeping.
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                        ctypes.c_ulong(run.thread_id), ctypes.py_object(JobTimeout)
+                    )
+            timeout = JobTimeout(f"ran longer than its timeout of {run.claimed.timeout:g}s")
+            self._report(self._failed(run, timeout))
+            expired.append(run)
+        with self._idle:
+            self._idle.notify_all()
+        return expired
+
+    def stop_canceled(self, checked: list[Run], still_mine: set[uuid.UUID]) -> list[Run]:
+        """Ask the ``checked`` runs the database no longer lists as this node's to stop.
+
+        Only runs that were part of the check are judged: one that started after it was not
+        asked about, and is not known to be canceled.
+        """
+        stopped = []
+        for run in checked:
+            if not run.reported and run.claimed.job_id not in still_mine:
+                run.ctx.stop()
+                stopped.append(run)
+        return stopped
+
+    def abandon(self) -> list[Run]:
+        """Drain timed out: mark every unfinished attempt reported and return them."""
+        left = []
+        for run in self.running():
+            with run.lock:
+                if not run.reported:
+                    run.reported = run.expired = True
+                    run.ctx.stop()
+                    left.append(run)
+        with self._idle:
+            self._idle.notify_all()
+        return left
+
+
+@functools.lru_cache(maxsize=1024)
+def _context_parameter(func: Callable[..., Any]) -> str | None:
+    """The name of ``func``'s parameter annotated ``JobContext``, if it has one."""
+    try:
+        hints = inspect.signature(func, eval_str=True).parameters
+    except (NameError, TypeError, ValueError):
+        hints = inspect.signature(func).parameters
+    for name, param in hints.items():
+        annotation = param.annotation
+        if annotation is JobContext or annotation == "JobContext":
+            return name
+    return None

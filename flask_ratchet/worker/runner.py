@@ -1,0 +1,296 @@
+"""``flask ratchet worker``: one process that claims, runs and finishes jobs.
+
+Threads: the poller (this process's main thread, so that signals reach it), a pool of executor
+threads, the completer, a watchdog (timeouts, cancellations), the heartbeat, maintenance, and a
+wake-up listener. Worker internals use an engine of their own, so jobs using ``db.session`` never
+compete with them for connections.
+
+The first SIGTERM or SIGINT drains: no more claims, running jobs get ``drain_timeout`` seconds to
+finish, the rest go back to PENDING without spending an attempt, and the process exits 0. A second
+signal exits at once; orphan recovery (or this node's own reclaim at its next start) picks the
+jobs up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from importlib.metadata import version
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+from flask import Flask
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..config import RatchetConfig
+from ..context import CaptureHandler, job_logger
+from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
+from ..store.cluster import NodeInfo
+from ..store.execution import Finished, Outcome
+from .completer import Completer
+from .executor import Executor
+from .polling import PollingStrategy
+from .wakeup import PgListener, SqliteWatcher
+
+if TYPE_CHECKING:
+    from ..extension import RatchetState
+
+log = logging.getLogger("flask_ratchet.worker")
+
+#: How often the watchdog looks for timeouts, and for jobs canceled while running.
+WATCH_EVERY = 0.2
+CANCEL_SWEEP_EVERY = 1.0
+
+
+def default_node_id() -> str:
+    return f"{socket.gethostname()[:48]}:{os.getpid()}"
+
+
+class Worker:
+    """A worker process for ``app``. :meth:`run` blocks until it is told to stop."""
+
+    def __init__(
+        self,
+        app: Flask,
+        *,
+        concurrency: int | None = None,
+        node_id: str | None = None,
+        burst: bool = False,
+        drain_timeout: float | None = None,
+    ) -> None:
+        self.app = app
+        self.state: RatchetState = app.extensions["ratchet"]
+        config: RatchetConfig = self.state.config
+        self.config = config
+        self.concurrency = concurrency or config.concurrency
+        self.node_id = node_id or config.node_id or default_node_id()
+        self.burst = burst
+        self.drain_timeout = config.drain_timeout if drain_timeout is None else drain_timeout
+        self.stop_event = threading.Event()  # every helper thread ends when this is set
+        self._wake = threading.Event()
+        self._draining = threading.Event()
+        self._signals = 0
+        self._last_claim_full = False
+        self.polling = PollingStrategy(
+            minimum=config.poll_interval,
+            maximum=config.poll_max_interval,
+            burst=config.burst_interval,
+            deep=config.deep_idle_interval,
+            deep_after=config.deep_idle_after,
+        )
+
+    # -- wake-ups and signals ------------------------------------------------------------------
+
+    def wake(self) -> None:
+        """New work was announced: poll now, then fast for a while."""
+        self.polling.wake()
+        self._wake.set()
+
+    def request_stop(self) -> None:
+        """Start draining (what the first SIGTERM does)."""
+        self._draining.set()
+        self._wake.set()
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second signal: stopping at once; running jobs will be recovered")
+            os._exit(1)
+        log.info("signal %s: draining (a second signal stops at once)", signal.Signals(signum).name)
+        self.request_stop()
+
+    # -- the supervisor side of JobContext -----------------------------------------------------
+
+    def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None:
+        try:
+            with self.store.begin(self.engine) as conn:
+                self.store.report_progress(conn, self.node_id, job_id, json.dumps(progress))
+        except SQLAlchemyError:
+            log.warning("could not store progress of job %s", job_id, exc_info=True)
+
+    def still_running(self, job_id: uuid.UUID) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                return job_id in self.store.still_running(conn, self.node_id, [job_id])
+        except SQLAlchemyError:
+            return True  # cannot tell: let the job go on; the completion is fenced anyway
+
+    # -- running -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Work until stopped (or, with ``burst``, until nothing is due); return the exit code."""
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._on_signal)
+            signal.signal(signal.SIGINT, self._on_signal)
+        with self.app.app_context():
+            self.state.ensure_schema()
+            self.store = self.state.store
+            url = self.state.engine.url
+        self.engine = _own_engine(url, self.concurrency)
+        self.statement_engine = self.store.statement_engine(self.engine)
+        capture = CaptureHandler()
+        logging.getLogger().addHandler(capture)
+        if job_logger.level == logging.NOTSET:
+            job_logger.setLevel(logging.INFO)
+        self.completer = Completer(self.store, self.engine, self.node_id)
+        self.executor = Executor(
+            self.app, self.state, self, self.completer.put, self.concurrency, self._freed
+        )
+        info = NodeInfo(
+            self.node_id,
+            socket.gethostname()[:255],
+            os.getpid(),
+            version("flask-ratchet"),
+            self.concurrency,
+        )
+        self.heartbeat = Heartbeat(
+            self.store, self.engine, info, self.config.heartbeat_interval, self.stop_event
+        )
+        try:
+            self._start(url)
+            self._poll()
+            return self._drain()
+        finally:
+            self.stop_event.set()
+            logging.getLogger().removeHandler(capture)
+            self.state.wake_listeners[:] = [w for w in self.state.wake_listeners if w != self.wake]
+            self.engine.dispose()
+
+    def _start(self, url: sa.URL) -> None:
+        with self.store.begin(self.engine) as conn:
+            mine = self.store.reclaim_own(conn, self.node_id)
+        if mine.requeued or mine.failed:
+            log.warning(
+                "took back %d jobs an earlier process of node %s left running",
+                len(mine.requeued) + len(mine.failed),
+                self.node_id,
+            )
+        self.heartbeat.beat()
+        self.completer.start()
+        self.heartbeat.start()
+        tasks = [orphan_recovery(self.config), retention(self.config)]
+        self.maintenance = Maintenance(
+            self.store, self.engine, self.node_id, tasks, self.stop_event
+        )
+        self.maintenance.start()
+        threading.Thread(target=self._watch, name="ratchet-watchdog", daemon=True).start()
+        self.listener: threading.Thread
+        if url.get_backend_name() == "postgresql":
+            self.listener = PgListener(url, self.wake, self.stop_event)
+        else:
+            self.listener = SqliteWatcher(str(url.database), self.wake, self.stop_event)
+        self.listener.start()
+        self.state.wake_listeners.append(self.wake)
+        log.info("worker %s started: concurrency %d", self.node_id, self.concurrency)
+
+    def _poll(self) -> None:
+        boost = self.config.priority_boost_minutes
+        while not self._draining.is_set():
+            free = self.executor.free
+            claimed = []
+            if free > 0:
+                try:
+                    with self.store.single_statement(self.statement_engine) as conn:
+                        claimed = self.store.claim_due(conn, free, self.node_id, boost)
+                except SQLAlchemyError:
+                    log.warning("claim failed; polling again later", exc_info=True)
+                for job in claimed:
+                    self.executor.submit(job)
+                self.polling.record(len(claimed), free)
+                self._last_claim_full = len(claimed) == free
+            if self.burst and not claimed and self._nothing_left():
+                return
+            delay = self.polling.delay(self.executor.utilization)
+            if free > 0 and len(claimed) < free:
+                delay = min(delay, self._until_next_due())
+            self._wake.wait(delay)
+            self._wake.clear()
+
+    def _until_next_due(self) -> float:
+        """Seconds until the earliest pending job is due (the poller never sleeps past it)."""
+        try:
+            with self.engine.connect() as conn:
+                due = self.store.next_due(conn)
+                now = self.store.database_now(conn)
+        except SQLAlchemyError:
+            return self.config.poll_interval
+        return float("inf") if due is None else max(0.0, float((due - now).total_seconds()))
+
+    def _nothing_left(self) -> bool:
+        """Burst mode is done: nothing running, nothing to write, nothing due."""
+        return (
+            not self.executor.in_flight()
+            and not self.completer.pending()
+            and self._until_next_due() > 0
+        )
+
+    def _freed(self) -> None:
+        """A job thread came free: after a full claim, there is probably more work waiting."""
+        if self._last_claim_full or self.burst:
+            self._wake.set()
+
+    def _watch(self) -> None:
+        next_sweep = time.monotonic()
+        while not self.stop_event.wait(WATCH_EVERY):
+            for run in self.executor.expire(time.monotonic()):
+                log.warning("job %s timed out after %ss", run.claimed.job_id, run.claimed.timeout)
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + CANCEL_SWEEP_EVERY
+                self._sweep_canceled()
+
+    def _sweep_canceled(self) -> None:
+        runs = [r for r in self.executor.running() if r.started]
+        if not runs:
+            return
+        try:
+            with self.engine.connect() as conn:
+                mine = self.store.still_running(
+                    conn, self.node_id, [r.claimed.job_id for r in runs]
+                )
+        except SQLAlchemyError:
+            return
+        for run in self.executor.stop_canceled(runs, mine):
+            log.info(
+                "job %s was canceled while running; its result will be discarded",
+                run.claimed.job_id,
+            )
+
+    def _drain(self) -> int:
+        finished = self.executor.wait_idle(self.drain_timeout)
+        if not finished:
+            left = self.executor.abandon()
+            log.warning("drain timeout: releasing %d unfinished jobs to PENDING", len(left))
+            for run in left:
+                self.completer.put(
+                    Finished(
+                        run.claimed.job_id, Outcome.RELEASE, run.claimed.task, run.claimed.attempt
+                    )
+                )
+        self.completer.stop()
+        self.stop_event.set()
+        try:
+            with self.store.begin(self.engine) as conn:
+                self.store.remove_node(conn, self.node_id)
+        except SQLAlchemyError:
+            log.warning("could not remove node %s; it will be cleaned up", self.node_id)
+        self.executor.shutdown()
+        log.info(
+            "worker %s stopped: %d outcomes written, %d discarded",
+            self.node_id,
+            self.completer.written,
+            self.completer.discarded,
+        )
+        return 0
+
+
+def _own_engine(url: sa.URL, concurrency: int) -> sa.Engine:
+    if url.get_backend_name() == "sqlite":
+        return sa.create_engine(url, connect_args={"timeout": 30})
+    return sa.create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)

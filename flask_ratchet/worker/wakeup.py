@@ -1,0 +1,150 @@
+"""Wake-ups: telling idle pollers that work was committed, so they need not wait for their poll.
+
+Polling stays the correctness floor; wake-ups only shorten the wait.
+
+- PostgreSQL: ``NOTIFY ratchet_wakeup`` is sent *after* the enqueuing transaction commits, by one
+  background sender per process that coalesces requests (a NOTIFY inside every enqueuing
+  transaction serialises commits on the server's notification queue; see bench/notify.py).
+  Workers ``LISTEN`` on a dedicated autocommit connection that reconnects with backoff.
+- SQLite: ``PRAGMA data_version`` changes whenever another connection commits to the file; a
+  worker checks it every few milliseconds on a connection of its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+import sqlalchemy as sa
+
+CHANNEL = "ratchet_wakeup"
+
+log = logging.getLogger("flask_ratchet.worker")
+
+
+class Notifier:
+    """Sends ``NOTIFY`` after commits: at most one in flight, never one per job.
+
+    Requests made while a NOTIFY is being sent are merged into the next one. The sending thread
+    starts at the first request in a process (never at import or ``init_app``, so forked web
+    workers start clean), keeps one connection of its own, and closes it and ends after
+    ``idle`` seconds without requests.
+    """
+
+    def __init__(self, url: sa.URL, idle: float = 10.0, gap: float = 0.002) -> None:
+        self._conninfo = conninfo(url)
+        self._idle = idle
+        self._gap = gap
+        self._wanted = threading.Event()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self.sent = 0
+
+    def request(self) -> None:
+        """Ask for a NOTIFY."""
+        self._wanted.set()
+        with self._lock:
+            if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
+                self._pid = os.getpid()
+                self._thread = threading.Thread(
+                    target=self._run, name="ratchet-notify", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[tuple[object, ...]] | None = None
+        try:
+            while True:
+                if not self._wanted.wait(self._idle):
+                    with self._lock:
+                        if not self._wanted.is_set():
+                            self._thread = None  # the next request starts a new thread
+                            return
+                self._wanted.clear()
+                try:
+                    if conn is None or conn.closed:
+                        conn = psycopg.connect(self._conninfo, autocommit=True)
+                    conn.execute(f"NOTIFY {CHANNEL}")
+                    self.sent += 1
+                    # A short gap lets requests pile up into one NOTIFY under load; a request
+                    # made meanwhile is still answered by the next one.
+                    time.sleep(self._gap)
+                except psycopg.Error:
+                    log.warning(
+                        "could not send a wake-up; workers will find the job at their next poll"
+                    )
+                    if conn is not None:
+                        conn.close()
+                    conn = None
+        finally:
+            if conn is not None:
+                conn.close()
+
+
+def conninfo(url: sa.URL) -> str:
+    """A psycopg connection string for a SQLAlchemy PostgreSQL URL."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class PgListener(threading.Thread):
+    """LISTENs for wake-ups on its own connection; reconnects with backoff when it drops."""
+
+    def __init__(self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event) -> None:
+        super().__init__(name="ratchet-listen", daemon=True)
+        self._conninfo = conninfo(url)
+        self._on_wake = on_wake
+        self._stop = stop
+        self.connected = threading.Event()
+        self.backend_pid: int | None = None
+        self.reconnects = 0
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self.backend_pid = conn.info.backend_pid
+                    self.connected.set()
+                    backoff = 0.5
+                    self._on_wake()  # notifications sent while we were away are lost: look now
+                    while not self._stop.is_set():
+                        for _ in conn.notifies(timeout=1.0):
+                            self._on_wake()
+            except psycopg.Error as exc:
+                self.connected.clear()
+                self.reconnects += 1
+                log.warning("wake-up connection lost (%s); reconnecting in %.1fs", exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+
+
+class SqliteWatcher(threading.Thread):
+    """Wakes the poller when another connection commits to the SQLite file."""
+
+    def __init__(
+        self, path: str, on_wake: Callable[[], None], stop: threading.Event, every: float = 0.02
+    ) -> None:
+        super().__init__(name="ratchet-sqlite-watch", daemon=True)
+        self._path = path
+        self._on_wake = on_wake
+        self._stop = stop
+        self._every = every
+
+    def run(self) -> None:
+        conn = sqlite3.connect(self._path, check_same_thread=False)
+        try:
+            last = conn.execute("PRAGMA data_version").fetchone()[0]
+            while not self._stop.wait(self._every):
+                version = conn.execute("PRAGMA data_version").fetchone()[0]
+                if version != last:
+                    last = version
+                    self._on_wake()
+        finally:
+            conn.close()

@@ -1,0 +1,88 @@
+"""Real ``flask ratchet worker`` processes against the test databases."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+
+
+class Workers:
+    """Starts worker processes for one database and cleans them up."""
+
+    def __init__(self, url: str, logs: Path) -> None:
+        self.url = url
+        self.logs = logs
+        self.config: dict[str, Any] = {
+            "RATCHET_HEARTBEAT_INTERVAL": 0.5,
+            "RATCHET_POLL_INTERVAL": 0.2,
+            "RATCHET_POLL_MAX_INTERVAL": 1,
+            "RATCHET_DEEP_IDLE_AFTER": 60,
+        }
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str, **config: Any) -> subprocess.Popen[bytes]:
+        env = os.environ | {
+            "RATCHET_TEST_URL": self.url,
+            "RATCHET_TEST_CONFIG": json.dumps(self.config | config),
+            "PYTHONPATH": str(ROOT),
+        }
+        log = open(self.logs / f"worker-{len(self.procs)}.log", "wb")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "flask",
+                "--app",
+                "tests.apps:create_app()",
+                "ratchet",
+                "worker",
+                *args,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    def output(self, proc: subprocess.Popen[bytes]) -> str:
+        return (self.logs / f"worker-{self.procs.index(proc)}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def workers(database_url: str, tmp_path: Path) -> Iterator[Workers]:
+    pool = Workers(database_url, tmp_path)
+    yield pool
+    pool.stop_all()

@@ -32,6 +32,8 @@ from ..options import Priority
 from ..schema import UtcDateTime, business_key
 from ..states import Action, JobStatus, sources, target
 from .base import ClaimedJob, Inserted, NewJob, chunks
+from .execution import Finished
+from .postgres_completion import COMPLETE_STMT, complete_params
 from .sql import SqlJobStore
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
@@ -193,6 +195,14 @@ class PostgresStore(SqlJobStore):
                     raise DuplicateBusinessKey(self._held_key(conn, part)) from None
                 raise
         return self._match_duplicates(conn, jobs, inserted)
+
+    def complete_many(
+        self, conn: Connection, node_id: str, items: Sequence[Finished]
+    ) -> set[uuid.UUID]:
+        """A batch of outcomes in one statement (:mod:`.postgres_completion`)."""
+        if not items:
+            return set()
+        return set(conn.execute(COMPLETE_STMT, complete_params(node_id, items)).scalars())
 
     def _held_key(self, conn: Connection, jobs: Sequence[NewJob]) -> str:
         keys = [new.business_key for new in jobs if new.business_key]

@@ -232,8 +232,9 @@ class Worker:
         )
 
     def _freed(self) -> None:
-        """A job thread came free: after a full claim, there is probably more work waiting."""
-        if self._last_claim_full or self.burst:
+        """A job thread came free. After a full claim there is probably more work waiting: claim
+        again once half the threads are free, so that claims come in batches, not one by one."""
+        if (self._last_claim_full or self.burst) and self.executor.free * 2 >= self.concurrency:
             self._wake.set()
 
     def _watch(self) -> None:
@@ -293,4 +294,5 @@ class Worker:
 def _own_engine(url: sa.URL, concurrency: int) -> sa.Engine:
     if url.get_backend_name() == "sqlite":
         return sa.create_engine(url, connect_args={"timeout": 30})
-    return sa.create_engine(url, pool_size=4, max_overflow=4, pool_pre_ping=True)
+    # No pre-ping (a round trip per checkout): every caller retries after a connection error.
+    return sa.create_engine(url, pool_size=4, max_overflow=4)

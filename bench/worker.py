@@ -1,0 +1,184 @@
+"""Worker throughput and latency, with a real ``flask ratchet worker`` process.
+
+    python -m bench.worker [--pg URL] [--jobs 20000] [--store postgresql|sqlite|both]
+
+- drain: ``--jobs`` no-op jobs enqueued in bulk, then one worker with ``--burst`` at concurrency
+  1 and at the default; jobs/s between the first job's start and the last job's end (from
+  ``ratchet_execution``), and the wall time of the whole process;
+- pickup latency: an idle worker, 200 jobs enqueued 20 ms apart; each job's latency is its
+  execution's start minus its creation; p50/p95/p99.
+
+Prints one table. Nothing is asserted: the figures go into the issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from bench.enqueue_claim import db, fresh_pg, make_app, noop, ratchet
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def worker(url: str, *args: str) -> subprocess.Popen[bytes]:
+    env = os.environ | {"BENCH_URL": url, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flask",
+            "--app",
+            "bench.worker:bench_app()",
+            "ratchet",
+            "worker",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def bench_app():  # type: ignore[no-untyped-def]
+    """The app the benchmark's workers load (``--app bench.worker:bench_app()``)."""
+    return make_app(os.environ["BENCH_URL"])
+
+
+def reset(url: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for table in (
+            "ratchet_job_log",
+            "ratchet_execution",
+            "ratchet_dlq_alert",
+            "ratchet_job_tag",
+            "ratchet_business_key",
+            "ratchet_job_queue",
+            "ratchet_job",
+            "ratchet_node",
+            "ratchet_lock",
+        ):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+    engine.dispose()
+
+
+def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
+    reset(url)
+    app = make_app(url)
+    with app.app_context():
+        for start in range(0, jobs, 5000):
+            ratchet.enqueue_many(
+                ratchet.enqueue(noop, i) for i in range(start, min(jobs, start + 5000))
+            )
+        db.engine.dispose()
+    began = time.perf_counter()
+    proc = worker(url, "--burst", "--concurrency", str(concurrency))
+    assert proc.wait(timeout=1800) == 0
+    wall = time.perf_counter() - began
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        first, last, done = conn.execute(
+            sa.text("SELECT min(started_at), max(finished_at), count(*) FROM ratchet_execution")
+        ).one()
+    engine.dispose()
+    assert done == jobs, f"{done} of {jobs} ran"
+    return jobs / (_seconds(last) - _seconds(first)), wall
+
+
+def _seconds(value: object) -> float:
+    """A timestamp column as epoch seconds (SQLite hands back naive UTC text)."""
+    stamp = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return (stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)).timestamp()
+
+
+def pickup(url: str, n: int = 200, spacing: float = 0.02) -> list[float]:
+    reset(url)
+    proc = worker(url, "--concurrency", "4")
+    app = make_app(url)
+    latencies: list[float] = []
+    try:
+        with app.app_context():
+            time.sleep(3)  # let the worker start and go idle
+            for i in range(n):
+                ratchet.enqueue_now(noop, i)
+                time.sleep(spacing)
+            deadline = time.monotonic() + 60
+            engine = sa.create_engine(url)
+            while time.monotonic() < deadline:
+                with engine.connect() as conn:
+                    rows = conn.execute(
+                        sa.text(
+                            "SELECT j.created_at, e.started_at FROM ratchet_execution e "
+                            "JOIN ratchet_job j ON j.job_id = e.job_id"
+                        )
+                    ).all()
+                if len(rows) == n:
+                    break
+                time.sleep(0.2)
+            engine.dispose()
+            latencies = sorted((_seconds(s) - _seconds(c)) * 1000 for c, s in rows)
+            db.engine.dispose()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    return latencies
+
+
+def percentile(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, int(p * len(values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--store", choices=["postgresql", "sqlite", "both"], default="both")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = []
+        if args.store in ("postgresql", "both"):
+            stores.append(("PostgreSQL", fresh_pg(args.pg, "ratchet_bench_worker")))
+        if args.store in ("sqlite", "both"):
+            lite = f"sqlite:///{Path(tmp) / 'bench.db'}"
+            app = make_app(lite)
+            with app.app_context():
+                ratchet.state.ensure_schema()
+                db.engine.dispose()
+            stores.append(("SQLite", lite))
+        for label, url in stores:
+            for concurrency in (1, 10):
+                rate, wall = drain(url, args.jobs, concurrency)
+                rows.append(
+                    (
+                        label,
+                        f"drain {args.jobs:,} no-op jobs, concurrency {concurrency}",
+                        f"{rate:,.0f} jobs/s (process wall {wall:.1f} s)",
+                    )
+                )
+            lat = pickup(url)
+            rows.append(
+                (
+                    label,
+                    "idle pickup latency (200 jobs, 20 ms apart)",
+                    f"p50 {percentile(lat, 0.5):.1f} ms, p95 {percentile(lat, 0.95):.1f} ms, "
+                    f"p99 {percentile(lat, 0.99):.1f} ms",
+                )
+            )
+    width = max(len(r[1]) for r in rows)
+    for store, what, figure in rows:
+        print(f"{store:<11} {what:<{width}}  {figure}")
+
+
+if __name__ == "__main__":
+    main()

@@ -36,7 +36,7 @@ class Notifier:
     ``idle`` seconds without requests.
     """
 
-    def __init__(self, url: sa.URL, idle: float = 10.0, gap: float = 0.002) -> None:
+    def __init__(self, url: sa.URL, idle: float = 10.0, gap: float = 0.01) -> None:
         self._conninfo = conninfo(url)
         self._idle = idle
         self._gap = gap

@@ -29,6 +29,8 @@ demo: setup
 
 bench: setup
 	$(PY) -m bench.enqueue_claim
+	$(PY) -m bench.worker
+	$(PY) -m bench.notify --processes 4 --threads 4
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info instance

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .context import JobContext
 from .errors import (
     ConfigError,
     DoNotRetry,
@@ -29,6 +30,7 @@ __all__ = [
     "IllegalTransition",
     "Job",
     "JobBuilder",
+    "JobContext",
     "JobHandle",
     "JobNotFound",
     "JobStatus",

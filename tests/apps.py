@@ -11,8 +11,7 @@ from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.orm import Mapped, mapped_column
 
-from flask_ratchet import Backoff, DoNotRetry, Priority, Ratchet
-from flask_ratchet.context import JobContext
+from flask_ratchet import Backoff, DoNotRetry, JobContext, Priority, Ratchet
 
 db = SQLAlchemy()
 ratchet = Ratchet()

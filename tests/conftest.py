@@ -1,8 +1,8 @@
 """Fixtures: every integration test runs on a fresh SQLite file and on real PostgreSQL.
 
-PostgreSQL comes from ``RATCHET_TEST_DATABASE_URL`` (default: the local server). The suite uses its
-own database on that server, ``ratchet_test``, migrated once per run and truncated before each
-test. If PostgreSQL cannot be reached the tests fail: they never skip.
+PostgreSQL comes from ``RATCHET_TEST_DATABASE_URL`` (default: the local server). Each run creates
+its own database on that server (``ratchet_test_<pid>``), migrates it once, truncates it before each
+test and drops it at the end. If PostgreSQL cannot be reached the tests fail: they never skip.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from tests.apps import create_app, db
 PG_SERVER = os.environ.get(
     "RATCHET_TEST_DATABASE_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
 )
-PG_DATABASE = "ratchet_test"
+#: One database per test run, so that runs sharing a server (CI and a developer) never collide.
+PG_DATABASE = f"ratchet_test_{os.getpid()}"
 
 
 @pytest.fixture(scope="session")
@@ -44,6 +45,8 @@ def pg_url() -> Iterator[str]:
     migrate.upgrade(engine)
     engine.dispose()
     yield url
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
     admin.dispose()
 
 

@@ -14,7 +14,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.elements import ColumnElement
 
 from ..options import Priority
 from ..schema import (
@@ -31,6 +30,7 @@ from ..schema import (
     node,
 )
 from ..states import Action, JobStatus, sources, target
+from .dialect import DialectHooks
 
 _UTC = UtcDateTime()
 
@@ -54,31 +54,8 @@ class Recovered:
     failed: list[uuid.UUID]
 
 
-class ClusterStore:
+class ClusterStore(DialectHooks):
     """Nodes, orphans, leases and retention. Mixed into the dialect stores."""
-
-    dialect_insert: Any
-
-    def now_sql(self) -> ColumnElement[datetime]:
-        raise NotImplementedError
-
-    def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
-        raise NotImplementedError
-
-    def later_sql(self, seconds: float) -> ColumnElement[datetime]:
-        raise NotImplementedError
-
-    def finish(
-        self,
-        conn: Connection,
-        job_id: uuid.UUID,
-        status: JobStatus,
-        *,
-        attempts: int,
-        error: str | None = None,
-        result: str | None = None,
-    ) -> None:
-        raise NotImplementedError
 
     # -- nodes ---------------------------------------------------------------------------------
 

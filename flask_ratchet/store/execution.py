@@ -14,16 +14,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
-from sqlalchemy.sql.elements import ColumnElement
 
 from ..context import LogLine
 from ..ids import uuid7
 from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue
 from ..states import Action, JobStatus, sources, target
+from .dialect import DialectHooks
 
 
 class Outcome(StrEnum):
@@ -80,19 +79,8 @@ def error_hash(task: str, error: str | None) -> str:
     return hashlib.sha256(f"{task}\n{error or ''}".encode()).hexdigest()[:32]
 
 
-class ExecutionStore:
+class ExecutionStore(DialectHooks):
     """Completion and everything recorded with it. Mixed into the dialect stores."""
-
-    dialect_insert: Any
-
-    def now_sql(self) -> ColumnElement[datetime]:
-        raise NotImplementedError
-
-    def later_sql(self, seconds: float) -> ColumnElement[datetime]:
-        raise NotImplementedError
-
-    def hour_sql(self) -> ColumnElement[datetime]:
-        raise NotImplementedError
 
     def complete_many(
         self, conn: Connection, node_id: str, items: Sequence[Finished]

@@ -34,7 +34,7 @@ from ..states import Action, JobStatus, sources, target
 from .base import ClaimedJob, Inserted, NewJob, chunks
 from .execution import Finished
 from .postgres_completion import COMPLETE_STMT, complete_params
-from .sql import SqlJobStore
+from .sql import SqlJobStore, job_values
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
 
@@ -64,7 +64,35 @@ RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_r
           j.backoff, j.backoff_base, j.timeout, j.resource_name, q.scheduled_time, q.picked_at
 """
 
-_SUBMIT = """
+_JOB_COLUMNS = """job_id, task, job_type, priority, payload, params, max_retries, backoff,
+        backoff_base, timeout, resource_name, idempotency_key, business_key, depends_on,
+        recurring_id, fire_time"""
+_CONFLICT = """
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING job_id, priority, max_retries, first_due_at, business_key"""
+# What follows the job insert in both submission statements: hot rows, tags (``{tags}`` selects
+# them from the statement's own parameters) and business-key reservations.
+_AFTER_JOB = """
+), queue AS (
+    INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts,
+        max_retries, version, updated_at)
+    SELECT job_id, :pending, first_due_at, priority, 0, max_retries, 0, now() FROM job
+), tag AS (
+    INSERT INTO ratchet_job_tag (job_id, tag)
+    {tags}
+), reservation AS (
+    -- No ON CONFLICT: a held key fails the whole statement, so nothing at all is written.
+    INSERT INTO ratchet_business_key (business_key, job_id, reserved_at)
+    SELECT business_key, job_id, now() FROM job WHERE business_key IS NOT NULL
+)
+SELECT job_id FROM job
+"""
+_MANY_TAGS = """SELECT t.job_id, t.tag
+    FROM unnest(CAST(:tag_job AS uuid[]), CAST(:tag AS text[])) AS t(job_id, tag)
+    JOIN job USING (job_id)"""
+_ONE_JOBS_TAGS = "SELECT job.job_id, t.tag FROM job, unnest(CAST(:tags AS text[])) AS t(tag)"
+
+_SUBMIT = f"""
 WITH input AS (
     SELECT * FROM unnest(
         CAST(:job_id AS uuid[]), CAST(:task AS text[]), CAST(:job_type AS text[]),
@@ -75,60 +103,21 @@ WITH input AS (
         CAST(:depends_on AS uuid[]), CAST(:recurring_id AS text[]),
         CAST(:fire_time AS timestamptz[]), CAST(:run_at AS timestamptz[]),
         CAST(:delay AS float8[])
-    ) AS t(job_id, task, job_type, priority, payload, params, max_retries, backoff,
-           backoff_base, timeout, resource_name, idempotency_key, business_key, depends_on,
-           recurring_id, fire_time, run_at, delay)
+    ) AS t({_JOB_COLUMNS}, run_at, delay)
 ), job AS (
-    INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, params, max_retries,
-        backoff, backoff_base, timeout, resource_name, idempotency_key, business_key,
-        depends_on, recurring_id, fire_time, created_at, first_due_at, attempts)
-    SELECT job_id, task, job_type, priority, payload, params, max_retries, backoff,
-        backoff_base, timeout, resource_name, idempotency_key, business_key, depends_on,
-        recurring_id, fire_time, now(), coalesce(run_at, now() + make_interval(secs => delay)), 0
-    FROM input
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING job_id, priority, max_retries, first_due_at, business_key
-), queue AS (
-    INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts,
-        max_retries, version, updated_at)
-    SELECT job_id, :pending, first_due_at, priority, 0, max_retries, 0, now() FROM job
-), tag AS (
-    INSERT INTO ratchet_job_tag (job_id, tag)
-    SELECT t.job_id, t.tag
-    FROM unnest(CAST(:tag_job AS uuid[]), CAST(:tag AS text[])) AS t(job_id, tag)
-    JOIN job USING (job_id)
-), reservation AS (
-    -- No ON CONFLICT: a held key fails the whole statement, so nothing at all is written.
-    INSERT INTO ratchet_business_key (business_key, job_id, reserved_at)
-    SELECT business_key, job_id, now() FROM job WHERE business_key IS NOT NULL
-)
-SELECT job_id FROM job
-"""
+    INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
+    SELECT {_JOB_COLUMNS}, now(), coalesce(run_at, now() + make_interval(secs => delay)), 0
+    FROM input{_CONFLICT}{_AFTER_JOB.format(tags=_MANY_TAGS)}"""
+
 # The same for one job, with scalar parameters: the common case, and cheaper to bind and plan.
-_SUBMIT_ONE = """
+_SUBMIT_ONE = f"""
 WITH job AS (
-    INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, params, max_retries,
-        backoff, backoff_base, timeout, resource_name, idempotency_key, business_key,
-        depends_on, recurring_id, fire_time, created_at, first_due_at, attempts)
+    INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
     VALUES (:job_id, :task, :job_type, :priority, :payload, :params, :max_retries, :backoff,
         :backoff_base, :timeout, :resource_name, :idempotency_key, :business_key, :depends_on,
         :recurring_id, :fire_time, now(),
         coalesce(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)), 0)
-    ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING job_id, priority, max_retries, first_due_at, business_key
-), queue AS (
-    INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts,
-        max_retries, version, updated_at)
-    SELECT job_id, :pending, first_due_at, priority, 0, max_retries, 0, now() FROM job
-), tag AS (
-    INSERT INTO ratchet_job_tag (job_id, tag)
-    SELECT job.job_id, t.tag FROM job, unnest(CAST(:tags AS text[])) AS t(tag)
-), reservation AS (
-    INSERT INTO ratchet_business_key (business_key, job_id, reserved_at)
-    SELECT business_key, job_id, now() FROM job WHERE business_key IS NOT NULL
-)
-SELECT job_id FROM job
-"""
+    {_CONFLICT}{_AFTER_JOB.format(tags=_ONE_JOBS_TAGS)}"""
 _SUBMIT_STMT = sa.text(_SUBMIT).columns(job_id=sa.Uuid())
 _SUBMIT_ONE_STMT = sa.text(_SUBMIT_ONE).columns(job_id=sa.Uuid())
 _KEY_CONSTRAINT = "pk_ratchet_business_key"
@@ -268,27 +257,9 @@ SUBMIT_CHUNK = 5000
 
 def _submit_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
     """The column arrays ``_SUBMIT`` unnests: one list per column, one entry per job."""
-    o = [new.options for new in jobs]
+    rows = [_due(new) | job_values(new) for new in jobs]
     tags = [(new.job_id, tag) for new in jobs for tag in new.options.tags]
-    return {
-        "job_id": [new.job_id for new in jobs],
-        "task": [new.task for new in jobs],
-        "job_type": [new.job_type for new in jobs],
-        "priority": [int(x.priority) for x in o],
-        "payload": [new.payload for new in jobs],
-        "params": [new.params for new in jobs],
-        "max_retries": [x.max_retries for x in o],
-        "backoff": [str(x.backoff) for x in o],
-        "backoff_base": [x.backoff_base for x in o],
-        "timeout": [x.timeout for x in o],
-        "resource_name": [x.resource for x in o],
-        "idempotency_key": [new.idempotency_key for new in jobs],
-        "business_key": [new.business_key for new in jobs],
-        "depends_on": [new.depends_on for new in jobs],
-        "recurring_id": [new.recurring_id for new in jobs],
-        "fire_time": [new.fire_time for new in jobs],
-        "run_at": [new.run_at for new in jobs],
-        "delay": [new.delay for new in jobs],
+    return {column: [row[column] for row in rows] for column in rows[0]} | {
         "tag_job": [job_id for job_id, _ in tags],
         "tag": [tag for _, tag in tags],
         "pending": JobStatus.PENDING.value,
@@ -301,29 +272,18 @@ def _interval(seconds: float) -> ColumnElement[Any]:
 
 def _submit_one_params(new: NewJob) -> dict[str, Any]:
     """``_SUBMIT_ONE``'s parameters."""
-    o = new.options
-    return {
-        "job_id": new.job_id,
-        "task": new.task,
-        "job_type": new.job_type,
-        "priority": int(o.priority),
-        "payload": new.payload,
-        "params": new.params,
-        "max_retries": o.max_retries,
-        "backoff": str(o.backoff),
-        "backoff_base": o.backoff_base,
-        "timeout": o.timeout,
-        "resource_name": o.resource,
-        "idempotency_key": new.idempotency_key,
-        "business_key": new.business_key,
-        "depends_on": new.depends_on,
-        "recurring_id": new.recurring_id,
-        "fire_time": new.fire_time,
-        "run_at": new.run_at,
-        "delay": new.delay,
-        "tags": list(o.tags),
-        "pending": JobStatus.PENDING.value,
-    }
+    return (
+        _due(new)
+        | job_values(new)
+        | {
+            "tags": list(new.options.tags),
+            "pending": JobStatus.PENDING.value,
+        }
+    )
+
+
+def _due(new: NewJob) -> dict[str, Any]:
+    return {"run_at": new.run_at, "delay": float(new.delay)}
 
 
 def _constraint(exc: sa.exc.IntegrityError) -> str | None:

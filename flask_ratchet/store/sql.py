@@ -72,13 +72,7 @@ _JOB_FROM = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
 class SqlJobStore(ExecutionStore, ClusterStore):
     """Shared implementation of :class:`~flask_ratchet.store.base.JobStore`."""
 
-    #: ``sqlalchemy.dialects.<name>.insert``: the INSERT with ``on_conflict_do_nothing``.
-    dialect_insert: Any
-
-    # -- dialect hooks -------------------------------------------------------------------------
-
-    def begin(self, engine: Engine) -> AbstractContextManager[Connection]:
-        raise NotImplementedError
+    # -- dialect hooks beyond DialectHooks -----------------------------------------------------
 
     def prepare(self, engine: Engine) -> None:
         """Once per process, before first use: settings the database needs (none by default)."""
@@ -90,25 +84,6 @@ class SqlJobStore(ExecutionStore, ClusterStore):
     def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
         """A connection for work that is one atomic write (the claim, a submission)."""
         return self.begin(engine)
-
-    def now(self, conn: Connection) -> datetime:
-        raise NotImplementedError
-
-    def now_sql(self) -> ColumnElement[datetime]:
-        """The current time inside one statement."""
-        raise NotImplementedError
-
-    def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
-        """``seconds`` before the current time."""
-        raise NotImplementedError
-
-    def later_sql(self, seconds: float) -> ColumnElement[datetime]:
-        """``seconds`` after the current time."""
-        raise NotImplementedError
-
-    def hour_sql(self) -> ColumnElement[datetime]:
-        """The current time, truncated to the hour."""
-        raise NotImplementedError
 
     def _insert_times(self) -> dict[str, ColumnElement[datetime]]:
         """Expressions for ``created``/``due``, fed per row by :meth:`_time_params`."""
@@ -525,7 +500,8 @@ class SqlJobStore(ExecutionStore, ClusterStore):
 _HOUR = timedelta(hours=1)
 
 
-def _job_row(new: NewJob) -> dict[str, Any]:
+def job_values(new: NewJob) -> dict[str, Any]:
+    """The ``ratchet_job`` columns a submission sets, by name (every dialect binds these)."""
     o = new.options
     return {
         "job_id": new.job_id,
@@ -542,11 +518,13 @@ def _job_row(new: NewJob) -> dict[str, Any]:
         "idempotency_key": new.idempotency_key,
         "business_key": new.business_key,
         "depends_on": new.depends_on,
-        "superseded_by": None,
         "recurring_id": new.recurring_id,
         "fire_time": new.fire_time,
-        "attempts": 0,
     }
+
+
+def _job_row(new: NewJob) -> dict[str, Any]:
+    return job_values(new) | {"superseded_by": None, "attempts": 0}
 
 
 def _queue_row(new: NewJob) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.
         yield engine
         engine.dispose()
         return
-    name = "ratchet_migration_test"
+    name = f"ratchet_migration_test_{os.getpid()}"
     admin = sa.create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

@@ -11,17 +11,9 @@ from flask import Flask
 
 from flask_ratchet import IllegalTransition, JobNotFound, JobStatus, Priority
 from flask_ratchet.job import Job
+from flask_ratchet.states import C, F, P, R, S, Z
 from tests.apps import add, charge, ratchet
 from tests.integration.helpers import count, finish, job_in
-
-P, R, S, F, Z, C = (
-    JobStatus.PENDING,
-    JobStatus.RUNNING,
-    JobStatus.SUCCEEDED,
-    JobStatus.FAILED,
-    JobStatus.PAUSED,
-    JobStatus.CANCELED,
-)
 
 
 def get(job_id: uuid.UUID) -> Job:

@@ -3,16 +3,7 @@ from __future__ import annotations
 import pytest
 
 from flask_ratchet import states
-from flask_ratchet.states import Action, JobStatus
-
-P, R, S, F, Z, C = (
-    JobStatus.PENDING,
-    JobStatus.RUNNING,
-    JobStatus.SUCCEEDED,
-    JobStatus.FAILED,
-    JobStatus.PAUSED,
-    JobStatus.CANCELED,
-)
+from flask_ratchet.states import Action, C, F, JobStatus, P, R, S, Z
 
 
 def test_the_seed_transitions_and_nothing_else() -> None:

@@ -1,0 +1,61 @@
+"""What each dialect store provides to the shared SQL: its clock, transactions and INSERT.
+
+The shared parts (:mod:`.sql`, :mod:`.execution`, :mod:`.cluster`) are written against these
+hooks; :mod:`.postgres` and :mod:`.sqlite` fill them in.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
+
+from ..states import JobStatus
+
+
+class DialectHooks:
+    """The dialect-specific primitives every store part may use."""
+
+    #: ``sqlalchemy.dialects.<name>.insert``: the INSERT with ``on_conflict_do_nothing``.
+    dialect_insert: Any
+
+    def begin(self, engine: Engine) -> AbstractContextManager[Connection]:
+        """Open a write transaction on ``engine``; commit on success, roll back on error."""
+        raise NotImplementedError
+
+    def now(self, conn: Connection) -> datetime:
+        """The database's current time (UTC)."""
+        raise NotImplementedError
+
+    def now_sql(self) -> ColumnElement[datetime]:
+        """The current time inside one statement."""
+        raise NotImplementedError
+
+    def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
+        """``seconds`` before the current time."""
+        raise NotImplementedError
+
+    def later_sql(self, seconds: float) -> ColumnElement[datetime]:
+        """``seconds`` after the current time."""
+        raise NotImplementedError
+
+    def hour_sql(self) -> ColumnElement[datetime]:
+        """The current time, truncated to the hour."""
+        raise NotImplementedError
+
+    def finish(
+        self,
+        conn: Connection,
+        job_id: uuid.UUID,
+        status: JobStatus,
+        *,
+        attempts: int,
+        error: str | None = None,
+        result: str | None = None,
+    ) -> None:
+        """Write a terminal outcome to the cold row and free the business key."""
+        raise NotImplementedError

@@ -12,6 +12,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -33,6 +34,7 @@ class Completer(threading.Thread):
         *,
         max_batch: int = 200,
         max_wait: float = 0.005,
+        on_written: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(name="ratchet-completer", daemon=True)
         self._store = store
@@ -40,17 +42,27 @@ class Completer(threading.Thread):
         self._node_id = node_id
         self._max_batch = max_batch
         self._max_wait = max_wait
+        self._on_written = on_written
+        self._backlog = 0
+        self._count_lock = threading.Lock()
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self.written = 0
         self.discarded = 0
 
     def put(self, item: Finished) -> None:
+        with self._count_lock:
+            self._backlog += 1
         self._queue.put(item)
+
+    @property
+    def backlog(self) -> int:
+        """Outcomes handed over and not yet written (or given up)."""
+        return self._backlog
 
     def pending(self) -> bool:
         """Whether outcomes are waiting to be written."""
-        return not self._queue.empty()
+        return self._backlog > 0
 
     def stop(self, timeout: float = 30.0) -> None:
         """Write everything queued so far, then end the thread."""
@@ -79,6 +91,14 @@ class Completer(threading.Thread):
             self._write(batch)
 
     def _write(self, batch: list[Finished]) -> None:
+        try:
+            self._write_with_retries(batch)
+        finally:
+            with self._count_lock:
+                self._backlog -= len(batch)
+            self._on_written()
+
+    def _write_with_retries(self, batch: list[Finished]) -> None:
         delay = 0.05
         while True:
             try:

@@ -93,22 +93,30 @@ class Executor:
         for thread in self._threads:
             thread.start()
         self._runs: dict[uuid.UUID, Run] = {}
-        self._busy = 0  # threads occupied, including timed-out jobs that have not returned yet
+        # Jobs taken and not finished: waiting, running, or timed out and not returned yet.
+        self._busy = 0
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
 
     # -- capacity ------------------------------------------------------------------------------
 
     @property
+    def capacity(self) -> int:
+        """Jobs this executor takes at once: one per thread, and as many again waiting, so that
+        the next batch is already claimed when threads come free (claims overlap execution)."""
+        return 2 * self.concurrency
+
+    @property
     def free(self) -> int:
-        """Threads with nothing to do."""
+        """Jobs the executor can take now."""
         with self._lock:
-            return self.concurrency - self._busy
+            return self.capacity - self._busy
 
     @property
     def utilization(self) -> float:
+        """The busy share of threads (0 to 1)."""
         with self._lock:
-            return self._busy / self.concurrency
+            return min(1.0, self._busy / self.concurrency)
 
     def running(self) -> list[Run]:
         """Attempts that have not reported an outcome yet."""
@@ -306,6 +314,26 @@ class Executor:
                 run.ctx.stop()
                 stopped.append(run)
         return stopped
+
+    def take_waiting(self) -> list[Run]:
+        """Take back the jobs that were claimed but have not started (for a drain)."""
+        waiting = []
+        while True:
+            try:
+                run = self._inbox.get_nowait()
+            except queue.Empty:
+                break
+            if run is None:
+                continue
+            with run.lock:
+                run.reported = run.expired = True
+            with self._lock:
+                self._busy -= 1
+                self._runs.pop(run.claimed.job_id, None)
+            waiting.append(run)
+        with self._idle:
+            self._idle.notify_all()
+        return waiting
 
     def abandon(self) -> list[Run]:
         """Drain timed out: mark every unfinished attempt reported and return them."""

@@ -35,7 +35,7 @@ from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..store.cluster import NodeInfo
 from ..store.execution import Finished, Outcome
 from .completer import Completer
-from .executor import Executor
+from .executor import Executor, Run
 from .polling import PollingStrategy
 from .wakeup import PgListener, SqliteWatcher
 
@@ -139,7 +139,7 @@ class Worker:
         logging.getLogger().addHandler(capture)
         if job_logger.level == logging.NOTSET:
             job_logger.setLevel(logging.INFO)
-        self.completer = Completer(self.store, self.engine, self.node_id)
+        self.completer = Completer(self.store, self.engine, self.node_id, on_written=self._freed)
         self.executor = Executor(
             self.app, self.state, self, self.completer.put, self.concurrency, self._freed
         )
@@ -193,7 +193,10 @@ class Worker:
     def _poll(self) -> None:
         boost = self.config.priority_boost_minutes
         while not self._draining.is_set():
-            free = self.executor.free
+            # Clear before looking: a wake-up that arrives from here on makes the wait below
+            # return at once, so none is lost between a claim and the sleep.
+            self._wake.clear()
+            free = self._free()
             claimed = []
             if free > 0:
                 try:
@@ -211,7 +214,6 @@ class Worker:
             if free > 0 and len(claimed) < free:
                 delay = min(delay, self._until_next_due())
             self._wake.wait(delay)
-            self._wake.clear()
 
     def _until_next_due(self) -> float:
         """Seconds until the earliest pending job is due (the poller never sleeps past it)."""
@@ -231,10 +233,18 @@ class Worker:
             and self._until_next_due() > 0
         )
 
+    def _free(self) -> int:
+        """Jobs to claim now. Outcomes waiting to be written beyond one capacity's worth count
+        as taken: a completer that falls behind must not let RUNNING rows pile up without bound
+        (at most two capacities' worth are claimed and unwritten at any time)."""
+        unwritten = max(0, self.completer.backlog - self.executor.capacity)
+        return max(0, self.executor.free - unwritten)
+
     def _freed(self) -> None:
-        """A job thread came free. After a full claim there is probably more work waiting: claim
-        again once half the threads are free, so that claims come in batches, not one by one."""
-        if (self._last_claim_full or self.burst) and self.executor.free * 2 >= self.concurrency:
+        """Room was made (a job ended, or outcomes were written). After a full claim there is
+        probably more work waiting: claim again once half the capacity is free, so that claims
+        come in batches, not one by one."""
+        if (self._last_claim_full or self.burst) and self._free() * 2 >= self.executor.capacity:
             self._wake.set()
 
     def _watch(self) -> None:
@@ -263,17 +273,19 @@ class Worker:
                 run.claimed.job_id,
             )
 
+    def _release(self, runs: list[Run]) -> None:
+        """Hand jobs back to PENDING without spending their attempt."""
+        for run in runs:
+            self.completer.put(_release_outcome(run))
+
     def _drain(self) -> int:
+        # Claimed jobs that never started go back at once; running ones get the drain timeout.
+        self._release(self.executor.take_waiting())
         finished = self.executor.wait_idle(self.drain_timeout)
         if not finished:
             left = self.executor.abandon()
             log.warning("drain timeout: releasing %d unfinished jobs to PENDING", len(left))
-            for run in left:
-                self.completer.put(
-                    Finished(
-                        run.claimed.job_id, Outcome.RELEASE, run.claimed.task, run.claimed.attempt
-                    )
-                )
+            self._release(left)
         self.completer.stop()
         self.stop_event.set()
         try:
@@ -289,6 +301,10 @@ class Worker:
             self.completer.discarded,
         )
         return 0
+
+
+def _release_outcome(run: Run) -> Finished:
+    return Finished(run.claimed.job_id, Outcome.RELEASE, run.claimed.task, run.claimed.attempt)
 
 
 def _own_engine(url: sa.URL, concurrency: int) -> sa.Engine:

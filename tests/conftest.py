@@ -43,6 +43,7 @@ def pg_url() -> Iterator[str]:
     url = server.set(database=PG_DATABASE).render_as_string(hide_password=False)
     engine = sa.create_engine(url)
     migrate.upgrade(engine)
+    db.metadata.create_all(engine)  # the test app's own tables
     engine.dispose()
     yield url
     with admin.connect() as conn:
@@ -65,10 +66,6 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ratchet.db'}"
     url: str = request.getfixturevalue("pg_url")
-    with Flask(__name__).app_context():  # the host table may not exist yet on a new database
-        engine = sa.create_engine(url)
-        db.metadata.create_all(engine)
-        engine.dispose()
     truncate_all(url)
     return url
 

@@ -76,7 +76,7 @@ class ClusterStore(DialectHooks):
                 set_={"last_heartbeat": stmt.excluded.last_heartbeat, "pid": stmt.excluded.pid},
             )
         )
-        return conn.execute(sa.select(self.now_sql())).scalar_one()
+        return self.now(conn)
 
     def remove_node(self, conn: Connection, node_id: str) -> None:
         """A node that shut down cleanly says so."""
@@ -196,10 +196,6 @@ class ClusterStore(DialectHooks):
         # SQLite returns a scalar subquery's value as untyped text: let the column type read it.
         return _UTC.process_result_value(min(due), conn.dialect)
 
-    def database_now(self, conn: Connection) -> datetime:
-        """The database's clock."""
-        return conn.execute(sa.select(self.now_sql())).scalar_one()
-
     # -- retention -----------------------------------------------------------------------------
 
     def archive_ended(self, conn: Connection, older_than: float, limit: int) -> int:
@@ -216,7 +212,7 @@ class ClusterStore(DialectHooks):
         ).all()
         if not rows:
             return 0
-        archived_at = self.database_now(conn)
+        archived_at = self.now(conn)
         conn.execute(
             sa.insert(job_archive),
             [

@@ -220,7 +220,7 @@ class Worker:
         try:
             with self.engine.connect() as conn:
                 due = self.store.next_due(conn)
-                now = self.store.database_now(conn)
+                now = self.store.now(conn)
         except SQLAlchemyError:
             return self.config.poll_interval
         return float("inf") if due is None else max(0.0, float((due - now).total_seconds()))

@@ -99,7 +99,8 @@ def test_priority_ordinals_are_fixed() -> None:
 
 
 def test_schedule_and_schedule_at_set_the_due_time(app: Flask) -> None:
-    now = ratchet.state.store.now(ratchet.state.engine.connect())
+    with ratchet.state.engine.connect() as conn:
+        now = ratchet.state.store.now(conn)
     later = ratchet.get_job(ratchet.schedule(timedelta(minutes=30), add, 1, 1).submit().id)
     at = datetime(2027, 1, 1, tzinfo=UTC)
     fixed = ratchet.get_job(ratchet.schedule_at(at, add, 1, 1).submit().id)

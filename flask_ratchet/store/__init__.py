@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy.engine import Engine
 
 from ..config import RatchetConfig
+from .base import JobStore
 from .postgres import PostgresStore
 from .sql import SqlJobStore
 from .sqlite import SqliteStore
@@ -31,6 +32,11 @@ def store_for(engine: Engine, config: RatchetConfig | None = None) -> SqlJobStor
             )
         return SqliteStore(synchronous=(config or RatchetConfig()).sqlite_synchronous)
     raise ValueError(f"flask-ratchet does not support {name!r} yet; use PostgreSQL or SQLite")
+
+
+def _conforms(postgres: PostgresStore, sqlite: SqliteStore) -> tuple[JobStore, JobStore]:
+    """Never called: mypy checks here that both stores satisfy the protocols of :mod:`.base`."""
+    return postgres, sqlite
 
 
 __all__ = ["PostgresStore", "SqlJobStore", "SqliteStore", "store_for"]

@@ -70,13 +70,11 @@ class ClusterStore(DialectHooks):
             started_at=self.now_sql(),
             last_heartbeat=self.now_sql(),
         )
-        conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["node_id"],
-                set_={"last_heartbeat": stmt.excluded.last_heartbeat, "pid": stmt.excluded.pid},
-            )
-        )
-        return self.now(conn)
+        beat = stmt.on_conflict_do_update(
+            index_elements=["node_id"],
+            set_={"last_heartbeat": stmt.excluded.last_heartbeat, "pid": stmt.excluded.pid},
+        ).returning(node.c.last_heartbeat)
+        return conn.execute(beat).scalar_one()  # type: ignore[no-any-return]
 
     def remove_node(self, conn: Connection, node_id: str) -> None:
         """A node that shut down cleanly says so."""
@@ -181,6 +179,10 @@ class ClusterStore(DialectHooks):
 
     def next_due(self, conn: Connection) -> datetime | None:
         """The earliest due time of any PENDING job (one index probe per priority level)."""
+        return self.next_due_and_now(conn)[0]
+
+    def next_due_and_now(self, conn: Connection) -> tuple[datetime | None, datetime]:
+        """:meth:`next_due` and the database's time, in one round trip."""
         firsts = [
             sa.select(job_queue.c.scheduled_time)
             .where(job_queue.c.status == JobStatus.PENDING, job_queue.c.priority == int(p))
@@ -189,12 +191,11 @@ class ClusterStore(DialectHooks):
             .scalar_subquery()
             for p in Priority
         ]
-        values = conn.execute(sa.select(*firsts)).one()
+        *values, now = conn.execute(sa.select(*firsts, self.now_sql())).one()
         due = [v for v in values if v is not None]
-        if not due:
-            return None
         # SQLite returns a scalar subquery's value as untyped text: let the column type read it.
-        return _UTC.process_result_value(min(due), conn.dialect)
+        earliest = _UTC.process_result_value(min(due), conn.dialect) if due else None
+        return earliest, _UTC.process_result_value(now, conn.dialect)  # type: ignore[return-value]
 
     # -- retention -----------------------------------------------------------------------------
 

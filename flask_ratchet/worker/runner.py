@@ -219,8 +219,7 @@ class Worker:
         """Seconds until the earliest pending job is due (the poller never sleeps past it)."""
         try:
             with self.engine.connect() as conn:
-                due = self.store.next_due(conn)
-                now = self.store.now(conn)
+                due, now = self.store.next_due_and_now(conn)
         except SQLAlchemyError:
             return self.config.poll_interval
         return float("inf") if due is None else max(0.0, float((due - now).total_seconds()))

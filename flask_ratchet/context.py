@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextvars
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -55,7 +54,8 @@ class JobContext:
     params: dict[str, Any]
     previous_result: Any = None
     _supervisor: Supervisor | None = field(default=None, repr=False)
-    _stop: threading.Event = field(default_factory=threading.Event, repr=False)
+    # A plain flag, not an Event: nothing waits on it, and an Event per job is costly.
+    _stopped: bool = field(default=False, repr=False)
     _lines: list[LogLine] = field(default_factory=list, repr=False)
     _dropped: int = field(default=0, repr=False)
     _last_check: float = field(default=0.0, repr=False)
@@ -92,18 +92,18 @@ class JobContext:
 
     def is_canceled(self) -> bool:
         """True once the job was canceled or timed out: a long job should check and stop."""
-        if self._stop.is_set():
+        if self._stopped:
             return True
         now = time.monotonic()
         if self._supervisor is not None and now - self._last_check >= CHECK_INTERVAL:
             self._last_check = now
             if not self._supervisor.still_running(self.job_id):
-                self._stop.set()
-        return self._stop.is_set()
+                self._stopped = True
+        return self._stopped
 
     def stop(self) -> None:
         """Ask the job to stop (the worker calls this on cancel or timeout)."""
-        self._stop.set()
+        self._stopped = True
 
     def record(self, record: logging.LogRecord) -> None:
         """Keep one log line for storage."""

@@ -1,22 +1,23 @@
 """Schema migrations: alembic, with ratchet's own script folder and version table.
 
 The scripts ship inside the package (``flask_ratchet.migrations``), found with
-:mod:`importlib.resources`, so an installed wheel migrates exactly like a checkout.
+:mod:`importlib.resources`, so an installed wheel migrates exactly like a checkout. alembic is
+imported on first use: processes that never migrate (web workers, job workers on PostgreSQL)
+do not pay for importing it.
 """
 
 from __future__ import annotations
 
 from importlib.resources import as_file, files
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection, Engine
 
 from .schema import VERSION_TABLE
 from .store import store_for
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 
 def include_object(
@@ -28,6 +29,8 @@ def include_object(
 
 
 def _config(conn: Connection | None = None) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     with as_file(files("flask_ratchet.migrations")) as folder:
         cfg.set_main_option("script_location", str(folder))
@@ -37,18 +40,24 @@ def _config(conn: Connection | None = None) -> Config:
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring ratchet's tables on ``engine`` up to ``revision``, in one transaction."""
+    from alembic import command
+
     with store_for(engine).begin(engine) as conn:
         command.upgrade(_config(conn), revision)
 
 
 def downgrade(engine: Engine, revision: str) -> None:
     """Take ratchet's tables on ``engine`` down to ``revision`` (``base`` drops them)."""
+    from alembic import command
+
     with store_for(engine).begin(engine) as conn:
         command.downgrade(_config(conn), revision)
 
 
 def current(engine: Engine) -> str | None:
     """The revision ratchet's tables are at, or ``None`` if they do not exist."""
+    from alembic.runtime.migration import MigrationContext
+
     with engine.connect() as conn:
         ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
         return ctx.get_current_revision()
@@ -56,4 +65,6 @@ def current(engine: Engine) -> str | None:
 
 def head() -> str | None:
     """The newest revision this version of flask-ratchet ships."""
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(_config()).get_current_head()

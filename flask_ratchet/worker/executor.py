@@ -36,6 +36,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flask_ratchet.worker")
 
+#: Claimed jobs wait for a thread about this long at most (at the recent mean run time): enough
+#: to keep threads busy while the next claim is on its way, short enough not to hoard work that
+#: other workers could run.
+PREFETCH_HORIZON = 0.05
+#: The most jobs that may wait per thread, however short the jobs are.
+MAX_WAITING_PER_THREAD = 20
+#: The run time assumed before any job has finished: one waiting job per thread.
+INITIAL_MEAN_RUN = PREFETCH_HORIZON
+
 
 class JobTimeout(BaseException):
     """Raised inside a job's thread when its attempt runs past its timeout.
@@ -95,6 +104,7 @@ class Executor:
         self._runs: dict[uuid.UUID, Run] = {}
         # Jobs taken and not finished: waiting, running, or timed out and not returned yet.
         self._busy = 0
+        self._mean_run = INITIAL_MEAN_RUN  # moving average of attempts' run time, in seconds
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
 
@@ -102,9 +112,16 @@ class Executor:
 
     @property
     def capacity(self) -> int:
-        """Jobs this executor takes at once: one per thread, and as many again waiting, so that
-        the next batch is already claimed when threads come free (claims overlap execution)."""
-        return 2 * self.concurrency
+        """Jobs this executor takes at once: one per thread, and the next ones waiting, so that
+        they are already claimed when threads come free (claims overlap execution).
+
+        How many wait depends on how long jobs run: as many as the threads finish within
+        ``PREFETCH_HORIZON`` (at least one, at most ``MAX_WAITING_PER_THREAD`` per thread). Short
+        jobs are claimed in large batches, long ones one per thread.
+        """
+        per_thread = PREFETCH_HORIZON / max(self._mean_run, 1e-6)
+        waiting = min(max(per_thread, 1.0), MAX_WAITING_PER_THREAD) * self.concurrency
+        return self.concurrency + int(waiting)
 
     @property
     def free(self) -> int:
@@ -172,6 +189,7 @@ class Executor:
         self._inbox.put(run)
 
     def _execute(self, run: Run) -> None:
+        began = time.monotonic()
         try:
             with self._app.app_context(), run.ctx.bound():
                 outcome = self._attempt(run)
@@ -179,7 +197,9 @@ class Executor:
         except BaseException:  # never let a pool thread die silently
             log.exception("ratchet worker failed while running job %s", run.claimed.job_id)
         finally:
+            took = time.monotonic() - began
             with self._lock:
+                self._mean_run += (took - self._mean_run) * 0.1
                 self._busy -= 1
                 if self._runs.get(run.claimed.job_id) is run:
                     del self._runs[run.claimed.job_id]

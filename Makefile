@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup lint test demo bench clean
+.PHONY: setup lint test demo bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -31,6 +31,10 @@ bench: setup
 	$(PY) -m bench.enqueue_claim
 	$(PY) -m bench.worker
 	$(PY) -m bench.notify --processes 4 --threads 4
+
+# Installs the peers into bench/.peers on its first run (pinned in bench/compare.py).
+bench-peers: setup
+	$(PY) -m bench.compare
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info instance

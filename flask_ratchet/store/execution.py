@@ -79,6 +79,19 @@ def error_hash(task: str, error: str | None) -> str:
     return hashlib.sha256(f"{task}\n{error or ''}".encode()).hexdigest()[:32]
 
 
+_END_COLD_ROW = (
+    sa.update(job)
+    .where(job.c.job_id == sa.bindparam("b_job_id"))
+    .values(
+        terminal_status=sa.bindparam("b_status"),
+        result=sa.bindparam("b_result"),
+        terminal_error=sa.bindparam("b_error"),
+        attempts=sa.bindparam("b_attempts"),
+        progress=sa.bindparam("b_progress"),
+    )
+)
+
+
 class ExecutionStore(DialectHooks):
     """Completion and everything recorded with it. Mixed into the dialect stores."""
 
@@ -90,22 +103,23 @@ class ExecutionStore(DialectHooks):
         again = self._requeue(conn, node_id, [i for i in items if not i.outcome.terminal])
         applied = set(ended) | again
         done = [i for i in items if i.job_id in applied]
-        for item in done:
-            if item.job_id in ended:
-                attempts, progress = ended[item.job_id]
-                conn.execute(
-                    sa.update(job)
-                    .where(job.c.job_id == item.job_id)
-                    .values(
-                        terminal_status=target(item.outcome.action, JobStatus.RUNNING),
-                        result=item.result,
-                        terminal_error=item.error,
-                        attempts=attempts,
-                        progress=progress,
-                        finished_at=self.now_sql(),
-                    )
-                )
         if ended:
+            # One statement for the batch (executemany), not a round through the engine per job.
+            conn.execute(
+                _END_COLD_ROW.values(finished_at=self.now_sql()),
+                [
+                    {
+                        "b_job_id": item.job_id,
+                        "b_status": target(item.outcome.action, JobStatus.RUNNING),
+                        "b_result": item.result,
+                        "b_error": item.error,
+                        "b_attempts": ended[item.job_id][0],
+                        "b_progress": ended[item.job_id][1],
+                    }
+                    for item in done
+                    if item.job_id in ended
+                ],
+            )
             conn.execute(sa.delete(business_key).where(business_key.c.job_id.in_(list(ended))))
         self._record(conn, node_id, done)
         return applied

@@ -150,6 +150,19 @@ class PostgresStore(SqlJobStore):
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
         return engine.execution_options(isolation_level="AUTOCOMMIT")
 
+    def claim_engine(self, engine: Engine) -> Engine:
+        # Claims commit without waiting for the WAL flush (a disk flush per claim saved). A
+        # claim lost in a server crash only leaves its jobs PENDING, as if never claimed: the
+        # claiming worker's outcomes are fenced and change nothing, and the jobs run again, as
+        # after a worker crash. Completions and submissions stay synchronous.
+        return sa.create_engine(
+            engine.url,
+            pool_size=1,
+            max_overflow=0,
+            isolation_level="AUTOCOMMIT",
+            connect_args={"options": "-c synchronous_commit=off"},
+        )
+
     @contextmanager
     def single_statement(self, engine: Engine) -> Iterator[Connection]:
         with engine.connect() as conn:

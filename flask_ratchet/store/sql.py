@@ -81,6 +81,11 @@ class SqlJobStore(ExecutionStore, ClusterStore):
         """The engine to pass to :meth:`single_statement`; make it once and keep it."""
         return engine
 
+    def claim_engine(self, engine: Engine) -> Engine:
+        """The engine a worker claims with (through :meth:`single_statement`); the worker
+        makes it once from its own ``engine`` and disposes of it when it stops."""
+        return self.statement_engine(engine)
+
     def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
         """A connection for work that is one atomic write (the claim, a submission)."""
         return self.begin(engine)

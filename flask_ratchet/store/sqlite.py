@@ -81,58 +81,12 @@ class SqliteStore(SqlJobStore):
         self, conn: Connection, limit: int, node_id: str, boost_minutes: int
     ) -> list[ClaimedJob]:
         now = datetime.now(UTC)
-        q = job_queue
-        (source,) = sources(Action.CLAIM)
-        levels = []
-        for level in sorted(Priority, reverse=True):
-            oldest = (
-                sa.select(q.c.job_id, q.c.priority, q.c.scheduled_time)
-                .where(q.c.status == source, q.c.priority == int(level), q.c.scheduled_time <= now)
-                .order_by(q.c.scheduled_time, q.c.job_id)
-                .limit(limit)
-                .subquery()
-            )
-            levels.append(sa.select(oldest))
-        candidate = sa.union_all(*levels).subquery()
-        effective: ColumnElement[Any] = candidate.c.priority
-        if boost_minutes:
-            waited = (
-                sa.func.julianday(now) - sa.func.julianday(candidate.c.scheduled_time)
-            ) * 1440.0
-            effective = candidate.c.priority + sa.cast(waited / boost_minutes, sa.Integer)
-        picked = (
-            sa.select(candidate.c.job_id)
-            .order_by(effective.desc(), candidate.c.scheduled_time, candidate.c.job_id)
-            .limit(limit)
-        )
-        claim = (
-            sa.update(q)
-            .where(q.c.job_id.in_(picked), q.c.status == source)
-            .values(
-                status=target(Action.CLAIM, source),
-                picked_by=node_id,
-                picked_at=now,
-                attempts=q.c.attempts + 1,
-                version=q.c.version + 1,
-                updated_at=now,
-            )
-            .returning(q.c.job_id, q.c.priority, q.c.attempts, q.c.max_retries, q.c.scheduled_time)
-        )
-        hot = {r.job_id: r for r in conn.execute(claim)}
+        claim = _CLAIM_BOOSTED if boost_minutes else _CLAIM_PLAIN
+        params = {"now": now, "limit": limit, "node": node_id, "boost": boost_minutes or 1}
+        hot = {r.job_id: r for r in conn.execute(claim, params)}
         if not hot:
             return []
-        cold = conn.execute(
-            sa.select(
-                job.c.job_id,
-                job.c.task,
-                job.c.payload,
-                job.c.params,
-                job.c.backoff,
-                job.c.backoff_base,
-                job.c.timeout,
-                job.c.resource_name,
-            ).where(job.c.job_id.in_(list(hot)))
-        )
+        cold = conn.execute(_CLAIMED_COLD_ROWS, {"ids": list(hot)})
         claimed = [
             ClaimedJob(
                 job_id=c.job_id,
@@ -153,3 +107,60 @@ class SqliteStore(SqlJobStore):
         ]
         claimed.sort(key=lambda c: (-c.priority, c.scheduled_time, c.job_id))
         return claimed
+
+
+def _claim_statement(boosted: bool) -> sa.Update:
+    """The claim, built once: the oldest due PENDING rows of each priority level, merged by
+    effective priority, marked RUNNING (parameters ``now``, ``limit``, ``node``, ``boost``)."""
+    q = job_queue
+    (source,) = sources(Action.CLAIM)
+    now = sa.bindparam("now", type_=UtcDateTime())
+    limit = sa.bindparam("limit", type_=sa.Integer())
+    levels = []
+    for level in sorted(Priority, reverse=True):
+        oldest = (
+            sa.select(q.c.job_id, q.c.priority, q.c.scheduled_time)
+            .where(q.c.status == source, q.c.priority == int(level), q.c.scheduled_time <= now)
+            .order_by(q.c.scheduled_time, q.c.job_id)
+            .limit(limit)
+            .subquery()
+        )
+        levels.append(sa.select(oldest))
+    candidate = sa.union_all(*levels).subquery()
+    effective: ColumnElement[Any] = candidate.c.priority
+    if boosted:
+        waited = (sa.func.julianday(now) - sa.func.julianday(candidate.c.scheduled_time)) * 1440.0
+        boost = sa.bindparam("boost", type_=sa.Integer())
+        effective = candidate.c.priority + sa.cast(waited / boost, sa.Integer)
+    picked = (
+        sa.select(candidate.c.job_id)
+        .order_by(effective.desc(), candidate.c.scheduled_time, candidate.c.job_id)
+        .limit(limit)
+    )
+    return (
+        sa.update(q)
+        .where(q.c.job_id.in_(picked), q.c.status == source)
+        .values(
+            status=target(Action.CLAIM, source),
+            picked_by=sa.bindparam("node"),
+            picked_at=now,
+            attempts=q.c.attempts + 1,
+            version=q.c.version + 1,
+            updated_at=now,
+        )
+        .returning(q.c.job_id, q.c.priority, q.c.attempts, q.c.max_retries, q.c.scheduled_time)
+    )
+
+
+_CLAIMED_COLD_ROWS = sa.select(
+    job.c.job_id,
+    job.c.task,
+    job.c.payload,
+    job.c.params,
+    job.c.backoff,
+    job.c.backoff_base,
+    job.c.timeout,
+    job.c.resource_name,
+).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))
+_CLAIM_PLAIN = _claim_statement(boosted=False)
+_CLAIM_BOOSTED = _claim_statement(boosted=True)

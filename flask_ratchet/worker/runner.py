@@ -134,7 +134,7 @@ class Worker:
             self.store = self.state.store
             url = self.state.engine.url
         self.engine = _own_engine(url, self.concurrency)
-        self.statement_engine = self.store.statement_engine(self.engine)
+        self.claim_engine = self.store.claim_engine(self.engine)
         capture = CaptureHandler()
         logging.getLogger().addHandler(capture)
         if job_logger.level == logging.NOTSET:
@@ -161,6 +161,7 @@ class Worker:
             self.stop_event.set()
             logging.getLogger().removeHandler(capture)
             self.state.wake_listeners[:] = [w for w in self.state.wake_listeners if w != self.wake]
+            self.claim_engine.dispose()
             self.engine.dispose()
 
     def _start(self, url: sa.URL) -> None:
@@ -200,7 +201,7 @@ class Worker:
             claimed = []
             if free > 0:
                 try:
-                    with self.store.single_statement(self.statement_engine) as conn:
+                    with self.store.single_statement(self.claim_engine) as conn:
                         claimed = self.store.claim_due(conn, free, self.node_id, boost)
                 except SQLAlchemyError:
                     log.warning("claim failed; polling again later", exc_info=True)

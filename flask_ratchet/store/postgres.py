@@ -16,6 +16,7 @@ deep the backlog is.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -88,22 +89,19 @@ _AFTER_JOB = """
 SELECT job_id FROM job
 """
 _MANY_TAGS = """SELECT t.job_id, t.tag
-    FROM unnest(CAST(:tag_job AS uuid[]), CAST(:tag AS text[])) AS t(job_id, tag)
+    FROM json_to_recordset(CAST(:tags AS json)) AS t(job_id uuid, tag text)
     JOIN job USING (job_id)"""
 _ONE_JOBS_TAGS = "SELECT job.job_id, t.tag FROM job, unnest(CAST(:tags AS text[])) AS t(tag)"
 
+# Many jobs travel as one JSON document (one call into the C encoder; binding a dozen arrays
+# costs tens of microseconds per job in the driver). A missing key reads as NULL.
 _SUBMIT = f"""
 WITH input AS (
-    SELECT * FROM unnest(
-        CAST(:job_id AS uuid[]), CAST(:task AS text[]), CAST(:job_type AS text[]),
-        CAST(:priority AS smallint[]), CAST(:payload AS text[]), CAST(:params AS text[]),
-        CAST(:max_retries AS int[]), CAST(:backoff AS text[]), CAST(:backoff_base AS float8[]),
-        CAST(:timeout AS float8[]), CAST(:resource_name AS text[]),
-        CAST(:idempotency_key AS text[]), CAST(:business_key AS text[]),
-        CAST(:depends_on AS uuid[]), CAST(:recurring_id AS text[]),
-        CAST(:fire_time AS timestamptz[]), CAST(:run_at AS timestamptz[]),
-        CAST(:delay AS float8[])
-    ) AS t({_JOB_COLUMNS}, run_at, delay)
+    SELECT * FROM json_to_recordset(CAST(:jobs AS json)) AS t(
+        job_id uuid, task text, job_type text, priority smallint, payload text, params text,
+        max_retries int, backoff text, backoff_base float8, timeout float8, resource_name text,
+        idempotency_key text, business_key text, depends_on uuid, recurring_id text,
+        fire_time timestamptz, run_at timestamptz, delay float8)
 ), job AS (
     INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
     SELECT {_JOB_COLUMNS}, now(), coalesce(run_at, now() + make_interval(secs => delay)), 0
@@ -189,7 +187,7 @@ class PostgresStore(SqlJobStore):
                         rows = conn.execute(stmt, params)
                 else:
                     rows = conn.execute(stmt, params)
-                inserted.update(rows.scalars())
+                inserted.update(rows.scalars().all())
             except sa.exc.IntegrityError as exc:
                 if _constraint(exc) == _KEY_CONSTRAINT:
                     if inserted:  # an earlier chunk of this call went in: take it back out
@@ -269,14 +267,28 @@ SUBMIT_CHUNK = 5000
 
 
 def _submit_params(jobs: Sequence[NewJob]) -> dict[str, Any]:
-    """The column arrays ``_SUBMIT`` unnests: one list per column, one entry per job."""
-    rows = [_due(new) | job_values(new) for new in jobs]
-    tags = [(new.job_id, tag) for new in jobs for tag in new.options.tags]
-    return {column: [row[column] for row in rows] for column in rows[0]} | {
-        "tag_job": [job_id for job_id, _ in tags],
-        "tag": [tag for _, tag in tags],
+    """``_SUBMIT``'s parameters: the jobs and their tags as JSON documents."""
+    return {
+        "jobs": json.dumps([_json_row(new) for new in jobs]),
+        "tags": json.dumps(
+            [{"job_id": str(new.job_id), "tag": tag} for new in jobs for tag in new.options.tags]
+        ),
         "pending": JobStatus.PENDING.value,
     }
+
+
+def _json_row(new: NewJob) -> dict[str, Any]:
+    """One job for ``_SUBMIT``'s JSON document: its non-null columns, JSON-typed."""
+    row: dict[str, Any] = {}
+    for column, value in (_due(new) | job_values(new)).items():
+        if value is None:
+            continue
+        if isinstance(value, uuid.UUID):
+            value = str(value)
+        elif isinstance(value, datetime):
+            value = value.isoformat()
+        row[column] = value
+    return row
 
 
 def _interval(seconds: float) -> ColumnElement[Any]:

@@ -25,6 +25,9 @@ from ..states import Action, sources, target
 from .base import ClaimedJob, NewJob
 from .sql import SqlJobStore
 
+#: Marks a DBAPI connection (in its pool entry's ``info``) whose synchronous level is set.
+_SYNCHRONOUS_SET = "ratchet_sqlite_synchronous"
+
 
 class SqliteStore(SqlJobStore):
     """The store for ``sqlite:///path`` URLs."""
@@ -43,11 +46,13 @@ class SqliteStore(SqlJobStore):
     @contextmanager
     def begin(self, engine: Engine) -> Iterator[Connection]:
         with engine.connect() as conn, conn.begin():
-            if self._synchronous:
+            if self._synchronous and not conn.info.get(_SYNCHRONOUS_SET):
                 # In WAL mode NORMAL commits without an fsync per transaction; a power cut may
                 # lose the last commits but never corrupts the file (RATCHET_SQLITE_SYNCHRONOUS).
-                # pysqlite opens no transaction for a PRAGMA, so this runs before BEGIN.
+                # pysqlite opens no transaction for a PRAGMA, so this runs before BEGIN. The
+                # setting lasts as long as the connection: once per connection is enough.
                 conn.exec_driver_sql(self._synchronous)
+                conn.info[_SYNCHRONOUS_SET] = True
             conn.exec_driver_sql("BEGIN IMMEDIATE")
             yield conn
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .context import JobContext
+from .cron import CronError
 from .errors import (
     ConfigError,
     DoNotRetry,
@@ -17,14 +18,16 @@ from .errors import (
 from .extension import Ratchet
 from .job import Job, JobHandle, Page
 from .options import Backoff, Priority
+from .recurring import Misfire, RecurringJob, RecurringStatus
 from .states import JobStatus
-from .submit import JobBuilder
+from .submit import JobBuilder, RecurringJobBuilder
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Backoff",
     "ConfigError",
+    "CronError",
     "DoNotRetry",
     "DuplicateBusinessKey",
     "IllegalTransition",
@@ -34,12 +37,16 @@ __all__ = [
     "JobHandle",
     "JobNotFound",
     "JobStatus",
+    "Misfire",
     "Page",
     "PayloadError",
     "PayloadTooLarge",
     "Priority",
     "Ratchet",
     "RatchetError",
+    "RecurringJob",
+    "RecurringJobBuilder",
+    "RecurringStatus",
     "TaskNotAllowed",
     "__version__",
 ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -15,6 +16,7 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from . import migrate
+from .cron import CronError, next_fire_times, zone_info
 from .states import JobStatus
 
 ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
@@ -139,3 +141,81 @@ def _report(done: bool, job_id: str, verb: str, why_not: str) -> None:
     if not done:
         raise click.ClickException(f"job {job_id} was not {verb}: it does not exist or {why_not}")
     click.echo(f"job {job_id} {verb}")
+
+
+@ratchet_cli.group("recurring")
+def recurring_cli() -> None:
+    """Look at and act on recurring jobs."""
+
+
+@recurring_cli.command("list")
+@click.option("--all", "include_canceled", is_flag=True, help="Include canceled masters.")
+def recurring_list(include_canceled: bool) -> None:
+    """List recurring jobs with their next fire times (UTC)."""
+    masters = _ratchet().list_recurring(include_canceled=include_canceled)
+    if not masters:
+        click.echo("no recurring jobs")
+    for m in masters:
+        upcoming = m.next_fire.isoformat(timespec="seconds") if m.next_fire else "-"
+        click.echo(f"{m.id}  {m.status:<8}  next {upcoming}  {m.cron!r} {m.zone}  {m.task}")
+
+
+@recurring_cli.command("register")
+def recurring_register() -> None:
+    """Register the app's declared recurring jobs now (workers do it when they start)."""
+    for m in _ratchet().register_recurring():
+        click.echo(f"{m.id}  {m.status}")
+
+
+@recurring_cli.command("pause")
+@click.argument("recurring_id")
+def recurring_pause(recurring_id: str) -> None:
+    """Stop creating children until resumed."""
+    _report_recurring(_ratchet().pause_recurring(recurring_id), recurring_id, "paused")
+
+
+@recurring_cli.command("resume")
+@click.argument("recurring_id")
+def recurring_resume(recurring_id: str) -> None:
+    """Fire again from the next occurrence."""
+    _report_recurring(_ratchet().resume_recurring(recurring_id), recurring_id, "resumed")
+
+
+@recurring_cli.command("cancel")
+@click.argument("recurring_id")
+def recurring_cancel(recurring_id: str) -> None:
+    """End a recurring job (its id is free to be registered again)."""
+    _report_recurring(_ratchet().cancel_recurring(recurring_id), recurring_id, "canceled")
+
+
+@recurring_cli.command("run-now")
+@click.argument("recurring_id")
+def recurring_run_now(recurring_id: str) -> None:
+    """Create one extra child now."""
+    handle = _ratchet().run_recurring_now(recurring_id)
+    _report_recurring(handle is not None, recurring_id, "run")
+    click.echo(f"job {handle.id}")
+
+
+@recurring_cli.command("preview")
+@click.argument("cron")
+@click.option("--zone", default="UTC", show_default=True, help="IANA time zone.")
+@click.option("-n", "count", type=click.IntRange(1, 100), default=5, show_default=True)
+def recurring_preview(cron: str, zone: str, count: int) -> None:
+    """Show the next fire times of a Quartz CRON expression."""
+    try:
+        times = next_fire_times(cron, zone, datetime.now(UTC), count)
+    except CronError as exc:
+        raise click.ClickException(str(exc)) from None
+    tz = zone_info(zone)
+    for t in times:
+        click.echo(f"{t.isoformat()}  ({t.astimezone(tz).isoformat()} {zone})")
+
+
+def _report_recurring(done: bool, recurring_id: str, verb: str) -> None:
+    if not done:
+        raise click.ClickException(
+            f"recurring job {recurring_id} was not {verb}: it does not exist or its status "
+            "does not allow it (see 'flask ratchet recurring list --all')"
+        )
+    click.echo(f"recurring job {recurring_id} {verb}")

@@ -73,6 +73,12 @@ class RatchetConfig:
     #: SQLite only: ``PRAGMA synchronous`` for ratchet's own write transactions (WAL mode).
     #: ``NORMAL`` skips the fsync per commit; ``FULL`` keeps it; ``None`` leaves it as it is.
     sqlite_synchronous: str | None = "NORMAL"
+    #: Whether workers fire recurring jobs (and register the declared ones) at all.
+    recurring_enabled: bool = True
+    #: Ids of recurring jobs workers must not fire (they stay registered).
+    recurring_disabled: tuple[str, ...] = ()
+    #: An occurrence later than this has misfired: its master's misfire policy decides.
+    recurring_misfire_threshold: float = 60.0
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> RatchetConfig:
@@ -171,6 +177,21 @@ def _optional_str(key: str, value: Any) -> str | None:
     return value
 
 
+def _bool(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key} must be True or False, got {value!r}")
+    return value
+
+
+def _id_list(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple | set | frozenset):
+        raise ConfigError(f"{key} must be a list of recurring job ids, got {value!r}")
+    for item in value:
+        if not isinstance(item, str) or not item or len(item) > 255:
+            raise ConfigError(f"{key} entries must be recurring job ids (strings), got {item!r}")
+    return tuple(sorted(value))
+
+
 def _sqlite_synchronous(key: str, value: Any) -> str | None:
     if value is not None and value not in ("OFF", "NORMAL", "FULL", "EXTRA"):
         raise ConfigError(f"{key} must be 'OFF', 'NORMAL', 'FULL', 'EXTRA' or None, got {value!r}")
@@ -200,4 +221,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "drain_timeout": _seconds,
     "node_id": _optional_str,
     "sqlite_synchronous": _sqlite_synchronous,
+    "recurring_enabled": _bool,
+    "recurring_disabled": _id_list,
+    "recurring_misfire_threshold": _seconds,
 }

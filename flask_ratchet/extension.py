@@ -26,6 +26,8 @@ from .config import RatchetConfig
 from .errors import IllegalTransition, JobNotFound
 from .job import Job, JobHandle, Page
 from .options import Backoff, JobOptions, Priority, seconds, validate_options
+from .recurring import RecurringDefinition
+from .recurring_facade import RecurringFacade
 from .registry import TaskRegistry
 from .states import Action, JobStatus, allowed
 from .store import SqlJobStore, store_for
@@ -183,7 +185,7 @@ class RatchetState:
             self.wake()
 
 
-class Ratchet:
+class Ratchet(RecurringFacade):
     """The flask-ratchet extension.
 
     ::
@@ -203,6 +205,7 @@ class Ratchet:
 
     def __init__(self, app: Flask | None = None, db: SQLAlchemy | None = None) -> None:
         self.registry = TaskRegistry()
+        self.recurring_definitions: dict[str, RecurringDefinition] = {}
         self._db = db
         if app is not None:
             self.init_app(app, db)

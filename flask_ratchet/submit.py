@@ -13,11 +13,14 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import payload
+from .cron import validate as cron_validate
 from .ids import uuid7
 from .job import JobHandle
 from .options import Backoff, JobOptions, Priority, validate_key
-from .registry import Task
+from .recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
+from .registry import Task, default_name
 from .store.base import NewJob
+from .store.recurring import RecurringStore
 
 if TYPE_CHECKING:
     from .extension import RatchetState
@@ -193,3 +196,133 @@ def replacement_builder(
     )
     builder._business_key = old.business_key
     return builder
+
+
+class RecurringJobBuilder:
+    """A recurring schedule for one task, then :meth:`submit`. Returned by
+    ``ratchet.schedule_recurring()``.
+
+    >>> (ratchet.schedule_recurring("0 0 * * * ?", "UTC", hourly_report)
+    ...     .with_max_retries(3).with_tags("reports").with_business_key("hourly-report")
+    ...     .submit())
+    """
+
+    def __init__(
+        self, state: RatchetState, task: Task, payload_text: str, cron: str, zone: str
+    ) -> None:
+        self._state = state
+        self._task = task
+        self._payload = payload_text
+        self._cron = cron
+        self._zone = zone
+        self._options = task.options
+        self._id = default_name(task.func)
+        self._name: str | None = None
+        self._misfire = Misfire.FIRE_ONCE
+        self._submitted = False
+
+    def __repr__(self) -> str:
+        return f"<RecurringJobBuilder {self._id} {self._cron!r} {self._zone}>"
+
+    def __del__(self) -> None:
+        if not getattr(self, "_submitted", True):
+            log.warning("recurring job %s was built but never submitted: call .submit()", self._id)
+
+    def with_options(self, **options: Any) -> RecurringJobBuilder:
+        """Set several child-job options at once: ``priority``, ``max_retries``, ``backoff``,
+        ``backoff_base``, ``timeout``, ``resource``, ``tags``, ``params``."""
+        if "tags" in options:
+            options["tags"] = tuple(options["tags"])
+        self._options = self._options.merged(**options)
+        return self
+
+    def with_priority(self, priority: Priority | int) -> RecurringJobBuilder:
+        """The children's priority."""
+        return self.with_options(priority=priority)
+
+    def with_max_retries(self, max_retries: int) -> RecurringJobBuilder:
+        """Retries of each child after its first run."""
+        return self.with_options(max_retries=max_retries)
+
+    def with_backoff(
+        self, backoff: Backoff | str, base: timedelta | float | None = None
+    ) -> RecurringJobBuilder:
+        """How long a failed child waits between attempts; ``base`` is the first wait."""
+        if base is None:
+            return self.with_options(backoff=backoff)
+        return self.with_options(backoff=backoff, backoff_base=base)
+
+    def with_timeout(self, timeout: timedelta | float) -> RecurringJobBuilder:
+        """Fail a child's attempt that runs longer than this."""
+        return self.with_options(timeout=timeout)
+
+    def with_tags(self, *tags: str) -> RecurringJobBuilder:
+        """Add tags to every child."""
+        return self.with_options(tags=(*self._options.tags, *tags))
+
+    def with_param(self, key: str, value: Any) -> RecurringJobBuilder:
+        """Set one JobContext parameter (JSON) of every child."""
+        return self.with_options(params={**self._options.params, key: value})
+
+    def with_resource(self, name: str) -> RecurringJobBuilder:
+        """The resource each child takes a permit of."""
+        return self.with_options(resource=name)
+
+    def with_business_key(self, key: str) -> RecurringJobBuilder:
+        """The master's id (default ``module:qualname``): exactly one master exists per id, and
+        submitting the same id again updates it."""
+        self._id = validate_key("recurring id", key)
+        return self
+
+    def with_name(self, name: str) -> RecurringJobBuilder:
+        """A display name (default: the id)."""
+        self._name = validate_key("recurring name", name)
+        return self
+
+    def with_misfire_policy(self, policy: Misfire | str) -> RecurringJobBuilder:
+        """What to do with occurrences missed while no worker ran (default FIRE_ONCE)."""
+        self._misfire = misfire_policy(policy)
+        return self
+
+    def build(self) -> RecurringDefinition:
+        """Return the validated master this builder describes, and mark the builder used."""
+        if self._options.params:
+            payload.encode_value(
+                f"the params of {self._task.name}",
+                self._options.params,
+                self._state.config.max_payload_bytes,
+            )
+        self._submitted = True
+        return RecurringDefinition(
+            id=self._id,
+            name=self._name or self._id,
+            task=self._task.name,
+            cron=self._cron,
+            zone=self._zone,
+            payload=self._payload,
+            options=self._options,
+            misfire=self._misfire,
+        )
+
+    def submit(self) -> RecurringJob:
+        """Create or update the master (joining the current transaction, like a job) and
+        return it. The same definition again changes nothing; see ``RecurringStore.register``."""
+        definition = self.build()
+        with self._state.connection() as conn:
+            master, _ = RecurringStore(self._state.store).register(conn, definition)
+        return master
+
+
+def make_recurring_builder(
+    state: RatchetState,
+    cron: str,
+    zone: str,
+    target: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> RecurringJobBuilder:
+    """Check the schedule, the task and its arguments; raise before anything is built."""
+    cron_validate(cron, zone)
+    task = state.ratchet.registry.for_submit(target, state.config.allowed_modules)
+    text = payload.encode_arguments(task.name, args, kwargs, state.config.max_payload_bytes)
+    return RecurringJobBuilder(state, task, text, cron, zone)

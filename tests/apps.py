@@ -122,3 +122,9 @@ def never_returns() -> None:
 def report(done: int) -> str:
     JobContext.current().set_progress(done, 10, "half way")
     return "reported"
+
+
+@ratchet.recurring("0 0 0 1 1 ? 2099", id="tests.new-year-2099", name="New year 2099")
+def new_year_2099(ctx: JobContext) -> None:
+    """A declared recurring job that never fires while the tests run: registered at worker start."""
+    ctx.logger.info("happy new year")

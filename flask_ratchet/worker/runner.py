@@ -32,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import RatchetConfig
 from ..context import CaptureHandler, job_logger
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
+from ..maintenance.recurring import start_recurring
 from ..store.cluster import NodeInfo
 from ..store.execution import Finished, Outcome
 from .completer import Completer
@@ -181,6 +182,7 @@ class Worker:
             self.store, self.engine, self.node_id, tasks, self.stop_event
         )
         self.maintenance.start()
+        self.recurring = start_recurring(self.app, self.store, self.engine, self.stop_event)
         threading.Thread(target=self._watch, name="ratchet-watchdog", daemon=True).start()
         self.listener: threading.Thread
         if url.get_backend_name() == "postgresql":

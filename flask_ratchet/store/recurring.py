@@ -1,0 +1,341 @@
+"""The SQL of recurring masters (``ratchet_recurring``): registration, firing and operations.
+
+Exactly one master exists per id: the id is the table's primary key, and registration is an
+``INSERT … ON CONFLICT DO NOTHING`` followed, when the row exists, by a guarded update. Firing
+locks due masters (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE``
+serialises firers), advances ``next_fire`` with a compare-and-swap on its old value and inserts
+the children through the store's normal submission, all in one transaction. The unique
+``(recurring_id, fire_time)`` constraint of ``ratchet_job`` makes a second child for one
+occurrence impossible even if two firers raced past the swap.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from .. import payload
+from ..cron import next_fire
+from ..ids import uuid7
+from ..recurring import (
+    Misfire,
+    RecurringDefinition,
+    RecurringJob,
+    RecurringStatus,
+    decode_options,
+    plan_fires,
+)
+from ..schema import recurring
+from .base import NewJob
+from .sql import SqlJobStore
+
+log = logging.getLogger("flask_ratchet.worker")
+
+#: Masters fired per transaction; more wait for the next pass (moments later).
+FIRE_BATCH = 100
+#: Tries of a registration whose guarded update lost a race.
+REGISTER_TRIES = 3
+
+_LIVE = (RecurringStatus.ACTIVE, RecurringStatus.PAUSED)
+#: The columns a registration sets and compares; a difference in any of them is a change.
+_DEFINITION = ("name", "task", "cron", "zone", "payload", "options", "misfire")
+
+
+@dataclass(frozen=True, slots=True)
+class Fired:
+    """One child created by :meth:`RecurringStore.fire_due`."""
+
+    recurring_id: str
+    fire_time: datetime
+    job_id: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class FirePass:
+    """What one firing pass did, and when the next occurrence is due (database time)."""
+
+    now: datetime
+    fired: list[Fired]
+    next_due: datetime | None
+
+
+class RecurringStore:
+    """Recurring masters, on top of a job store (its clock, its dialect, its submission)."""
+
+    def __init__(self, jobs: SqlJobStore) -> None:
+        self.jobs = jobs
+
+    # -- registration --------------------------------------------------------------------------
+
+    def register(self, conn: Connection, d: RecurringDefinition) -> tuple[RecurringJob, bool]:
+        """Create or update the master ``d.id``; return it and whether anything changed.
+
+        The same definition again changes nothing (``next_fire`` is kept). A changed cron or
+        zone recomputes ``next_fire`` from now; other changes (task, arguments, options, name,
+        misfire policy) keep it. A CANCELED master is replaced by a new, active one. A PAUSED one
+        stays paused.
+        """
+        now = self.jobs.now(conn)
+        values = {
+            "name": d.name,
+            "task": d.task,
+            "cron": d.cron,
+            "zone": d.zone,
+            "payload": d.payload,
+            "options": d.options_json(),
+            "misfire": str(d.misfire),
+        }
+        first = next_fire(d.cron, d.zone, now)
+        created = conn.execute(
+            self.jobs.dialect_insert(recurring)
+            .values(
+                recurring_id=d.id,
+                status=RecurringStatus.ACTIVE,
+                next_fire=first,
+                created_at=now,
+                updated_at=now,
+                **values,
+            )
+            .on_conflict_do_nothing(index_elements=["recurring_id"])
+            .returning(recurring.c.recurring_id)
+        ).first()
+        if created is not None:
+            return self._snapshot(conn, d.id), True
+        for _ in range(REGISTER_TRIES):
+            row = conn.execute(
+                sa.select(recurring).where(recurring.c.recurring_id == d.id).with_for_update()
+            ).one()
+            changes: dict[str, Any]
+            if row.status == RecurringStatus.CANCELED:
+                changes = {"status": RecurringStatus.ACTIVE, "next_fire": first, "created_at": now}
+                changes |= {"last_fire": None} | values
+            else:
+                changes = {k: v for k, v in values.items() if getattr(row, k) != v}
+                if not changes:
+                    return self._to_job(row), False
+                rescheduled = "cron" in changes or "zone" in changes
+                if rescheduled and row.status == RecurringStatus.ACTIVE:
+                    changes["next_fire"] = first
+            swapped = conn.execute(
+                sa.update(recurring)
+                .where(
+                    recurring.c.recurring_id == d.id,
+                    recurring.c.status == row.status,
+                    recurring.c.updated_at == row.updated_at,
+                )
+                .values(updated_at=now, **changes)
+            )
+            if swapped.rowcount == 1:
+                return self._snapshot(conn, d.id), True
+        raise RuntimeError(f"recurring job {d.id!r} kept changing while it was being registered")
+
+    # -- firing --------------------------------------------------------------------------------
+
+    def fire_due(
+        self, conn: Connection, threshold: timedelta, disabled: Sequence[str] = ()
+    ) -> FirePass:
+        """Create the children of every due, active master and advance its ``next_fire``.
+
+        Run inside a write transaction of its own (``store.begin``); masters another firer holds
+        are skipped, not waited for.
+        """
+        now = self.jobs.now(conn)
+        enabled = _enabled(disabled)
+        due = conn.execute(
+            sa.select(recurring)
+            .where(
+                recurring.c.status == RecurringStatus.ACTIVE,
+                recurring.c.next_fire <= now,
+                enabled,
+            )
+            .order_by(recurring.c.next_fire)
+            .limit(FIRE_BATCH)
+            .with_for_update(skip_locked=True)
+        ).all()
+        fired: list[Fired] = []
+        for row in due:
+            try:
+                fires, upcoming = plan_fires(
+                    row.cron, row.zone, row.next_fire, now, Misfire.parse(row.misfire), threshold
+                )
+            except ValueError:
+                # Stored by hand or by another version (or its zone left the tz database): one
+                # bad master must not stop the others.
+                log.exception("recurring job %s cannot be evaluated; skipped", row.recurring_id)
+                continue
+            advanced = conn.execute(
+                sa.update(recurring)
+                .where(
+                    recurring.c.recurring_id == row.recurring_id,
+                    recurring.c.status == RecurringStatus.ACTIVE,
+                    recurring.c.next_fire == row.next_fire,
+                )
+                .values(
+                    next_fire=upcoming,
+                    last_fire=fires[-1] if fires else row.last_fire,
+                    updated_at=now,
+                )
+            )
+            if advanced.rowcount != 1:
+                continue  # another firer advanced it first: its children exist
+            children = [_child(row, t) for t in fires]
+            if children:
+                self.jobs.insert_jobs(conn, children)
+            fired += [
+                Fired(row.recurring_id, t, c.job_id) for t, c in zip(fires, children, strict=True)
+            ]
+        return FirePass(now, fired, self._next_due(conn, disabled))
+
+    def peek(self, conn: Connection, disabled: Sequence[str] = ()) -> FirePass:
+        """When the next occurrence is due, read only: a firer checks before it writes."""
+        return FirePass(self.jobs.now(conn), [], self._next_due(conn, disabled))
+
+    def _next_due(self, conn: Connection, disabled: Sequence[str]) -> datetime | None:
+        earliest = conn.execute(
+            sa.select(sa.func.min(recurring.c.next_fire)).where(
+                recurring.c.status == RecurringStatus.ACTIVE, _enabled(disabled)
+            )
+        ).scalar()
+        return _aware(earliest)
+
+    # -- operations ----------------------------------------------------------------------------
+
+    def pause(self, conn: Connection, recurring_id: str) -> bool:
+        """ACTIVE → PAUSED (no children until resumed). Pausing a paused master returns True."""
+        paused = conn.execute(
+            sa.update(recurring)
+            .where(
+                recurring.c.recurring_id == recurring_id,
+                recurring.c.status == RecurringStatus.ACTIVE,
+            )
+            .values(status=RecurringStatus.PAUSED, next_fire=None, updated_at=self.jobs.now_sql())
+        )
+        return paused.rowcount == 1 or self._status(conn, recurring_id) == RecurringStatus.PAUSED
+
+    def resume(self, conn: Connection, recurring_id: str) -> bool:
+        """PAUSED → ACTIVE, next due at the first occurrence after now (no catch-up)."""
+        row = conn.execute(
+            sa.select(recurring.c.cron, recurring.c.zone, recurring.c.updated_at).where(
+                recurring.c.recurring_id == recurring_id,
+                recurring.c.status == RecurringStatus.PAUSED,
+            )
+        ).first()
+        if row is None:
+            return False
+        now = self.jobs.now(conn)
+        resumed = conn.execute(
+            sa.update(recurring)
+            .where(
+                recurring.c.recurring_id == recurring_id,
+                recurring.c.status == RecurringStatus.PAUSED,
+                recurring.c.updated_at == row.updated_at,
+            )
+            .values(
+                status=RecurringStatus.ACTIVE,
+                next_fire=next_fire(row.cron, row.zone, now),
+                updated_at=now,
+            )
+        )
+        return resumed.rowcount == 1
+
+    def cancel(self, conn: Connection, recurring_id: str) -> bool:
+        """ACTIVE or PAUSED → CANCELED. Children already created are left alone."""
+        canceled = conn.execute(
+            sa.update(recurring)
+            .where(recurring.c.recurring_id == recurring_id, recurring.c.status.in_(_LIVE))
+            .values(status=RecurringStatus.CANCELED, next_fire=None, updated_at=self.jobs.now_sql())
+        )
+        return canceled.rowcount == 1
+
+    def run_now(self, conn: Connection, recurring_id: str) -> uuid.UUID | None:
+        """Create one extra child of an ACTIVE or PAUSED master, due now, outside its schedule
+        (its ``fire_time`` is empty). ``None`` if there is no such master."""
+        row = conn.execute(
+            sa.select(recurring).where(
+                recurring.c.recurring_id == recurring_id, recurring.c.status.in_(_LIVE)
+            )
+        ).first()
+        if row is None:
+            return None
+        (inserted,) = self.jobs.insert_jobs(conn, [_child(row, None)])
+        return inserted.job_id
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def get(self, conn: Connection, recurring_id: str) -> RecurringJob | None:
+        row = conn.execute(
+            sa.select(recurring).where(recurring.c.recurring_id == recurring_id)
+        ).first()
+        return None if row is None else self._to_job(row)
+
+    def list_all(self, conn: Connection, include_canceled: bool = False) -> list[RecurringJob]:
+        stmt = sa.select(recurring).order_by(recurring.c.recurring_id)
+        if not include_canceled:
+            stmt = stmt.where(recurring.c.status.in_(_LIVE))
+        return [self._to_job(row) for row in conn.execute(stmt)]
+
+    def _snapshot(self, conn: Connection, recurring_id: str) -> RecurringJob:
+        found = self.get(conn, recurring_id)
+        assert found is not None
+        return found
+
+    def _status(self, conn: Connection, recurring_id: str) -> str | None:
+        return conn.execute(
+            sa.select(recurring.c.status).where(recurring.c.recurring_id == recurring_id)
+        ).scalar()
+
+    @staticmethod
+    def _to_job(row: Row[Any]) -> RecurringJob:
+        decoded = payload.loads(row.payload)
+        return RecurringJob(
+            id=row.recurring_id,
+            name=row.name,
+            task=row.task,
+            cron=row.cron,
+            zone=row.zone,
+            status=RecurringStatus(row.status),
+            next_fire=row.next_fire,
+            last_fire=row.last_fire,
+            misfire=Misfire.parse(row.misfire),
+            options=decode_options(row.options),
+            args=decoded["args"],
+            kwargs=decoded["kwargs"],
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+        )
+
+
+def _enabled(disabled: Sequence[str]) -> sa.ColumnElement[bool]:
+    if not disabled:
+        return sa.true()
+    return recurring.c.recurring_id.not_in(list(disabled))
+
+
+def _child(row: Row[Any], fire_time: datetime | None) -> NewJob:
+    """The child job of master ``row`` for ``fire_time``: due now, with the master's options."""
+    options = decode_options(row.options)
+    return NewJob(
+        job_id=uuid7(),
+        task=row.task,
+        payload=row.payload,
+        params=payload.dumps(options.params) if options.params else None,
+        options=options,
+        recurring_id=row.recurring_id,
+        fire_time=fire_time,
+    )
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    """MIN() loses the column type on SQLite: read its text back as an aware UTC time."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -212,6 +212,10 @@ class Executor:
         run.started = time.monotonic()
         run.thread_id = threading.get_ident()
         if run.ctx.is_canceled():  # canceled between the claim and now
+            log.info(
+                "job %s is no longer this worker's (canceled or recovered elsewhere): not run",
+                claimed.job_id,
+            )
             return None
         try:
             task = self._state.ratchet.registry.for_run(

@@ -158,7 +158,8 @@ def test_a_stalled_workers_late_completion_changes_nothing(
     job_id = ratchet.enqueue(wait_for_file, str(flag)).submit().id
     config = {"RATCHET_ORPHAN_GRACE": 2, "RATCHET_MAINTENANCE_INTERVAL": 0.5}
     stalled = workers.start(**config)
-    wait_until(lambda: status(job_id) == JobStatus.RUNNING, what="the first worker to start it")
+    # Running its code, not only claimed: the job logs a line as it starts.
+    wait_until(lambda: "waiting for" in workers.output(stalled), what="the first run to start")
     stalled.send_signal(signal.SIGSTOP)  # no heartbeats, no completions: as if partitioned
     healthy = workers.start(**config)
     wait_until(lambda: job(job_id).attempts == 2, what="recovery to hand the job on")

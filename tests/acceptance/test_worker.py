@@ -197,7 +197,7 @@ def test_cancel_while_running_stops_the_job_and_discards_its_result(
 ) -> None:
     job_id = ratchet.enqueue(wait_for_file, str(tmp_path / "never")).submit().id
     proc = workers.start()
-    wait_until(lambda: status(job_id) == JobStatus.RUNNING, what="the job to start")
+    wait_until(lambda: "waiting for" in workers.output(proc), what="the job to start")
     assert ratchet.cancel_job(job_id)
     wait_until(
         lambda: "canceled while running" in workers.output(proc), what="the worker to see it"

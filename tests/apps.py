@@ -86,6 +86,7 @@ def wait_for_file(path: str, ctx: JobContext) -> int:
 @ratchet.task
 def sleep_for(seconds: float) -> int:
     """A job that takes a while and ignores cancellation."""
+    JobContext.current().logger.info("sleeping for %ss", seconds)
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(0.02)

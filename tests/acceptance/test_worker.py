@@ -137,7 +137,7 @@ def test_sigkill_mid_job_runs_it_again_elsewhere(
     flag = tmp_path / "go"
     job_id = ratchet.enqueue(wait_for_file, str(flag)).submit().id
     first = workers.start(RATCHET_ORPHAN_GRACE=2, RATCHET_MAINTENANCE_INTERVAL=0.5)
-    wait_until(lambda: status(job_id) == JobStatus.RUNNING, what="the first worker to start it")
+    wait_until(lambda: "waiting for" in workers.output(first), what="the first worker to start it")
     first.send_signal(signal.SIGKILL)
     first.wait(10)
     second = workers.start(RATCHET_ORPHAN_GRACE=2, RATCHET_MAINTENANCE_INTERVAL=0.5)
@@ -176,7 +176,7 @@ def test_sigterm_drains(app: Flask, workers: Workers) -> None:
     short = ratchet.enqueue_now(sleep_for, 0.5).id
     long = ratchet.enqueue_now(sleep_for, 60).id
     proc = workers.start("--drain-timeout", "2", "--concurrency", "2")
-    wait_until(lambda: status(short) == status(long) == JobStatus.RUNNING, what="both to start")
+    wait_until(lambda: workers.output(proc).count("sleeping for") == 2, what="both to start")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, workers.output(proc)
     assert status(short) == JobStatus.SUCCEEDED

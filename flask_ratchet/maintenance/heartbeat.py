@@ -34,7 +34,7 @@ class Heartbeat(threading.Thread):
         self._engine = engine
         self.info = info
         self._interval = interval
-        self._stop = stop
+        self._stop_event = stop
         self.skew_warned = False
         self.beats = 0
 
@@ -53,7 +53,7 @@ class Heartbeat(threading.Thread):
             )
 
     def run(self) -> None:
-        while not self._stop.wait(self._interval):
+        while not self._stop_event.wait(self._interval):
             try:
                 self.beat()
             except SQLAlchemyError:

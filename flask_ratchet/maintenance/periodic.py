@@ -46,7 +46,7 @@ class Maintenance(threading.Thread):
         self._engine = engine
         self._owner = owner
         self._tasks = tasks
-        self._stop = stop
+        self._stop_event = stop
         self.runs: dict[str, int] = {t.name: 0 for t in tasks}
 
     def run_due(self, due: dict[str, float], now: float) -> None:
@@ -70,6 +70,6 @@ class Maintenance(threading.Thread):
 
     def run(self) -> None:
         due = {t.name: time.monotonic() for t in self._tasks}
-        while not self._stop.is_set():
+        while not self._stop_event.is_set():
             self.run_due(due, time.monotonic())
-            self._stop.wait(max(0.05, min(due.values()) - time.monotonic()))
+            self._stop_event.wait(max(0.05, min(due.values()) - time.monotonic()))

@@ -99,14 +99,14 @@ class PgListener(threading.Thread):
         super().__init__(name="ratchet-listen", daemon=True)
         self._conninfo = conninfo(url)
         self._on_wake = on_wake
-        self._stop = stop
+        self._stop_event = stop
         self.connected = threading.Event()
         self.backend_pid: int | None = None
         self.reconnects = 0
 
     def run(self) -> None:
         backoff = 0.5
-        while not self._stop.is_set():
+        while not self._stop_event.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
                     conn.execute(f"LISTEN {CHANNEL}")
@@ -114,14 +114,14 @@ class PgListener(threading.Thread):
                     self.connected.set()
                     backoff = 0.5
                     self._on_wake()  # notifications sent while we were away are lost: look now
-                    while not self._stop.is_set():
+                    while not self._stop_event.is_set():
                         for _ in conn.notifies(timeout=1.0):
                             self._on_wake()
             except psycopg.Error as exc:
                 self.connected.clear()
                 self.reconnects += 1
                 log.warning("wake-up connection lost (%s); reconnecting in %.1fs", exc, backoff)
-                self._stop.wait(backoff)
+                self._stop_event.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
 
 
@@ -138,14 +138,14 @@ class SqliteWatcher(threading.Thread):
         super().__init__(name="ratchet-sqlite-watch", daemon=True)
         self._path = path
         self._on_wake = on_wake
-        self._stop = stop
+        self._stop_event = stop
         self._every = every
 
     def run(self) -> None:
         conn = sqlite3.connect(self._path, check_same_thread=False)
         try:
             last = conn.execute("PRAGMA data_version").fetchone()[0]
-            while not self._stop.wait(self._every):
+            while not self._stop_event.wait(self._every):
                 version = conn.execute("PRAGMA data_version").fetchone()[0]
                 if version != last:
                     last = version

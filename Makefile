@@ -21,7 +21,11 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict flask_ratchet console
 
-test: lint
+# The console's browser test drives Debian's chromium through chromedriver; install them once.
+browser-deps:
+	@test -x /usr/bin/chromedriver || (apt-get update && apt-get install -y chromium chromium-driver)
+
+test: lint browser-deps
 	$(PY) -m pytest
 
 demo: setup

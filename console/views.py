@@ -1,72 +1,79 @@
-"""Console pages. GET requests only read; every page is escaped by Jinja's autoescape."""
+"""Wiring: the console's URLs, guards, and what its templates may call.
+
+Pages live in :mod:`.pages` (GET, read only), actions in :mod:`.actions` (POST, admin only),
+and the checks every request passes in :mod:`.security`.
+"""
 
 from __future__ import annotations
 
-from flask import Blueprint, abort, current_app, g, render_template, request
-from werkzeug.wrappers import Response
+from typing import Any
 
-from flask_ratchet.extension import RatchetState
+from flask import Blueprint
+from werkzeug.exceptions import HTTPException
+
 from flask_ratchet.states import JobStatus
 
-ROLES = ("admin", "read")
-PAGE_SIZE = 50
+from . import actions, errors, pages, present, security
+
+#: Reflected into the page head so htmx never injects a style element (the CSP forbids it) and
+#: never evaluates strings as code. Attributes are not inherited: a form inside a live region
+#: must not pick up the region's ``hx-select``/``hx-swap`` (only ``hx-headers`` is, from body).
+HTMX_CONFIG = {
+    "disableInheritance": True,
+    "includeIndicatorStyles": False,
+    "allowEval": False,
+    "allowScriptTags": False,
+    "selfRequestsOnly": True,
+    "historyCacheSize": 0,
+    # htmx swaps no 4xx/5xx by default, so a refused action would show nothing: swap the
+    # notice the error handler sends instead (5xx too), and let 204 leave the page alone.
+    "responseHandling": [
+        {"code": "204", "swap": False},
+        {"code": "[23]..", "swap": True},
+        {"code": "[45]..", "swap": True, "error": True},
+    ],
+}
 
 
-def _state() -> RatchetState:
-    return current_app.extensions["ratchet"]  # type: ignore[no-any-return]
-
-
-def authorize() -> None:
-    """Refuse every request unless the host app's RATCHET_CONSOLE_AUTH grants a role."""
-    auth = _state().config.console_auth
-    role = auth(request) if auth is not None else None
-    if role not in ROLES:
-        abort(403)
-    g.ratchet_role = role
-
-
-def secure_headers(response: Response) -> Response:
-    """No inline scripts, no framing, no sniffing."""
-    response.headers["Content-Security-Policy"] = (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
-    )
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["Referrer-Policy"] = "same-origin"
-    return response
-
-
-def overview() -> str:
-    health = _state().ratchet.queue_health()
-    return render_template("ratchet/overview.html", health=health, statuses=list(JobStatus))
-
-
-def jobs() -> str:
-    status = request.args.get("status") or None
-    if status is not None and status not in JobStatus.__members__:
-        abort(400, f"unknown status {status!r}")
-    cursor = request.args.get("cursor") or None
-    try:
-        page = _state().ratchet.find_jobs(status=status, limit=PAGE_SIZE, cursor=cursor)
-    except ValueError:
-        abort(400, "bad cursor")
-    return render_template("ratchet/jobs.html", page=page, status=status, statuses=list(JobStatus))
-
-
-def job_detail(job_id: str) -> str:
-    try:
-        job = _state().ratchet.get_job(job_id)
-    except ValueError:
-        abort(404)
-    if job is None:
-        abort(404)
-    return render_template("ratchet/job.html", job=job)
+def _template_globals() -> dict[str, Any]:
+    return {
+        "can_act": security.can_act(),
+        "csrf_token": security.csrf_token(),
+        "csrf_header": security.CSRF_HEADER,
+        "csrf_field": security.CSRF_FIELD,
+        "htmx_config": HTMX_CONFIG,
+        "changed_event": "ratchet-changed",
+        "list_url": pages.list_url,
+        "terminal_statuses": (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED),
+    }
 
 
 def register(bp: Blueprint) -> None:
-    """Attach the views and guards to ``bp``."""
-    bp.before_request(authorize)
-    bp.after_request(secure_headers)
-    bp.add_url_rule("/", "overview", overview)
-    bp.add_url_rule("/jobs", "jobs", jobs)
-    bp.add_url_rule("/jobs/<job_id>", "job", job_detail)
+    """Attach the views, guards and template helpers to ``bp``."""
+    bp.before_request(security.authorize)
+    bp.register_error_handler(HTTPException, errors.answer)
+    bp.after_request(security.secure_headers)
+    bp.context_processor(_template_globals)
+    for name in (
+        "masked",
+        "pretty_json",
+        "duration",
+        "when",
+        "count",
+        "first_line",
+        "short_id",
+        "audit_filter",
+    ):
+        bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
+
+    bp.add_url_rule("/", "overview", pages.overview)
+    bp.add_url_rule("/jobs", "jobs", pages.jobs)
+    bp.add_url_rule("/jobs/new-count", "jobs_new", pages.jobs_new)
+    bp.add_url_rule("/jobs/<job_id>", "job", pages.job_detail)
+    bp.add_url_rule("/dead-letters", "dead_letters", pages.dead_letters)
+    bp.add_url_rule("/nodes", "nodes", pages.nodes)
+
+    bp.add_url_rule("/jobs/<job_id>/<action>", "act_one", actions.one, methods=["POST"])
+    bp.add_url_rule("/jobs/selected", "act_selected", actions.selected, methods=["POST"])
+    bp.add_url_rule("/jobs/bulk", "confirm_bulk", actions.confirm_filter, methods=["GET"])
+    bp.add_url_rule("/jobs/bulk", "act_bulk", actions.on_filter, methods=["POST"])

@@ -8,6 +8,7 @@ with the closest known one.
 from __future__ import annotations
 
 import difflib
+import re
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -35,6 +36,9 @@ class RatchetConfig:
     console_auth: ConsoleAuth | None = None
     #: Where the console is mounted; ``None`` disables it.
     console_url_prefix: str | None = "/ratchet"
+    #: Origins (``https://ops.example.com``) the console accepts changes from; empty: the
+    #: request's own scheme and host.
+    console_origins: tuple[str, ...] = ()
     #: Largest encoded arguments, params or result, in bytes.
     max_payload_bytes: int = 100 * 1024
     #: Minutes of waiting that raise a job's effective priority by one level; 0 disables.
@@ -163,6 +167,24 @@ def _prefix_or_none(key: str, value: Any) -> str | None:
     return value
 
 
+_ORIGIN = re.compile(r"https?://[a-z0-9.-]+(:[0-9]{1,5})?|https?://\[[0-9a-f:.]+\](:[0-9]{1,5})?")
+
+
+def _origin_list(key: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ConfigError(
+            f"{key} must be a list of origins like 'https://ops.example.com', got {value!r}"
+        )
+    out = []
+    for item in value:
+        if not isinstance(item, str) or not _ORIGIN.fullmatch(item.lower()):
+            raise ConfigError(
+                f"{key} entries must be scheme://host[:port] with no path, got {item!r}"
+            )
+        out.append(item.lower())
+    return tuple(out)
+
+
 def _optional_bool(key: str, value: Any) -> bool | None:
     if value is not None and not isinstance(value, bool):
         raise ConfigError(f"{key} must be True, False or None, got {value!r}")
@@ -202,6 +224,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "allowed_modules": _module_list,
     "console_auth": _callable_or_none,
     "console_url_prefix": _prefix_or_none,
+    "console_origins": _origin_list,
     "max_payload_bytes": _positive_int,
     "priority_boost_minutes": _non_negative_int,
     "auto_create": _optional_bool,

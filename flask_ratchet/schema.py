@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from .options import Priority
 from .states import JobStatus
 
 NAMING = {
@@ -66,6 +67,12 @@ def _job_fk(**kw: Any) -> sa.Column[Any]:
     )
 
 
+def _partial_index(*columns: str, where: str) -> sa.Index:
+    """An index of the rows whose ``where`` column is not NULL."""
+    predicate = sa.text(f"{where} IS NOT NULL")
+    return sa.Index(None, *columns, postgresql_where=predicate, sqlite_where=predicate)
+
+
 STATUS = sa.String(16)
 KEY = sa.String(255)
 
@@ -84,9 +91,9 @@ job = sa.Table(
     sa.Column("timeout", sa.Float),
     sa.Column("resource_name", sa.String(100)),
     sa.Column("idempotency_key", KEY, unique=True),
-    sa.Column("business_key", KEY, index=True),
-    _id("depends_on", index=True),
-    _id("superseded_by", index=True),
+    sa.Column("business_key", KEY),
+    _id("depends_on"),
+    _id("superseded_by"),
     sa.Column("recurring_id", KEY),
     sa.Column("fire_time", UtcDateTime),
     sa.Column("created_at", UtcDateTime, nullable=False, index=True),
@@ -100,7 +107,23 @@ job = sa.Table(
     sa.Column("progress", sa.Text),  # JSON {"done", "total", "message"}, the last reported
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
-    sa.Index(None, "terminal_status", "finished_at"),
+    # Partial where most rows hold NULL: a job is written (and ended) without an entry in
+    # an index that would never find it, which spares the submission and completion paths.
+    _partial_index("business_key", where="business_key"),
+    _partial_index("depends_on", where="depends_on"),
+    _partial_index("superseded_by", where="superseded_by"),
+    _partial_index("terminal_status", "finished_at", where="terminal_status"),
+    # The console's filters and sorts, each walked newest first (see store/console_queries.py).
+    _partial_index("terminal_status", "job_id", where="terminal_status"),
+    # Only jobs of a priority other than NORMAL, the default: a default job is written without
+    # paying for an entry here, and the console finds NORMAL jobs on the primary key.
+    sa.Index(
+        None,
+        "priority",
+        "job_id",
+        postgresql_where=sa.text(f"priority <> {int(Priority.NORMAL)}"),
+        sqlite_where=sa.text(f"priority <> {int(Priority.NORMAL)}"),
+    ),
 )
 
 job_queue = sa.Table(
@@ -131,6 +154,15 @@ job_queue = sa.Table(
         sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
     ),
     sa.Index(None, "status", "picked_at", "picked_by"),
+    # The console's PENDING list, newest first. Partial: every index here is written on each
+    # claim and completion, and only PENDING is large; RUNNING and PAUSED rows are few and the
+    # index above reaches them (as it does the node filter: only RUNNING rows have a picked_by).
+    sa.Index(
+        "ix_ratchet_job_queue_pending",
+        "job_id",
+        postgresql_where=sa.text(f"status = '{JobStatus.PENDING}'"),
+        sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
+    ),
 )
 
 business_key = sa.Table(
@@ -248,4 +280,18 @@ job_archive = sa.Table(
     sa.Column("finished_at", UtcDateTime),
     sa.Column("archived_at", UtcDateTime, nullable=False, index=True),
     sa.Column("data", sa.Text, nullable=False),  # JSON snapshot of the cold row
+)
+
+audit = sa.Table(
+    "ratchet_audit",
+    metadata,
+    _id("audit_id", primary_key=True),
+    sa.Column("at", UtcDateTime, nullable=False, index=True),
+    sa.Column("actor", sa.String(255), nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),  # retry, cancel, pause, resume, delete
+    sa.Column("scope", sa.String(16), nullable=False),  # job, selected, filter
+    sa.Column("target", sa.Text, nullable=False),  # a job id, or the filter, as JSON
+    sa.Column("requested", sa.Integer, nullable=False),
+    sa.Column("changed", sa.Integer, nullable=False),
 )

@@ -15,6 +15,8 @@ from flask_ratchet import migrate
 
 ROOT = Path(__file__).resolve().parents[2]
 VERSIONS = ROOT / "migrations" / "versions"
+CONSOLE = ROOT / "console"
+TEMPLATES = ROOT / "templates" / "ratchet"
 
 SCRIPT = textwrap.dedent(
     """
@@ -51,6 +53,10 @@ def test_wheel_installs_and_serves_the_console(tmp_path: Path) -> None:
         "flask_ratchet/console/views.py",
         "flask_ratchet/templates/ratchet/overview.html",
         "flask_ratchet/static/ratchet/console.css",
+        "flask_ratchet/static/ratchet/htmx.min.js",
+        "flask_ratchet/static/ratchet/VENDORED.json",
+        *(f"flask_ratchet/console/{p.name}" for p in CONSOLE.glob("*.py")),
+        *(f"flask_ratchet/templates/ratchet/{p.name}" for p in TEMPLATES.glob("*.html")),
         "flask_ratchet/migrations/env.py",
         "flask_ratchet/migrations/script.py.mako",
         *(f"flask_ratchet/migrations/versions/{p.name}" for p in VERSIONS.glob("0*.py")),

@@ -1,0 +1,248 @@
+"""Retry, cancel, pause, resume and delete: for one job, selected jobs, or a whole filter.
+
+Each job goes through the library's own guarded operation (``ratchet.retry_job`` …; deletion
+through :func:`~flask_ratchet.store.console_writes.delete_ended_job`), so an illegal transition
+changes nothing and is reported as refused. The changes and their audit row are written in the
+request's transaction and committed together. :mod:`.security` has already checked the role, the
+CSRF token and the origin before any of this runs.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from flask import abort, g, render_template, request, url_for
+from werkzeug.wrappers import Response
+
+from flask_ratchet.extension import RatchetState
+from flask_ratchet.states import TERMINAL, Action, JobStatus, sources
+from flask_ratchet.store import console_queries as queries
+from flask_ratchet.store.console_writes import delete_ended_job, record_audit
+
+from . import filters, pages
+from .htmx import CHANGED_EVENT, fragment, is_htmx
+from .pages import state
+from .security import actor
+
+#: The most jobs one action changes: a bulk action takes the newest this many that match.
+BULK_CAP = 500
+
+#: What each action may start from, to explain a refusal.
+ALLOWED_FROM = {
+    "retry": "FAILED",
+    "cancel": "PENDING, PAUSED or RUNNING",
+    "pause": "PENDING or FAILED",
+    "resume": "PAUSED",
+    "delete": "SUCCEEDED, FAILED or CANCELED",
+}
+#: The statuses each action may start from: a bulk action counts and selects only these, so
+#: what the confirmation counts is what the action changes. Delete takes ended jobs (with no
+#: hot row, which the query adds for every ended status).
+SOURCES: dict[str, frozenset[JobStatus]] = {
+    "retry": sources(Action.RETRY),
+    "cancel": sources(Action.CANCEL),
+    "pause": sources(Action.PAUSE),
+    "resume": sources(Action.RESUME),
+    "delete": TERMINAL,
+}
+PAST = {
+    "retry": "retried",
+    "cancel": "canceled",
+    "pause": "paused",
+    "resume": "resumed",
+    "delete": "deleted",
+}
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What an action did: the jobs it changed and the ones it refused."""
+
+    action: str
+    changed: list[uuid.UUID] = field(default_factory=list)
+    refused: list[uuid.UUID] = field(default_factory=list)
+
+    @property
+    def requested(self) -> int:
+        return len(self.changed) + len(self.refused)
+
+
+def _operation(s: RatchetState, action: str) -> Callable[[uuid.UUID], bool]:
+    r = s.ratchet
+    if action == "delete":
+
+        def delete(job_id: uuid.UUID) -> bool:
+            with s.connection() as conn:
+                return delete_ended_job(conn, job_id)
+
+        return delete
+    ops: dict[str, Callable[[uuid.UUID], bool]] = {
+        "retry": r.retry_job,
+        "cancel": r.cancel_job,
+        "pause": r.pause_job,
+        "resume": r.resume_job,
+    }
+    return ops[action]
+
+
+def _apply(
+    action: str, ids: list[uuid.UUID], scope: str, target: Callable[[Outcome], str]
+) -> Outcome:
+    """Run ``action`` on each job and write the audit row, in the request's transaction.
+
+    Each job's operation runs in a savepoint: one that fails in the database (a concurrent
+    change breaking a constraint, say) is rolled back alone and counted as refused, instead of
+    taking the other jobs' changes and the audit row down with it.
+    """
+    s = state()
+    op = _operation(s, action)
+    outcome = Outcome(action)
+    with s.connection() as conn:
+        for job_id in ids:
+            try:
+                with conn.begin_nested():
+                    ok = op(job_id)
+            except sa.exc.DBAPIError:
+                ok = False
+            (outcome.changed if ok else outcome.refused).append(job_id)
+        record_audit(
+            conn,
+            at=s.store.now(conn),
+            actor=actor(),
+            role=str(g.ratchet_role),
+            action=action,
+            scope=scope,
+            target=target(outcome),
+            requested=outcome.requested,
+            changed=len(outcome.changed),
+        )
+    s.db.session.commit()
+    return outcome
+
+
+def _action_name(value: str | None) -> str:
+    if value not in ALLOWED_FROM:
+        abort(400, f"action must be one of {', '.join(ALLOWED_FROM)}")
+    return value
+
+
+def _answer(outcome: Outcome, back: str, location: str | None = None) -> Response | str:
+    """A notice for htmx (and an event that refreshes live parts), or a page without JS."""
+    context = {
+        "outcome": outcome,
+        "past": PAST[outcome.action],
+        "allowed_from": ALLOWED_FROM[outcome.action],
+        "back": back,
+    }
+    if is_htmx():
+        body = render_template("ratchet/_notice.html", **context)
+        return fragment(body, trigger=CHANGED_EVENT, location=location)
+    return render_template("ratchet/done.html", **context)
+
+
+def _back(default: str) -> str:
+    """Where "back" leads: a console path from the form, never another site."""
+    wanted = request.form.get("next", "")
+    root = url_for("ratchet_console.overview")
+    if wanted.startswith(root) and not wanted.startswith("//") and "\\" not in wanted:
+        return wanted
+    return default
+
+
+def one(job_id: str, action: str) -> Response | str:
+    """POST …/jobs/<id>/<action>: act on one job."""
+    name = _action_name(action)
+    try:
+        key = uuid.UUID(job_id)
+    except ValueError:
+        abort(404)
+    outcome = _apply(name, [key], "job", lambda _: str(key))
+    default = url_for("ratchet_console.job", job_id=str(key))
+    if name == "delete" and outcome.changed:
+        # The page the action came from is gone: htmx goes to the list instead of refreshing
+        # a job page that would now be a 404.
+        jobs = url_for("ratchet_console.jobs")
+        return _answer(outcome, jobs, location=jobs)
+    return _answer(outcome, _back(default))
+
+
+def selected() -> Response | str:
+    """POST …/jobs/selected: act on the jobs ticked in the list."""
+    name = _action_name(request.form.get("action"))
+    raw = request.form.getlist("job_id")
+    if not raw:
+        abort(400, "select at least one job")
+    if len(raw) > BULK_CAP:
+        abort(400, f"at most {BULK_CAP} jobs at once")
+    try:
+        ids = list(dict.fromkeys(uuid.UUID(v) for v in raw))
+    except ValueError:
+        abort(400, "job_id must be job ids")
+    outcome = _apply(name, ids, "selected", lambda _: json.dumps([str(i) for i in ids]))
+    return _answer(outcome, _back(url_for("ratchet_console.jobs")))
+
+
+def _confirm_page(name: str, wanted: filters.ListRequest, grew_from: int | None = None) -> str:
+    """The confirmation: how many jobs the action would change, and a snapshot of them.
+
+    The form carries the newest matching id (``bound``; ids are UUIDv7, so later jobs have
+    greater ids) and the count shown: the action then never reaches a job that arrived after
+    this page, and asks again if more jobs came to match meanwhile.
+    """
+    s = state()
+    among = SOURCES[name]
+    with s.connection() as conn:
+        n = queries.count_jobs(conn, wanted.query, BULK_CAP, among=among)
+        newest = queries.matching_ids(conn, wanted.query, 1, among=among)
+    return render_template(
+        "ratchet/confirm.html",
+        action=name,
+        n=min(n, BULK_CAP),
+        counted=n,
+        bound=newest[0] if newest else None,
+        more=n > BULK_CAP,
+        cap=BULK_CAP,
+        args=filters.filter_args(wanted.args),
+        allowed_from=ALLOWED_FROM[name],
+        past=PAST[name],
+        grew_from=grew_from,
+    )
+
+
+def confirm_filter() -> str:
+    """GET …/jobs/bulk: how many jobs an action on this filter would touch; asks to confirm."""
+    name = _action_name(request.args.get("action"))
+    return _confirm_page(name, filters.parse(request.args))
+
+
+def on_filter() -> tuple[str, int] | Response | str:
+    """POST …/jobs/bulk: act on the newest :data:`BULK_CAP` jobs matching the posted filter
+    that existed when it was confirmed (``bound``), if no more match than were confirmed."""
+    name = _action_name(request.form.get("action"))
+    wanted = filters.parse(request.form)
+    args = filters.filter_args(wanted.args)
+    if not args:
+        abort(400, "an action on every job needs at least one filter")
+    try:
+        bound = uuid.UUID(request.form.get("bound", ""))
+        confirmed = int(request.form.get("count", ""))
+    except ValueError:
+        abort(400, "bound and count must come from the confirmation page")
+    s = state()
+    among = SOURCES[name]
+    with s.connection() as conn:
+        n = queries.count_jobs(conn, wanted.query, BULK_CAP, among=among, upto=bound)
+        if n > confirmed:
+            # Jobs confirmed as not matching match now: the operator decides again.
+            return _confirm_page(name, wanted, grew_from=min(confirmed, BULK_CAP)), 409
+        ids = queries.matching_ids(conn, wanted.query, BULK_CAP, among=among, upto=bound)
+
+    def target(outcome: Outcome) -> str:
+        return json.dumps({"filter": args, "changed": [str(i) for i in outcome.changed]})
+
+    outcome = _apply(name, ids, "filter", target)
+    return _answer(outcome, _back(pages.list_url(args)))

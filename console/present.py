@@ -1,0 +1,212 @@
+"""How values look on the page: masked JSON, durations, times, counts, and the throughput chart.
+
+Pure functions, registered as Jinja filters by :mod:`.views`. Nothing here marks text as safe:
+Jinja's autoescape escapes everything these return.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flask_ratchet.store.console_queries import Count, Minute
+
+MASK = "••••••"
+#: What an absent value shows.
+NONE = "\N{EM DASH}"
+#: Words that make a key secret when they stand as a whole segment of it (``client_secret``,
+#: ``accessToken``, ``x-auth-token``), but not inside another word (``author``, ``passenger``).
+SECRET_WORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "passphrase",
+        "pwd",
+        "secret",
+        "secrets",
+        "token",
+        "tokens",
+        "apikey",
+        "key",
+        "keys",
+        "auth",
+        "authorization",
+        "credential",
+        "credentials",
+        "cookie",
+        "cookies",
+        "session",
+        "signature",
+        "cvv",
+        "pin",
+        "ssn",
+    }
+)
+#: A last segment that says the key holds a fact about a secret, not the secret itself
+#: (``token_count``, ``session_ttl``).
+NOT_SECRET_LAST = frozenset(
+    {"count", "counts", "length", "len", "size", "limit", "max", "min", "type", "kind", "ttl"}
+)
+#: ``user:password@`` in a URL (``postgresql://app:hunter2@db/prod``): the password part.
+URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@")
+_SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
+def segments(text: str) -> list[str]:
+    """The lower-case words of a key: split on ``_``, ``-``, ``.``, spaces and camelCase."""
+    return [m.group().lower() for m in _SEGMENT.finditer(text)]
+
+
+def secret_key(key: object) -> bool:
+    """Whether values under ``key`` are masked: a whole segment is a secret word, and the key
+    does not end in a word that makes it a count or size of one (``token_count``)."""
+    parts = segments(str(key))
+    if not parts or parts[-1] in NOT_SECRET_LAST:
+        return False
+    return any(p in SECRET_WORDS for p in parts)
+
+
+def mentions_secret(text: str) -> bool:
+    """Whether search text names a secret-looking key anywhere (a stricter test than
+    :func:`secret_key`: no exception for counts), or spans a key and its value (``word":"``).
+
+    Argument search runs over the stored JSON, where masked values are in clear text: a term
+    that reaches into them would confirm a secret one character at a time.
+    """
+    if '":' in text:
+        return True
+    return any(p in SECRET_WORDS for p in segments(text))
+
+
+def masked(value: Any) -> Any:
+    """``value`` with every value under a secret-looking key replaced, at any depth, and the
+    password of every ``scheme://user:password@host`` inside a string."""
+    if isinstance(value, dict):
+        return {k: (MASK if secret_key(k) else masked(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v) for v in value]
+    if isinstance(value, str):
+        return URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{MASK}@", value)
+    return value
+
+
+def pretty_json(value: Any) -> str:
+    """Masked, indented JSON text (escaped by the template like any other text)."""
+    return json.dumps(masked(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def audit_filter(target: str) -> str:
+    """The filter of a filter action's audit target (``{"filter": …, "changed": […]}``)."""
+    try:
+        value = json.loads(target)
+    except ValueError:
+        return target
+    if isinstance(value, dict) and isinstance(value.get("filter"), dict):
+        return " ".join(f"{k}={v}" for k, v in sorted(value["filter"].items()))
+    return target
+
+
+def duration(seconds: float | None) -> str:
+    """``0.42 s``, ``3 m 05 s``, ``2 h 10 m``, ``4 d 3 h``; an em dash for None."""
+    if seconds is None:
+        return NONE
+    if seconds < 60:
+        return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.0f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} m {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes:02d} m"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
+
+
+def when(value: datetime | None) -> str:
+    """``2026-11-26 02:15:07`` (UTC); an em dash for None."""
+    return NONE if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def count(value: Count) -> str:
+    """``1,234``; ``≈ 1,200,000`` when estimated; ``10,000+`` past the exact cap."""
+    if value.exact:
+        return f"{value.value:,}"
+    if value.estimated:
+        return f"≈ {value.value:,}"
+    return f"{value.value:,}+"
+
+
+def short_id(value: object) -> str:
+    """``01a2159c…b631``: a job id's time prefix and random tail, enough to tell ids apart."""
+    text = str(value)
+    return f"{text[:8]}…{text[-4:]}" if len(text) > 12 else text
+
+
+def first_line(text: str | None, limit: int = 120) -> str:
+    """The first line of an error, shortened for a table cell."""
+    if not text:
+        return ""
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    """One minute of the throughput chart, in SVG user units."""
+
+    x: float
+    width: float
+    ok_y: float
+    ok_height: float
+    failed_y: float
+    failed_height: float
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class Chart:
+    """A stacked bar chart of executions per minute, drawn by ``_chart.html`` as SVG."""
+
+    width: int
+    height: int
+    bars: list[Bar]
+    peak: int
+    total_ok: int
+    total_failed: int
+    first: str
+    last: str
+
+
+def chart(minutes: list[Minute], width: int = 720, height: int = 140) -> Chart:
+    """Lay out ``minutes`` as stacked bars (succeeded below, failed on top), scaled to the peak."""
+    peak = max((m.succeeded + m.failed for m in minutes), default=0)
+    scale = (height - 4) / peak if peak else 0.0
+    step = width / max(len(minutes), 1)
+    bars = []
+    for i, m in enumerate(minutes):
+        ok_h = m.succeeded * scale
+        bad_h = m.failed * scale
+        bars.append(
+            Bar(
+                x=round(i * step + 1, 2),
+                width=round(max(step - 2, 1), 2),
+                ok_y=round(height - ok_h, 2),
+                ok_height=round(ok_h, 2),
+                failed_y=round(height - ok_h - bad_h, 2),
+                failed_height=round(bad_h, 2),
+                label=f"{m.start:%H:%M}: {m.succeeded} succeeded, {m.failed} failed",
+            )
+        )
+    return Chart(
+        width=width,
+        height=height,
+        bars=bars,
+        peak=peak,
+        total_ok=sum(m.succeeded for m in minutes),
+        total_failed=sum(m.failed for m in minutes),
+        first=f"{minutes[0].start:%H:%M}" if minutes else "",
+        last=f"{minutes[-1].start:%H:%M}" if minutes else "",
+    )

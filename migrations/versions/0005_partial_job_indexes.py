@@ -1,0 +1,48 @@
+"""ratchet_job's mostly-NULL columns indexed only where they are set
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-11-26 02:30:00.000000
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0005'
+down_revision = '0004'
+branch_labels = None
+depends_on = None
+
+# (index name, columns, the column that must not be NULL)
+INDEXES = [
+    ('ix_ratchet_job_business_key', ['business_key'], 'business_key'),
+    ('ix_ratchet_job_depends_on', ['depends_on'], 'depends_on'),
+    ('ix_ratchet_job_superseded_by', ['superseded_by'], 'superseded_by'),
+    (
+        'ix_ratchet_job_terminal_status_finished_at',
+        ['terminal_status', 'finished_at'],
+        'terminal_status',
+    ),
+]
+
+
+def upgrade() -> None:
+    for name, columns, where in INDEXES:
+        op.drop_index(name, table_name='ratchet_job')
+        predicate = sa.text(f'{where} IS NOT NULL')
+        op.create_index(
+            name,
+            'ratchet_job',
+            columns,
+            unique=False,
+            postgresql_where=predicate,
+            sqlite_where=predicate,
+        )
+
+
+def downgrade() -> None:
+    for name, columns, _ in INDEXES:
+        op.drop_index(name, table_name='ratchet_job')
+        op.create_index(name, 'ratchet_job', columns, unique=False)

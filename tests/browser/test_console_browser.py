@@ -1,0 +1,227 @@
+"""The console in a real browser: headless Chromium against a live server and a real worker.
+
+Opens the overview, filters the job list, opens a failed job, presses Retry and watches the
+status change once the worker has run it. A screenshot of each page is saved under
+``tests/browser/screenshots/<database>/`` (ignored by git) for review.
+
+Chromium and its driver are Debian's ``chromium`` and ``chromium-driver`` (``make browser-deps``
+installs them). Without them this test fails: it never skips.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import threading
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from flask import Flask
+from selenium import webdriver
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import Select
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from flask_ratchet.states import JobStatus
+from tests.acceptance.conftest import Workers, wait_until
+from tests.apps import add, create_app, db, ratchet, refuse, report
+from tests.integration.helpers import job_in
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+SHOTS = Path(__file__).parent / "screenshots"
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1360,1000",
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[WebDriver]:
+    """Headless Chromium with a fresh profile."""
+    missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
+    if missing:
+        pytest.fail(
+            f"{', '.join(missing)} missing: run 'make browser-deps' "
+            "(apt-get install -y chromium chromium-driver)",
+            pytrace=False,
+        )
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    # The console's log, so the test can tell the CSP refused nothing the pages need.
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+class LiveServer:
+    """The test app served by werkzeug on a free port, in a thread."""
+
+    def __init__(self, app: Flask) -> None:
+        self.app = app
+        self.server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/ratchet"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.thread.join(10)
+
+
+@pytest.fixture
+def live(database_url: str) -> Iterator[LiveServer]:
+    app = create_app(database_url, RATCHET_CONSOLE_AUTH=lambda request: "admin")
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+    server = LiveServer(app)
+    yield server
+    server.stop()
+    with app.app_context():
+        db.engine.dispose()
+
+
+def shoot(driver: WebDriver, folder: Path, name: str) -> Path:
+    """Save a full-height screenshot of the current page."""
+    folder.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1360, max(1000, min(int(height) + 40, 4000)))
+    path = folder / f"{name}.png"
+    driver.save_screenshot(str(path))
+    driver.set_window_size(1360, 1000)
+    return path
+
+
+def text_of(driver: WebDriver, css: str) -> str:
+    """The text of the first element matching ``css``; "" while htmx is swapping it."""
+    try:
+        return str(driver.find_element(By.CSS_SELECTOR, css).text)
+    except (NoSuchElementException, StaleElementReferenceException):
+        return ""
+
+
+def csp_violations(driver: WebDriver) -> list[str]:
+    """Browser log entries since the last call that report a Content-Security-Policy refusal."""
+    return [
+        str(entry.get("message", ""))
+        for entry in driver.get_log("browser")
+        if "Content Security Policy" in str(entry.get("message", ""))
+        or "Content-Security-Policy" in str(entry.get("message", ""))
+    ]
+
+
+def status_of(app: Flask, job_id: uuid.UUID) -> JobStatus | None:
+    with app.app_context():
+        job = ratchet.get_job(job_id)
+        return job.status if job else None
+
+
+def test_operator_retries_a_failed_job_in_the_browser(
+    browser: WebDriver, live: LiveServer, workers: Workers, dialect: str
+) -> None:
+    app = live.app
+    shots = SHOTS / dialect
+    if shots.exists():
+        shutil.rmtree(shots)
+    with app.app_context():
+        # Failed by hand (no execution), before any job a worker could claim.
+        broken = job_in(JobStatus.FAILED)
+        refused = ratchet.enqueue(refuse, "card declined").with_tags("billing").submit().id
+        ratchet.enqueue_many(ratchet.enqueue(add, i, i).with_tags("batch") for i in range(12))
+        ratchet.enqueue(report, 5).submit()
+    worker = workers.start("--concurrency", "4")
+    wait_until(lambda: status_of(app, refused) == JobStatus.FAILED, 60, "the worker to fail a job")
+
+    # Overview: counts, chart, a live node.
+    browser.get(live.url + "/")
+    assert browser.title == "Overview · Ratchet"
+    wait_until(
+        lambda: text_of(browser, ".card.status-failed .count") == "2",
+        20,
+        "the overview to count both failed jobs",
+    )
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.ok")
+    assert browser.execute_script("return typeof htmx") == "object"  # loaded under the CSP
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "01-overview")
+
+    # Jobs list, filtered to FAILED through the form.
+    browser.find_element(By.LINK_TEXT, "Jobs").click()
+    Select(browser.find_element(By.NAME, "status")).select_by_value("FAILED")
+    browser.find_element(By.CSS_SELECTOR, ".filters button[type=submit]").click()
+    wait_until(lambda: "status=FAILED" in browser.current_url, 10, "the filtered list")
+    rows = browser.find_elements(By.CSS_SELECTOR, "table.jobs tbody tr")
+    ids = {c.get_attribute("value") for c in browser.find_elements(By.NAME, "job_id")}
+    assert ids == {str(broken), str(refused)}, [r.text for r in rows]
+    shoot(browser, shots, "02-jobs-failed")
+
+    # Tick one row and pause it from the list: htmx posts the form, the list refreshes itself.
+    browser.find_element(By.CSS_SELECTOR, f'input[name="job_id"][value="{refused}"]').click()
+    browser.find_element(By.CSS_SELECTOR, '#selected button[value="pause"]').click()
+    wait_until(lambda: "paused" in text_of(browser, "#notice"), 10, "the notice")
+    wait_until(
+        lambda: not browser.find_elements(By.CSS_SELECTOR, f'input[value="{refused}"]'),
+        10,
+        "the paused job to leave the FAILED list",
+    )
+    assert status_of(app, refused) == JobStatus.PAUSED
+    assert "/jobs/selected" not in browser.current_url  # htmx posted it; no navigation
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "03-jobs-after-pause")
+
+    # The failed job's page: Retry, then watch it run.
+    browser.find_element(By.CSS_SELECTOR, f'a[href$="/jobs/{broken}"]').click()
+    wait_until(lambda: str(broken) in browser.page_source, 10, "the job page")
+    assert browser.find_element(By.CSS_SELECTOR, "h1 .pill").text == "FAILED"
+    shoot(browser, shots, "04-job-failed")
+    browser.find_element(By.CSS_SELECTOR, 'button[data-action="retry"]').click()
+    wait_until(lambda: "retried" in text_of(browser, "#notice"), 10, "the notice")
+    wait_until(
+        lambda: text_of(browser, "h1 .pill") == "SUCCEEDED",
+        60,
+        "the page to show the retried job succeeded",
+    )
+    assert status_of(app, broken) == JobStatus.SUCCEEDED
+    assert browser.find_elements(By.CSS_SELECTOR, "table.jobs tbody tr")  # its execution
+    shoot(browser, shots, "05-job-retried")
+
+    # The job that failed for good in the worker: error, traceback, alert.
+    browser.get(f"{live.url}/jobs/{refused}")
+    assert "card declined" in browser.page_source
+    shoot(browser, shots, "06-job-dead-letter")
+    browser.get(live.url + "/dead-letters")
+    assert "could not process" in browser.find_element(By.TAG_NAME, "main").text
+    shoot(browser, shots, "07-dead-letters")
+    browser.get(live.url + "/nodes")
+    assert re.search(r"\d+(\.\d+)? s ago", browser.find_element(By.TAG_NAME, "main").text)
+    shoot(browser, shots, "08-nodes")
+    browser.get(live.url + "/")
+    wait_until(
+        lambda: "retry" in text_of(browser, "table.compact"),
+        10,
+        "the audit row on the overview",
+    )
+    shoot(browser, shots, "09-overview-after")
+    assert csp_violations(browser) == []
+    assert worker.poll() is None, workers.output(worker)

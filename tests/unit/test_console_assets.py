@@ -1,0 +1,139 @@
+"""The vendored htmx is the file its record names, and the console's pure presentation helpers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from importlib.resources import files
+
+import pytest
+from flask_ratchet.console import present
+
+from flask_ratchet.store.console_queries import Count, Minute
+
+STATIC = files("flask_ratchet.static") / "ratchet"
+
+
+def test_vendored_htmx_matches_its_recorded_version_and_sha256() -> None:
+    record = json.loads((STATIC / "VENDORED.json").read_text())["htmx.min.js"]
+    data = (STATIC / "htmx.min.js").read_bytes()
+    assert hashlib.sha256(data).hexdigest() == record["sha256"]
+    assert record["version"].startswith("2.")
+    found = re.search(rb'version:"([0-9.]+)"', data)
+    assert found is not None and found.group(1).decode() == record["version"]
+
+
+def test_secret_values_are_masked_at_any_depth() -> None:
+    value = {
+        "user": "ann",
+        "Password": "p",
+        # token_count is a count of tokens, not one: masking it hid useful data for nothing.
+        "nested": [{"api_key": "k", "token_count": 3}, {"client_secret": "s"}],
+        "auth": {"x": 1},
+    }
+    assert present.masked(value) == {
+        "user": "ann",
+        "Password": present.MASK,
+        "nested": [
+            {"api_key": present.MASK, "token_count": 3},
+            {"client_secret": present.MASK},
+        ],
+        "auth": present.MASK,
+    }
+    assert "hunter2" not in present.pretty_json({"args": [{"passwd": "hunter2"}]})
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "password",
+        "db_passwd",
+        "pwd",
+        "client_secret",
+        "accessToken",
+        "x-auth-token",
+        "api_key",
+        "apiKey",
+        "APIKey",
+        "apikey",
+        "aws.access_key",
+        "private-key",
+        "key",
+        "Authorization",
+        "credentials",
+        "session_cookie",
+        "sessionId",
+        "signature",
+        "card_cvv",
+        "pin",
+        "SSN",
+    ],
+)
+def test_keys_with_a_secret_word_as_a_segment_are_masked(key: str) -> None:
+    assert present.masked({key: "s3cr3t"}) == {key: present.MASK}
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["author", "passenger", "compass", "token_count", "keyword", "monkey", "spinner", "user"],
+)
+def test_words_that_merely_contain_a_secret_word_are_shown(key: str) -> None:
+    assert present.masked({key: "plain"}) == {key: "plain"}
+
+
+def test_credentials_inside_urls_are_scrubbed_wherever_they_are() -> None:
+    value = {"dsn": "postgresql://app:hunter2@db:5432/prod", "args": ["see amqp://u:p4ss@mq/"]}
+    shown = present.pretty_json(value)
+    assert "hunter2" not in shown and "p4ss" not in shown
+    assert f"postgresql://app:{present.MASK}@db:5432/prod" in shown
+    assert present.masked("mailto:ann@example.com https://example.com/a@b") == (
+        "mailto:ann@example.com https://example.com/a@b"
+    )
+
+
+@pytest.mark.parametrize(
+    ("term", "refused"),
+    [
+        ('"password":"hunt', True),
+        ("password", True),
+        ("client_secret", True),
+        ('word":"hunt', True),  # a key's tail and a value's head
+        ("accessToken", True),
+        ("hunter", False),
+        ("author", False),
+        ("order-42", False),
+    ],
+)
+def test_search_terms_naming_a_secret_key_are_recognised(term: str, refused: bool) -> None:
+    assert present.mentions_secret(term) is refused
+
+
+def test_durations_times_and_counts_read_well() -> None:
+    assert present.duration(None) == present.NONE
+    assert present.duration(0.4243) == "0.42 s"
+    assert present.duration(185) == "3 m 05 s"
+    assert present.duration(7800) == "2 h 10 m"
+    assert present.duration(3 * 86400 + 3600) == "3 d 1 h"
+    assert present.when(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02 03:04:05"
+    assert present.count(Count(1234)) == "1,234"
+    assert present.count(Count(10_000, exact=False)) == "10,000+"
+    assert present.count(Count(1_200_000, exact=False, estimated=True)) == "≈ 1,200,000"
+    assert present.first_line("boom\nTraceback…") == "boom"
+
+
+def test_chart_stacks_failures_on_successes_scaled_to_the_peak() -> None:
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    minutes = [
+        Minute(start + timedelta(minutes=i), ok, bad)
+        for i, (ok, bad) in enumerate([(0, 0), (6, 2), (2, 0)])
+    ]
+    chart = present.chart(minutes, width=300, height=104)
+    assert chart.peak == 8 and chart.total_ok == 8 and chart.total_failed == 2
+    empty, full, small = chart.bars
+    assert empty.ok_height == 0 and empty.failed_height == 0
+    assert full.ok_height + full.failed_height == 100  # the peak fills the height (less a margin)
+    assert full.failed_y + full.failed_height == full.ok_y
+    assert small.ok_height == 25
+    assert chart.first == "00:00" and chart.last == "00:02"

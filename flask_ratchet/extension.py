@@ -99,7 +99,7 @@ class RatchetState:
             return
         with self._lock:
             if not self._schema_ready:
-                if self.auto_create and migrate.current(self.engine) != migrate.head():
+                if self.auto_create and migrate.current(self.engine) != migrate.HEAD:
                     self._create_schema()
                 self.store.prepare(self.engine)
                 self._schema_ready = True

@@ -11,6 +11,7 @@ from __future__ import annotations
 from importlib.resources import as_file, files
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from .schema import VERSION_TABLE
@@ -55,16 +56,27 @@ def downgrade(engine: Engine, revision: str) -> None:
 
 
 def current(engine: Engine) -> str | None:
-    """The revision ratchet's tables are at, or ``None`` if they do not exist."""
-    from alembic.runtime.migration import MigrationContext
+    """The revision ratchet's tables are at, or ``None`` if they do not exist.
 
+    A plain read of the version table (the chain of revisions is linear), so that a process
+    checking its tables at start-up needs no alembic.
+    """
     with engine.connect() as conn:
-        ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
-        return ctx.get_current_revision()
+        if not sa.inspect(conn).has_table(VERSION_TABLE):
+            return None
+        version = conn.execute(
+            sa.select(sa.column("version_num")).select_from(sa.table(VERSION_TABLE))
+        ).scalar()
+        return None if version is None else str(version)
+
+
+#: The newest revision this version of flask-ratchet ships (:func:`head` reads it from the
+#: scripts; a test keeps the two equal), for start-up checks that should not import alembic.
+HEAD = "0005"
 
 
 def head() -> str | None:
-    """The newest revision this version of flask-ratchet ships."""
+    """The newest revision this version of flask-ratchet ships, read from its scripts."""
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(_config()).get_current_head()

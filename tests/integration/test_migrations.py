@@ -51,7 +51,7 @@ def ratchet_tables(engine: sa.Engine) -> set[str]:
 def test_upgrade_head_builds_exactly_schema_py(empty_engine: sa.Engine) -> None:
     assert migrate.current(empty_engine) is None
     migrate.upgrade(empty_engine)
-    assert migrate.current(empty_engine) == migrate.head()
+    assert migrate.current(empty_engine) == migrate.head() == migrate.HEAD
     assert diff(empty_engine) == []
     assert ratchet_tables(empty_engine) == set(schema.metadata.tables) | {schema.VERSION_TABLE}
     indexes = {ix["name"] for ix in sa.inspect(empty_engine).get_indexes("ratchet_job_queue")}

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -126,14 +126,12 @@ class Executor:
     @property
     def free(self) -> int:
         """Jobs the executor can take now."""
-        with self._lock:
-            return self.capacity - self._busy
+        return self.capacity - self._busy
 
     @property
     def utilization(self) -> float:
         """The busy share of threads (0 to 1)."""
-        with self._lock:
-            return min(1.0, self._busy / self.concurrency)
+        return min(1.0, self._busy / self.concurrency)
 
     def running(self) -> list[Run]:
         """Attempts that have not reported an outcome yet."""
@@ -171,22 +169,32 @@ class Executor:
 
     # -- running -------------------------------------------------------------------------------
 
-    def submit(self, claimed: ClaimedJob) -> None:
-        ctx = JobContext(
-            job_id=claimed.job_id,
-            task=claimed.task,
-            attempt=claimed.attempt,
-            params=payload.loads(claimed.params) or {},
-            _supervisor=self._supervisor,
-            # The claim a moment ago was the first "still mine?" check; the next one is due in a
-            # second (so a job that waited longer for a free thread is checked before it starts).
-            _last_check=time.monotonic(),
-        )
-        run = Run(claimed, ctx, time.monotonic())
+    def submit(self, claimed: Sequence[ClaimedJob]) -> None:
+        """Queue a claimed batch for the job threads (one lock for the batch, not one a job)."""
+        now = time.monotonic()
+        runs = [
+            Run(
+                job,
+                JobContext(
+                    job_id=job.job_id,
+                    task=job.task,
+                    attempt=job.attempt,
+                    params=payload.loads(job.params) or {},
+                    _supervisor=self._supervisor,
+                    # The claim a moment ago was the first "still mine?" check; the next is due
+                    # in a second (so a job that waited long for a thread is checked first).
+                    _last_check=now,
+                ),
+                now,
+            )
+            for job in claimed
+        ]
         with self._lock:
-            self._busy += 1
-            self._runs[claimed.job_id] = run
-        self._inbox.put(run)
+            self._busy += len(runs)
+            for run in runs:
+                self._runs[run.claimed.job_id] = run
+        for run in runs:
+            self._inbox.put(run)
 
     def _execute(self, run: Run) -> None:
         began = time.monotonic()
@@ -257,8 +265,9 @@ class Executor:
     def _leave_user_code(self, run: Run) -> None:
         with run.lock:
             run.in_user_code = False
-            if run.thread_id is not None:
-                # Drop a timeout that was raised into the thread but not delivered yet.
+            if run.expired and run.thread_id is not None:
+                # Drop a timeout that was raised into the thread but not delivered yet (the
+                # watchdog marks the run expired, under this lock, before it raises one).
                 ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(run.thread_id), None)
 
     def _failed(self, run: Run, exc: BaseException, *, permanent: bool = False) -> Finished:

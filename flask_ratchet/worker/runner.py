@@ -207,9 +207,8 @@ class Worker:
                         claimed = self.store.claim_due(conn, free, self.node_id, boost)
                 except SQLAlchemyError:
                     log.warning("claim failed; polling again later", exc_info=True)
-                for job in claimed:
-                    self.executor.submit(job)
                 if claimed:
+                    self.executor.submit(claimed)
                     # Hand the GIL to a job thread now: the jobs start before this thread's
                     # bookkeeping and its next query, not after them (about a millisecond).
                     time.sleep(0)

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from flask_ratchet.extension import RatchetState
 from flask_ratchet.states import Action, JobStatus, allowed
 from flask_ratchet.store import console_queries as queries
+from flask_ratchet.store import console_reports as reports
 
 from . import filters
 from .present import chart
@@ -33,12 +34,12 @@ def overview() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        counts = queries.status_counts(conn)
-        minutes = queries.throughput(conn, now)
-        oldest = queries.oldest_due_age(conn, now)
-        p95 = queries.p95_queue_wait(conn, now)
-        nodes = queries.nodes(conn, now)
-        audit = queries.recent_audit(conn)
+        counts = reports.status_counts(conn)
+        minutes = reports.throughput(conn, now)
+        oldest = reports.oldest_due_age(conn, now)
+        p95 = reports.p95_queue_wait(conn, now)
+        nodes = reports.nodes(conn, now)
+        audit = reports.recent_audit(conn)
     live_after = 3 * s.config.heartbeat_interval
     return render_template(
         "ratchet/overview.html",
@@ -113,7 +114,7 @@ def job_detail(job_id: str) -> str:
     if job is None:
         abort(404)
     with s.connection() as conn:
-        extras = queries.job_extras(conn, key)
+        extras = reports.job_extras(conn, key)
     actions = [
         name
         for name, action in (
@@ -133,7 +134,7 @@ def dead_letters() -> str:
     """Jobs that failed for good, grouped by task and error, with their alerts."""
     s = state()
     with s.connection() as conn:
-        groups = queries.failure_groups(conn)
+        groups = reports.failure_groups(conn)
     return render_template("ratchet/dlq.html", groups=groups)
 
 
@@ -142,7 +143,7 @@ def nodes() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        rows = queries.nodes(conn, now)
+        rows = reports.nodes(conn, now)
     return render_template(
         "ratchet/nodes.html", nodes=rows, live_after=3 * s.config.heartbeat_interval
     )

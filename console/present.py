@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flask_ratchet.store.console_queries import Count, Minute
+from flask_ratchet.store.console_queries import Count
+from flask_ratchet.store.console_reports import Minute
 
 MASK = "••••••"
 #: What an absent value shows.

@@ -20,7 +20,7 @@ from flask_ratchet import Priority
 from flask_ratchet.config import ConfigError
 from flask_ratchet.schema import audit, dlq_alert, job, job_queue
 from flask_ratchet.states import JobStatus
-from flask_ratchet.store import console_queries
+from flask_ratchet.store import console_reports as reports
 from tests.apps import add, charge, create_app, db, ratchet
 from tests.integration.helpers import count, job_in
 
@@ -856,5 +856,5 @@ def test_recent_audit_keeps_the_order_of_actions_in_the_same_instant(app: Flask)
             )
             for i in range(5)
         ]
-        rows = console_queries.recent_audit(conn)
+        rows = reports.recent_audit(conn)
     assert [r.audit_id for r in rows] == list(reversed(written))

@@ -14,6 +14,7 @@ from flask_ratchet.ids import uuid7
 from flask_ratchet.schema import execution, job_log, job_tag
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store import console_queries as queries
+from flask_ratchet.store import console_reports as reports
 from flask_ratchet.store.console_writes import delete_ended_job
 from tests.acceptance.conftest import wait_until
 from tests.apps import add, ratchet
@@ -72,8 +73,8 @@ def test_delete_refuses_running_and_paused_failed_jobs(app: Flask) -> None:
 def test_counts_stop_at_the_cap(app: Flask, dialect: str) -> None:
     ratchet.enqueue_many(ratchet.enqueue(add, i, i) for i in range(12))
     with ratchet.transaction() as conn:
-        exact = queries.status_counts(conn, cap=100)
-        capped = queries.status_counts(conn, cap=10)
+        exact = reports.status_counts(conn, cap=100)
+        capped = reports.status_counts(conn, cap=10)
     assert exact[JobStatus.PENDING] == queries.Count(12)
     assert exact[JobStatus.FAILED] == queries.Count(0)
     assert not capped[JobStatus.PENDING].exact
@@ -86,7 +87,7 @@ def test_past_the_cap_postgres_estimates_from_statistics(app: Flask, dialect: st
     with ratchet.transaction() as conn:
         if dialect == "postgresql":
             conn.exec_driver_sql("ANALYZE ratchet_job_queue")
-        counts = queries.status_counts(conn, cap=50)
+        counts = reports.status_counts(conn, cap=50)
     pending = counts[JobStatus.PENDING]
     if dialect == "postgresql":
         assert pending.estimated and 250 <= pending.value <= 350
@@ -110,8 +111,8 @@ def test_throughput_buckets_the_last_hour_by_minute(app: Flask) -> None:
                     queue_wait_ms=100.0 * (minutes_ago + 1),
                 )
             )
-        minutes = queries.throughput(conn, now)
-        p95 = queries.p95_queue_wait(conn, now)
+        minutes = reports.throughput(conn, now)
+        p95 = reports.p95_queue_wait(conn, now)
     assert len(minutes) == 60
     assert (minutes[-1].succeeded, minutes[-1].failed) == (1, 1)
     assert (minutes[-6].succeeded, minutes[-6].failed) == (1, 0)

@@ -1,13 +1,11 @@
-"""The reads behind the operator console, in SQLAlchemy Core for both dialects.
+"""The console's job lists, in SQLAlchemy Core for both dialects (its summaries are in
+:mod:`.console_reports`).
 
 Every query here is bounded, so a page costs the same with a thousand jobs or a million:
 
 - lists are keyset-paged (``WHERE job_id < :cursor ORDER BY job_id DESC LIMIT n``) on an index
   for each filter the console offers (see ``schema.py``);
-- counts stop at a cap (``SELECT count(*) FROM (SELECT 1 … LIMIT cap + 1)``); past it, PostgreSQL
-  estimates from the planner's statistics (``pg_class.reltuples`` times the value's frequency in
-  ``pg_stats``) and SQLite says "more than";
-- time series and percentiles read only the last hour, newest rows first, with a row cap.
+- counts stop at a cap (``SELECT count(*) FROM (SELECT 1 … LIMIT cap + 1)``).
 """
 
 from __future__ import annotations

@@ -110,7 +110,8 @@ class JobContext:
         if len(self._lines) >= MAX_LOG_LINES:
             self._dropped += 1
             return
-        message = record.getMessage()[:MAX_LOG_LINE]
+        # NUL cannot be stored in PostgreSQL text (see retry.sanitize).
+        message = record.getMessage()[:MAX_LOG_LINE].replace("\x00", "\ufffd")
         self._lines.append(
             LogLine(datetime.fromtimestamp(record.created, UTC), record.levelname, message)
         )

@@ -98,7 +98,12 @@ def _mask(match: re.Match[str]) -> str:
 
 
 def sanitize(text: str, limit: int = MAX_ERROR) -> str:
-    """Redact credentials in URLs and ``password=``/``token=``-style values; cut to ``limit``."""
+    """Redact credentials in URLs and ``password=``/``token=``-style values; cut to ``limit``.
+
+    NUL characters become U+FFFD: PostgreSQL text cannot hold them, and an outcome the database
+    refuses would be retried for ever.
+    """
+    text = text.replace("\x00", "\ufffd")
     text = _URL_CREDENTIALS.sub(r"\g<scheme>\g<user>:***@", text)
     text = _SECRET_VALUES.sub(_mask, text)
     if len(text) > limit:

@@ -260,3 +260,17 @@ def test_sigterm_hands_back_claimed_jobs_that_never_started(app: Flask, workers:
         assert (released.status, released.attempts) == (JobStatus.PENDING, 0)
     with db.engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM ratchet_execution")).scalar() == 0
+
+
+def test_errors_with_nul_characters_are_stored(app: Flask, workers: Workers) -> None:
+    # PostgreSQL text cannot hold NUL: stored as U+FFFD, the outcome is written at once instead
+    # of being refused by the database (and retried for ever).
+    job_id = ratchet.enqueue_now(refuse, "bad\x00byte").id
+    workers.start()
+    wait_until(lambda: status(job_id) == JobStatus.FAILED, what="the job to fail")
+    with db.engine.connect() as conn:
+        trace = conn.execute(
+            sa.text("SELECT traceback FROM ratchet_execution WHERE job_id = :id"),
+            {"id": job_id if db.engine.dialect.name == "postgresql" else job_id.hex},
+        ).scalar_one()
+    assert "DoNotRetry: bad\ufffdbyte" in trace

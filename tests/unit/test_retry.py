@@ -110,3 +110,7 @@ def test_describe_and_traceback_are_sanitized() -> None:
         assert describe(exc) == "ConnectionError: redis://u:***@cache failed, token=***"
         tb = format_traceback(exc)
         assert "test_describe_and_traceback_are_sanitized" in tb and "pw@" not in tb
+
+
+def test_sanitize_replaces_nul_characters() -> None:
+    assert sanitize("a\x00b") == "a\ufffdb"

@@ -1,4 +1,5 @@
-"""Retry, cancel, pause, resume and delete: for one job, selected jobs, or a whole filter.
+"""Retry, cancel, pause, resume and delete: for one job, selected jobs, or a whole filter; and
+pause, resume, run now and cancel for one recurring master.
 
 Each job goes through the library's own guarded operation (``ratchet.retry_job`` …; deletion
 through :func:`~flask_ratchet.store.console_writes.delete_ended_job`), so an illegal transition
@@ -246,3 +247,104 @@ def on_filter() -> tuple[str, int] | Response | str:
 
     outcome = _apply(name, ids, "filter", target)
     return _answer(outcome, _back(pages.list_url(args)))
+
+
+# -- recurring masters ---------------------------------------------------------------------------
+
+#: What each action on a recurring master may start from, to explain a refusal.
+RECURRING_ALLOWED_FROM = {
+    "pause": "ACTIVE or PAUSED",
+    "resume": "PAUSED",
+    "run": "ACTIVE or PAUSED",
+    "cancel": "ACTIVE or PAUSED",
+}
+RECURRING_PAST = {
+    "pause": "paused",
+    "resume": "resumed",
+    "run": "run now",
+    "cancel": "canceled",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RecurringOutcome:
+    """What an action on one recurring master did."""
+
+    action: str
+    recurring_id: str
+    changed: bool
+    #: The extra child a "run now" created.
+    child: uuid.UUID | None = None
+    #: The master's status after a refusal (``None``: there is no such master).
+    status: str | None = None
+
+
+def _recurring_operation(s: RatchetState, action: str) -> Callable[[str], bool | uuid.UUID]:
+    r = s.ratchet
+
+    def run(recurring_id: str) -> bool | uuid.UUID:
+        handle = r.run_recurring_now(recurring_id)
+        return False if handle is None else handle.id
+
+    ops: dict[str, Callable[[str], bool | uuid.UUID]] = {
+        "pause": r.pause_recurring,
+        "resume": r.resume_recurring,
+        "run": run,
+        "cancel": r.cancel_recurring,
+    }
+    return ops[action]
+
+
+def recurring_one(action: str) -> Response | str:
+    """POST …/recurring/<action> with the master's ``id`` in the form: pause, resume, run now
+    or cancel one recurring master through the library's operation, and audit it.
+
+    The id travels in the body, not the path: it is any text of up to 255 characters
+    (``/``, ``..`` and ``?`` included), which a path segment could not carry intact.
+    """
+    if action not in RECURRING_ALLOWED_FROM:
+        abort(400, f"action must be one of {', '.join(RECURRING_ALLOWED_FROM)}")
+    recurring_id = request.form.get("id", "")
+    if not recurring_id or len(recurring_id) > filters.MAX_TEXT:
+        abort(400, f"id must be a recurring job's id of 1 to {filters.MAX_TEXT} characters")
+    s = state()
+    op = _recurring_operation(s, action)
+    with s.connection() as conn:
+        try:
+            # A savepoint, as for jobs: a failure in the database leaves the audit row intact.
+            with conn.begin_nested():
+                result = op(recurring_id)
+        except sa.exc.DBAPIError:
+            result = False
+        child = result if isinstance(result, uuid.UUID) else None
+        changed = child is not None or result is True
+        record_audit(
+            conn,
+            at=s.store.now(conn),
+            actor=actor(),
+            role=str(g.ratchet_role),
+            action=action,
+            scope="recurring",
+            target=recurring_id,
+            requested=1,
+            changed=int(changed),
+        )
+        found = None if changed else s.ratchet.get_recurring(recurring_id)
+    s.db.session.commit()
+    outcome = RecurringOutcome(
+        action,
+        recurring_id,
+        changed,
+        child=child,
+        status=None if found is None else found.status.value,
+    )
+    context = {
+        "outcome": outcome,
+        "past": RECURRING_PAST[action],
+        "allowed_from": RECURRING_ALLOWED_FROM[action],
+        "back": _back(url_for("ratchet_console.recurring")),
+    }
+    if is_htmx():
+        body = render_template("ratchet/_recurring_notice.html", **context)
+        return fragment(body, trigger=CHANGED_EVENT)
+    return render_template("ratchet/done.html", notice="ratchet/_recurring_notice.html", **context)

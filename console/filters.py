@@ -34,6 +34,7 @@ FILTER_NAMES = (
     "created_after",
     "created_before",
     "q",
+    "recurring",
     "sort",
 )
 
@@ -62,7 +63,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
     sort = args.get("sort", "newest")
     if sort not in SORTS:
         abort(400, f"sort must be one of {', '.join(SORTS)}")
-    for name in ("task", "tag", "business_key", "node"):
+    for name in ("task", "tag", "business_key", "node", "recurring"):
         if len(args.get(name, "")) > MAX_TEXT:
             abort(400, f"{name} is longer than {MAX_TEXT} characters")
     if len(args.get("q", "")) > MAX_SEARCH:
@@ -78,6 +79,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         created_after=_when("created_after", args.get("created_after")),
         created_before=_when("created_before", args.get("created_before")),
         search=args.get("q"),
+        recurring_id=args.get("recurring"),
         sort=sort,
     )
     size = _size(values.get("size"))

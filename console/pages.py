@@ -7,12 +7,16 @@ is one template that also works without JavaScript.
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from flask import abort, current_app, render_template, request, url_for
 from sqlalchemy.engine import Connection
 
+from flask_ratchet.cron import CronError, next_fire_times
 from flask_ratchet.extension import RatchetState
+from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.states import Action, JobStatus, allowed
 from flask_ratchet.store import console_queries as queries
 from flask_ratchet.store import console_reports as reports
@@ -22,6 +26,8 @@ from .present import chart
 
 #: A job list's "new jobs" banner counts no further than this.
 NEW_CAP = 999
+#: How many upcoming fire times the recurring page shows per master.
+UPCOMING = 3
 
 
 def state() -> RatchetState:
@@ -147,6 +153,60 @@ def nodes() -> str:
     return render_template(
         "ratchet/nodes.html", nodes=rows, live_after=3 * s.config.heartbeat_interval
     )
+
+
+@dataclass(frozen=True, slots=True)
+class MasterRow:
+    """One line of the recurring page: the master and its next fire times (UTC)."""
+
+    master: RecurringJob
+    upcoming: list[datetime]
+
+
+def recurring() -> str:
+    """Every recurring master (CANCELED ones with ``?canceled=1``) and its next fire times."""
+    with_canceled = request.args.get("canceled", "") == "1"
+    s = state()
+    masters = s.ratchet.list_recurring(include_canceled=with_canceled)
+    with s.connection() as conn:
+        now = s.store.now(conn)
+    rows = [MasterRow(m, _upcoming(m)) for m in masters]
+    return render_template(
+        "ratchet/recurring.html",
+        rows=rows,
+        with_canceled=with_canceled,
+        now=now,
+        upcoming=UPCOMING,
+    )
+
+
+def _upcoming(master: RecurringJob) -> list[datetime]:
+    """The next fire times of an ACTIVE master, from its stored ``next_fire`` on.
+
+    Counted from ``next_fire`` (not from now) so the first one shown is the occurrence the
+    workers will fire next, even when it is overdue because no worker is running.
+    """
+    if master.status != RecurringStatus.ACTIVE or master.next_fire is None:
+        return []
+    try:
+        return next_fire_times(
+            master.cron, master.zone, master.next_fire - timedelta(microseconds=1), UPCOMING
+        )
+    except (CronError, LookupError):
+        # A zone the server's tz database no longer knows (ZoneInfoNotFoundError is a
+        # KeyError): the page still lists the master, without a preview.
+        return []
+
+
+def recurring_cancel() -> str:
+    """GET …/recurring/cancel?id=…: what canceling a master means; asks to confirm."""
+    wanted = request.args.get("id", "")
+    if not wanted or len(wanted) > filters.MAX_TEXT:
+        abort(404)
+    master = state().ratchet.get_recurring(wanted)
+    if master is None:
+        abort(404)
+    return render_template("ratchet/recurring_cancel.html", master=master)
 
 
 def list_url(args: dict[str, str], **changes: str | None) -> str:

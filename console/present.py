@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from flask_ratchet.store.console_queries import Count
 from flask_ratchet.store.console_reports import Minute
@@ -211,3 +212,15 @@ def chart(minutes: list[Minute], width: int = 720, height: int = 140) -> Chart:
         first=f"{minutes[0].start:%H:%M}" if minutes else "",
         last=f"{minutes[-1].start:%H:%M}" if minutes else "",
     )
+
+
+def in_zone(value: datetime | None, zone: str) -> str:
+    """``2026-11-26 03:15:00 CET``: an instant as a wall-clock time in ``zone`` (an IANA name);
+    an em dash for None, and UTC when the zone is unknown to this server's tz database."""
+    if value is None:
+        return NONE
+    try:
+        tz = ZoneInfo(zone)
+    except (ValueError, LookupError):
+        tz = ZoneInfo("UTC")
+    return value.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z")

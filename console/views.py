@@ -63,6 +63,7 @@ def register(bp: Blueprint) -> None:
         "first_line",
         "short_id",
         "audit_filter",
+        "in_zone",
     ):
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
 
@@ -72,8 +73,11 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/jobs/<job_id>", "job", pages.job_detail)
     bp.add_url_rule("/dead-letters", "dead_letters", pages.dead_letters)
     bp.add_url_rule("/nodes", "nodes", pages.nodes)
+    bp.add_url_rule("/recurring", "recurring", pages.recurring)
+    bp.add_url_rule("/recurring/cancel", "confirm_recurring_cancel", pages.recurring_cancel)
 
     bp.add_url_rule("/jobs/<job_id>/<action>", "act_one", actions.one, methods=["POST"])
     bp.add_url_rule("/jobs/selected", "act_selected", actions.selected, methods=["POST"])
     bp.add_url_rule("/jobs/bulk", "confirm_bulk", actions.confirm_filter, methods=["GET"])
     bp.add_url_rule("/jobs/bulk", "act_bulk", actions.on_filter, methods=["POST"])
+    bp.add_url_rule("/recurring/<action>", "act_recurring", actions.recurring_one, methods=["POST"])

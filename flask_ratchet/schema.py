@@ -113,6 +113,8 @@ job = sa.Table(
     _partial_index("depends_on", where="depends_on"),
     _partial_index("superseded_by", where="superseded_by"),
     _partial_index("terminal_status", "finished_at", where="terminal_status"),
+    # A recurring master's children, newest first (the console's list of them).
+    _partial_index("recurring_id", "job_id", where="recurring_id"),
     # The console's filters and sorts, each walked newest first (see store/console_queries.py).
     _partial_index("terminal_status", "job_id", where="terminal_status"),
     # Only jobs of a priority other than NORMAL, the default: a default job is written without

@@ -29,7 +29,6 @@ COUNT_CAP = 10_000
 #: Argument-text search looks at this many jobs at most: the newest, or the newest before the
 #: created range's end (a LIKE cannot use an index).
 SEARCH_WINDOW = 20_000
-
 SORTS = ("newest", "oldest", "priority")
 
 
@@ -47,6 +46,8 @@ class JobQuery:
     created_before: datetime | None = None
     #: A job id, or text to look for in the encoded arguments.
     search: str | None = None
+    #: The id of the recurring master whose children to list.
+    recurring_id: str | None = None
     sort: str = "newest"
 
 
@@ -125,6 +126,9 @@ def _filtered(conn: Connection, q: JobQuery, columns: Sequence[Any]) -> Select[A
         stmt = stmt.where(
             job_queue.c.status == const(JobStatus.RUNNING), job_queue.c.picked_by == q.node
         )
+    if q.recurring_id is not None:
+        # Walked newest first on the partial index (recurring_id, job_id).
+        stmt = stmt.where(job.c.recurring_id == q.recurring_id)
     if q.tag is not None:
         stmt = stmt.where(
             sa.exists().where(job_tag.c.job_id == job.c.job_id, job_tag.c.tag == q.tag)

@@ -1,4 +1,4 @@
-"""ratchet_job's mostly-NULL columns indexed only where they are set
+"""ratchet_job's mostly-NULL columns indexed only where they are set; recurring children
 
 Revision ID: 0005
 Revises: 0004
@@ -28,7 +28,19 @@ INDEXES = [
 ]
 
 
+CHILDREN = 'ix_ratchet_job_recurring_id_job_id'
+
+
 def upgrade() -> None:
+    predicate = sa.text('recurring_id IS NOT NULL')
+    op.create_index(
+        CHILDREN,
+        'ratchet_job',
+        ['recurring_id', 'job_id'],
+        unique=False,
+        postgresql_where=predicate,
+        sqlite_where=predicate,
+    )
     for name, columns, where in INDEXES:
         op.drop_index(name, table_name='ratchet_job')
         predicate = sa.text(f'{where} IS NOT NULL')
@@ -43,6 +55,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index(CHILDREN, table_name='ratchet_job')
     for name, columns, _ in INDEXES:
         op.drop_index(name, table_name='ratchet_job')
         op.create_index(name, 'ratchet_job', columns, unique=False)

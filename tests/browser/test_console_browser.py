@@ -1,8 +1,9 @@
 """The console in a real browser: headless Chromium against a live server and a real worker.
 
 Opens the overview, filters the job list, opens a failed job, presses Retry and watches the
-status change once the worker has run it. A screenshot of each page is saved under
-``tests/browser/screenshots/<database>/`` (ignored by git) for review.
+status change once the worker has run it; then opens the recurring masters and pauses one. A
+screenshot of each page is saved under ``tests/browser/screenshots/<database>/`` (ignored by git)
+for review.
 
 Chromium and its driver are Debian's ``chromium`` and ``chromium-driver`` (``make browser-deps``
 installs them). Without them this test fails: it never skips.
@@ -27,6 +28,7 @@ from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from flask_ratchet.recurring import RecurringStatus
 from flask_ratchet.states import JobStatus
 from tests.acceptance.conftest import Workers, wait_until
 from tests.apps import add, create_app, db, ratchet, refuse, report
@@ -150,6 +152,13 @@ def test_operator_retries_a_failed_job_in_the_browser(
         refused = ratchet.enqueue(refuse, "card declined").with_tags("billing").submit().id
         ratchet.enqueue_many(ratchet.enqueue(add, i, i).with_tags("batch") for i in range(12))
         ratchet.enqueue(report, 5).submit()
+        nightly = (
+            ratchet.schedule_recurring("0 0 2 * * ?", "Europe/Berlin", add, 1, 2)
+            .with_business_key("nightly-report")
+            .with_name("Nightly report")
+            .submit()
+            .id
+        )
     worker = workers.start("--concurrency", "4")
     wait_until(lambda: status_of(app, refused) == JobStatus.FAILED, 60, "the worker to fail a job")
 
@@ -224,4 +233,27 @@ def test_operator_retries_a_failed_job_in_the_browser(
     )
     shoot(browser, shots, "09-overview-after")
     assert csp_violations(browser) == []
+
+    # Recurring masters: three upcoming fire times, then Pause through htmx.
+    browser.find_element(By.LINK_TEXT, "Recurring").click()
+    wait_until(lambda: browser.title == "Recurring · Ratchet", 10, "the recurring page")
+    row = f'tr[data-recurring="{nightly}"]'
+    assert text_of(browser, f"{row} .pill") == "ACTIVE"
+    assert len(browser.find_elements(By.CSS_SELECTOR, f"{row} td.upcoming li")) == 3
+    shoot(browser, shots, "10-recurring")
+    browser.find_element(By.CSS_SELECTOR, f'{row} button[data-action="pause"]').click()
+    wait_until(lambda: "paused" in text_of(browser, "#notice"), 10, "the notice")
+    wait_until(
+        lambda: text_of(browser, f"{row} .pill") == "PAUSED",
+        10,
+        "the row to show the master paused",
+    )
+    assert text_of(browser, f"{row} td.upcoming") == "paused"
+    assert browser.find_elements(By.CSS_SELECTOR, f'{row} button[data-action="resume"]')
+    assert "/recurring/pause" not in browser.current_url  # htmx posted it; no navigation
+    with app.app_context():
+        paused = ratchet.get_recurring(nightly)
+    assert paused is not None and paused.status == RecurringStatus.PAUSED
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "11-recurring-paused")
     assert worker.poll() is None, workers.output(worker)

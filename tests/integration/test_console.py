@@ -8,6 +8,8 @@ import json
 import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from urllib.parse import quote
+from zoneinfo import ZoneInfo
 
 import pytest
 import sqlalchemy as sa
@@ -18,7 +20,9 @@ from werkzeug.test import TestResponse
 
 from flask_ratchet import Priority
 from flask_ratchet.config import ConfigError
-from flask_ratchet.schema import audit, dlq_alert, job, job_queue
+from flask_ratchet.cron import next_fire_times
+from flask_ratchet.recurring import RecurringStatus
+from flask_ratchet.schema import audit, dlq_alert, job, job_queue, recurring
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store import console_reports as reports
 from tests.apps import add, charge, create_app, db, ratchet
@@ -87,6 +91,20 @@ def add_alert(job_id: uuid.UUID, task: str, error: str) -> None:
         )
 
 
+#: Every day at 02:00 in the master's zone: far enough ahead that nothing fires during a test.
+NIGHTLY = "0 0 2 * * ?"
+
+
+def master(
+    recurring_id: str, *, name: str | None = None, cron: str = NIGHTLY, zone: str = "UTC"
+) -> str:
+    """Create an ACTIVE recurring master of ``tests.apps:add`` through the public API."""
+    builder = ratchet.schedule_recurring(cron, zone, add, 1, 2).with_business_key(recurring_id)
+    if name is not None:
+        builder.with_name(name)
+    return builder.submit().id
+
+
 def audit_rows() -> list[sa.Row[tuple[object, ...]]]:
     engine = sa.create_engine(db.engine.url)
     try:
@@ -107,11 +125,13 @@ URLS = (
     "/ratchet/jobs/bulk?action=retry&status=FAILED",
     "/ratchet/dead-letters",
     "/ratchet/nodes",
+    "/ratchet/recurring",
 )
 POSTS = (
     "/ratchet/jobs/00000000-0000-0000-0000-000000000000/retry",
     "/ratchet/jobs/selected",
     "/ratchet/jobs/bulk",
+    "/ratchet/recurring/pause",
 )
 
 
@@ -199,6 +219,8 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
     failed = job_in(JobStatus.FAILED)
     pending = job_in(JobStatus.PENDING)
     add_alert(failed, "tests.apps:add", "boom")
+    nightly = master("nightly")
+    ratchet.run_recurring_now(nightly)
     gets = [
         "/ratchet/",
         "/ratchet/jobs",
@@ -212,6 +234,10 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
         *(f"/ratchet/jobs/bulk?action={a}&status=FAILED" for a in actions_module.ALLOWED_FROM),
         "/ratchet/dead-letters",
         "/ratchet/nodes",
+        "/ratchet/recurring",
+        "/ratchet/recurring?canceled=1",
+        f"/ratchet/recurring/cancel?id={nightly}",
+        f"/ratchet/jobs?recurring={nightly}",
     ]
     # Every GET route of the blueprint (but its static files) is in the list above.
     routes = {
@@ -242,7 +268,9 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
     writes = [s for s in statements if WRITES.match(s) or "FOR UPDATE" in s.upper()]
     assert writes == []
     assert console.get(f"/ratchet/jobs/{failed}/retry").status_code == 405
+    assert console.get("/ratchet/recurring/pause").status_code == 405
     assert ratchet.get_job(failed).status == JobStatus.FAILED  # type: ignore[union-attr]
+    assert ratchet.get_recurring(nightly).status == RecurringStatus.ACTIVE  # type: ignore[union-attr]
     assert count("ratchet_audit") == 0
 
 
@@ -858,3 +886,205 @@ def test_recent_audit_keeps_the_order_of_actions_in_the_same_instant(app: Flask)
         ]
         rows = reports.recent_audit(conn)
     assert [r.audit_id for r in rows] == list(reversed(written))
+
+
+# -- recurring masters -------------------------------------------------------------------------
+
+
+def _masters(page: TestResponse) -> list[str]:
+    """The ids of the masters a recurring page lists, in order (as the page escaped them)."""
+    return re.findall(r'<tr data-recurring="([^"]*)">', page.text)
+
+
+def _refresh(recurring_id: str) -> RecurringStatus:
+    found = ratchet.get_recurring(recurring_id)
+    assert found is not None
+    return found.status
+
+
+def test_recurring_page_lists_masters_with_their_next_fire_times(console: Console) -> None:
+    berlin = master("nightly", name="Nightly cleanup", zone="Europe/Berlin")
+    paused = master("paused-one")
+    ended = master("ended-one")
+    ratchet.pause_recurring(paused)
+    ratchet.cancel_recurring(ended)
+    page = console.get("/ratchet/recurring")
+    assert page.status_code == 200
+    assert _masters(page) == [berlin, paused]  # by id; CANCELED left out
+    row = page.text[page.text.index('data-recurring="nightly"') :]
+    row = row[: row.index("</tr>")]
+    for text in ("Nightly cleanup", "tests.apps:add", NIGHTLY, "Europe/Berlin", "ACTIVE"):
+        assert text in row, text
+    assert "FIRE_ONCE" in row and 'href="/ratchet/jobs?recurring=nightly"' in row
+    snapshot = ratchet.get_recurring(berlin)
+    assert snapshot is not None and snapshot.next_fire is not None
+    upcoming = next_fire_times(NIGHTLY, "Europe/Berlin", datetime.now(UTC), 3)
+    assert upcoming[0] == snapshot.next_fire
+    for when in upcoming:
+        # 02:00 in Berlin is 01:00 UTC (CET) or 00:00 UTC (CEST): both are on the page.
+        local = when.astimezone(ZoneInfo("Europe/Berlin")).strftime("%Y-%m-%d %H:%M:%S %Z")
+        assert local in row and f"{when:%Y-%m-%d %H:%M:%S} UTC" in row
+    paused_row = page.text[page.text.index('data-recurring="paused-one"') :]
+    paused_row = paused_row[: paused_row.index("</tr>")]
+    assert ">paused<" in paused_row
+    assert 'data-action="resume"' in paused_row and 'data-action="pause"' not in paused_row
+    everything = console.get("/ratchet/recurring?canceled=1")
+    assert _masters(everything) == [ended, berlin, paused]
+    assert "CANCELED" in everything.text
+    assert 'aria-current="page">Recurring' in page.text  # the nav marks the page
+
+
+def test_the_job_list_filters_a_masters_children(console: Console) -> None:
+    nightly = master("nightly")
+    other = master("other")
+    mine = [ratchet.run_recurring_now(nightly).id for _ in range(4)]  # type: ignore[union-attr]
+    theirs = ratchet.run_recurring_now(other).id  # type: ignore[union-attr]
+    plain = ratchet.enqueue(add, 1, 1).submit().id
+    page = console.get(f"/ratchet/jobs?recurring={nightly}")
+    assert set(_ids(page)) == {str(i) for i in mine}
+    assert str(theirs) not in page.text and str(plain) not in page.text
+    assert 'name="recurring" value="nightly"' in page.text
+    # Children that fired on schedule (with a fire time) are listed too, newest first.
+    base = datetime(2030, 1, 1, tzinfo=UTC)
+    with ratchet.transaction() as conn:
+        for i, job_id in enumerate(mine[:3]):
+            conn.execute(
+                sa.update(job).where(job.c.job_id == job_id).values(fire_time=base + timedelta(i))
+            )
+    assert _ids(console.get(f"/ratchet/jobs?recurring={nightly}")) == [str(i) for i in mine[::-1]]
+    assert console.get("/ratchet/jobs?recurring=" + "x" * 300).status_code == 400
+
+
+def test_recurring_actions_and_refusals_are_reported_and_audited(console: Console) -> None:
+    nightly = master("nightly")
+    back = {"id": nightly, "next": "/ratchet/recurring"}
+    paused = console.post("/ratchet/recurring/pause", back)
+    assert paused.status_code == 200 and "<html" in paused.text  # without JS: a page
+    assert "Recurring job <code>nightly</code> paused." in paused.text
+    assert 'href="/ratchet/recurring"' in paused.text
+    assert _refresh(nightly) == RecurringStatus.PAUSED
+    resumed = console.post("/ratchet/recurring/resume", {"id": nightly}, htmx=True)
+    assert resumed.status_code == 200 and "<html" not in resumed.text
+    assert resumed.headers["HX-Trigger"] == "ratchet-changed" and "resumed." in resumed.text
+    assert _refresh(nightly) == RecurringStatus.ACTIVE
+    again = console.post("/ratchet/recurring/resume", {"id": nightly}, htmx=True)
+    assert "was not resumed: only PAUSED recurring jobs can be, and it is ACTIVE" in again.text
+    assert 'class="notice warn"' in again.text
+    assert _refresh(nightly) == RecurringStatus.ACTIVE
+    run = console.post("/ratchet/recurring/run", {"id": nightly}, htmx=True)
+    child = re.search(r'href="/ratchet/jobs/([0-9a-f-]{36})"', run.text)
+    assert child is not None and "run now." in run.text
+    made = ratchet.get_job(uuid.UUID(child.group(1)))
+    assert made is not None and made.recurring_id == nightly and made.status == JobStatus.PENDING
+    # Cancel asks first (a GET that changes nothing), then the confirmed form posts.
+    confirm = console.get(f"/ratchet/recurring/cancel?id={nightly}")
+    assert confirm.status_code == 200 and "Cancel this recurring job?" in confirm.text
+    assert 'action="/ratchet/recurring/cancel"' in confirm.text
+    assert _refresh(nightly) == RecurringStatus.ACTIVE
+    canceled = console.post("/ratchet/recurring/cancel", back)
+    assert "canceled." in canceled.text and _refresh(nightly) == RecurringStatus.CANCELED
+    assert "already canceled" in console.get(f"/ratchet/recurring/cancel?id={nightly}").text
+    late = console.post("/ratchet/recurring/run", {"id": nightly}, htmx=True)
+    assert "was not run now: only ACTIVE or PAUSED recurring jobs can be, and it is CANCELED" in (
+        late.text
+    )
+    ghost = console.post("/ratchet/recurring/pause", {"id": "no-such-master"})
+    assert "there is none with this id" in ghost.text
+    assert console.post("/ratchet/recurring/explode", {"id": nightly}).status_code == 400
+    assert console.post("/ratchet/recurring/pause", {}).status_code == 400
+    assert console.post("/ratchet/recurring/pause", {"id": "x" * 256}).status_code == 400
+    assert console.get("/ratchet/recurring/cancel?id=no-such-master").status_code == 404
+    rows = audit_rows()
+    assert [(r.action, r.scope, r.target, r.requested, r.changed) for r in rows] == [
+        ("pause", "recurring", nightly, 1, 1),
+        ("resume", "recurring", nightly, 1, 1),
+        ("resume", "recurring", nightly, 1, 0),
+        ("run", "recurring", nightly, 1, 1),
+        ("cancel", "recurring", nightly, 1, 1),
+        ("run", "recurring", nightly, 1, 0),
+        ("pause", "recurring", "no-such-master", 1, 0),
+    ]
+    assert rows[0].actor == "127.0.0.1" and rows[0].role == "admin"
+    overview = console.get("/ratchet/")
+    assert 'recurring <a href="/ratchet/jobs?recurring=nightly"><code>nightly</code></a>' in (
+        overview.text
+    )
+
+
+def test_read_role_sees_recurring_masters_and_cannot_act(app: Flask) -> None:
+    nightly = master("nightly")
+    reader = Console(app.test_client(), role="read")
+    page = reader.get("/ratchet/recurring")
+    assert page.status_code == 200 and _masters(page) == [nightly]
+    assert "data-action" not in page.text and "<th>Actions</th>" not in page.text
+    confirm = reader.get(f"/ratchet/recurring/cancel?id={nightly}")
+    assert confirm.status_code == 200 and '<form method="post"' not in confirm.text
+    for action in ("pause", "resume", "run", "cancel"):
+        refused = reader.post(f"/ratchet/recurring/{action}", {"id": nightly})
+        assert refused.status_code == 403, action
+    assert _refresh(nightly) == RecurringStatus.ACTIVE
+    assert ratchet.list_recurring() and count("ratchet_job") == 0
+    assert count("ratchet_audit") == 0
+
+
+def test_recurring_actions_need_the_csrf_token_and_this_origin(console: Console) -> None:
+    nightly = master("nightly")
+    client = console.client
+    url = "/ratchet/recurring/pause"
+    form = {"id": nightly}
+    with client.application.app_context():
+        refused = [
+            client.post(url, headers=ADMIN | ORIGIN, data=form),  # no token
+            client.post(url, headers=ADMIN | ORIGIN, data=form | {"csrf_token": "x" * 43}),
+            client.post(url, headers=ADMIN, data=form | {"csrf_token": console.token}),
+            client.post(
+                url,
+                headers=ADMIN | {"Origin": "https://evil.example"},
+                data=form | {"csrf_token": console.token},
+            ),
+        ]
+    assert [r.status_code for r in refused] == [403] * len(refused)
+    assert _refresh(nightly) == RecurringStatus.ACTIVE
+    assert count("ratchet_audit") == 0
+    assert console.post(url, form).status_code == 200
+    assert _refresh(nightly) == RecurringStatus.PAUSED
+
+
+def test_hostile_recurring_ids_names_tasks_and_crons_are_inert(console: Console) -> None:
+    hostile = '<script>alert(1)</script><div hx-get="/ratchet/jobs" hx-trigger="load">x</div>'
+    evil_id = '"><script>alert(2)</script> hx-get="/ratchet/jobs"'
+    master(evil_id, name=hostile)
+    sneaky = master("sneaky")
+    with ratchet.transaction() as conn:
+        # Written behind the API's back (a cron the library would refuse): the page must still
+        # list the master, escaped, with no preview.
+        conn.execute(
+            sa.update(recurring)
+            .where(recurring.c.recurring_id == sneaky)
+            .values(task=hostile, cron=hostile)
+        )
+    ratchet.run_recurring_now(evil_id)
+    console.post("/ratchet/recurring/pause", {"id": evil_id})
+    refused = console.post("/ratchet/recurring/resume", {"id": hostile}, htmx=True)
+    for page in (
+        console.get("/ratchet/recurring"),
+        console.get("/ratchet/"),
+        console.get("/ratchet/jobs?recurring=" + quote(evil_id)),
+        console.get("/ratchet/recurring/cancel?id=" + quote(evil_id)),
+        console.post("/ratchet/recurring/resume", {"id": evil_id}),
+        refused,
+    ):
+        assert page.status_code == 200, page.request.path
+        text = page.text
+        assert "<script>alert" not in text, page.request.path
+        assert 'hx-trigger="load"' not in text and "<div hx-get" not in text, page.request.path
+        assert ' hx-get="/ratchet/jobs"' not in text, page.request.path
+    listed = console.get("/ratchet/recurring")
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in listed.text
+    assert _masters(listed) == [
+        "&#34;&gt;&lt;script&gt;alert(2)&lt;/script&gt; hx-get=&#34;/ratchet/jobs&#34;",
+        "sneaky",
+    ]
+    assert _refresh(evil_id) == RecurringStatus.ACTIVE  # resumed by its exact id
+    children = console.get("/ratchet/jobs?recurring=" + quote(evil_id))
+    assert len(_ids(children)) == 1

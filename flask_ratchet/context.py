@@ -7,10 +7,12 @@ The worker makes one per attempt and binds it to the executing thread. A task ge
 from __future__ import annotations
 
 import contextvars
+import functools
+import inspect
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -142,3 +144,39 @@ class CaptureHandler(logging.Handler):
         ctx = _current.get()
         if ctx is not None:
             ctx.record(record)
+
+
+# -- which parameter of a task receives the context -------------------------------------------
+
+
+def _parameters(func: Callable[..., Any]) -> Mapping[str, inspect.Parameter]:
+    """``func``'s parameters, with string annotations resolved where they can be."""
+    try:
+        return inspect.signature(func, eval_str=True).parameters
+    except (NameError, TypeError, ValueError):
+        return inspect.signature(func).parameters
+
+
+def _takes_context(param: inspect.Parameter) -> bool:
+    return param.annotation is JobContext or param.annotation == "JobContext"
+
+
+@functools.lru_cache(maxsize=1024)  # looked up for every job run
+def context_parameter(func: Callable[..., Any]) -> str | None:
+    """The name of ``func``'s parameter annotated ``JobContext``, if it has one: the worker
+    passes the running job's context there."""
+    for name, param in _parameters(func).items():
+        if _takes_context(param):
+            return name
+    return None
+
+
+def required_arguments(func: Callable[..., Any]) -> list[str]:
+    """The parameters a caller must fill in: no default, not ``*args``/``**kwargs``, and not
+    the ``JobContext`` one (the worker fills that in)."""
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return [
+        name
+        for name, param in _parameters(func).items()
+        if param.default is param.empty and param.kind not in variadic and not _takes_context(param)
+    ]

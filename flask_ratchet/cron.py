@@ -50,9 +50,11 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .errors import RatchetError
 
-__all__ = ["CronError", "next_fire", "next_fire_times", "validate"]
+__all__ = ["CronError", "next_fire", "next_fire_times", "normalize", "validate"]
 
 YEAR_MIN, YEAR_MAX = 1970, 2099
+#: The longest expression (normalised) a recurring master can store: its column's width.
+EXPR_MAX_LENGTH = 255
 #: The Gregorian calendar repeats every 400 years: a schedule without a match in that span has none.
 SEARCH_YEARS = 400
 
@@ -323,12 +325,25 @@ def zone_info(zone: str) -> tzinfo:
 # -- evaluation -----------------------------------------------------------------------------------
 
 
+def normalize(expr: str) -> str:
+    """The form a master stores: upper case, the fields separated by single spaces (so that
+    ``"0 0 2 * * ?"`` and ``" 0  0 2 * * ? "`` are one definition)."""
+    return " ".join(expr.upper().split())
+
+
 def validate(expr: str, zone: str = "UTC") -> None:
     """Check ``expr`` and ``zone``.
 
-    :raises CronError: naming the bad field, or the unknown zone.
+    :raises CronError: naming the bad field, the unknown zone, or an expression too long to
+        store.
     """
     parse(expr)
+    length = len(normalize(expr))
+    if length > EXPR_MAX_LENGTH:
+        raise CronError(
+            f"cron expression is {length} characters long; at most {EXPR_MAX_LENGTH} can be "
+            "stored: use ranges and steps ('1-30', '0/5') instead of long lists"
+        )
     zone_info(zone)
 
 

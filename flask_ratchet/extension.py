@@ -10,7 +10,7 @@ import contextvars
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -36,6 +36,7 @@ from .submit import JobBuilder, make_builder, replacement_builder
 from .worker.wakeup import Notifier
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 #: The connection of an enclosing ``ratchet.transaction()`` block, if any.
 _transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
@@ -146,17 +147,35 @@ class RatchetState:
         """Insert the builders' jobs atomically; return their handles in order."""
         jobs = [b.build() for b in builders]
         urgent = any(b.wakes_workers for b in builders)
+        outcome = self.write_jobs(
+            lambda conn: self.store.insert_jobs(conn, jobs),
+            wake=lambda _: urgent,
+            own=lambda: self.store.single_statement(self.statement_engine),
+        )
+        return [JobHandle(o.job_id, o.created) for o in outcome]
+
+    def write_jobs(
+        self,
+        write: Callable[[Connection], T],
+        *,
+        wake: Callable[[T], bool],
+        own: Callable[[], AbstractContextManager[Connection]] | None = None,
+    ) -> T:
+        """Run ``write`` in the transaction to join, or in one of its own (``own``, default a
+        write transaction), and wake the workers if ``wake(result)``: once the joined
+        transaction commits, or at once after the own one did (never before: a woken worker
+        must find the jobs)."""
         joined = self.joined_connection()
         if joined is not None:
-            outcome = self.store.insert_jobs(joined, jobs)
-            if urgent:
+            result = write(joined)
+            if wake(result):
                 self._wake_after_commit()
-        else:
-            with self.store.single_statement(self.statement_engine) as conn:
-                outcome = self.store.insert_jobs(conn, jobs)
-            if urgent:
-                self.wake()
-        return [JobHandle(o.job_id, o.created) for o in outcome]
+            return result
+        with (own or (lambda: self.store.begin(self.engine)))() as conn:
+            result = write(conn)
+        if wake(result):
+            self.wake()
+        return result
 
     def wake(self) -> None:
         """Tell workers that committed work is due: in this process directly, and elsewhere by

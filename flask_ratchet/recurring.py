@@ -7,10 +7,10 @@ normal job carrying the master's id and the fire time it stands for (see
 
 Misfires. An occurrence more than ``RATCHET_RECURRING_MISFIRE_THRESHOLD`` seconds late (the
 workers were down, or the master was disabled) has *misfired*. A single due occurrence always
-runs, however late. When two or more are due, the occurrences that are merely late (within the
-threshold) run, and the master's :class:`Misfire` policy decides how many of the misfired ones do:
-none (``SKIP``), the most recent one (``FIRE_ONCE``, the default) or the most recent ``n``
-(``Misfire.catch_up(n)``).
+runs, however late. When two or more are due and none has misfired (a short hiccup), they all
+run. When two or more are due and any has misfired, the master's :class:`Misfire` policy decides
+among all the due ones, as Quartz does: none (``SKIP``), the most recent one (``FIRE_ONCE``, the
+default) or the most recent ``n`` (``Misfire.catch_up(n)``).
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from .options import Backoff, JobOptions, Priority
 
 #: Catch-up counts above this are refused: a policy, not a backlog generator.
 CATCH_UP_MAX = 1000
-#: Fire times looked at per pass when deciding a long misfire; older ones are skipped in halves.
-SCAN_LIMIT = 10_000
+#: Most children one pass creates for one master when nothing misfired (a threshold far longer
+#: than the schedule's period); the newest are kept.
+LATE_MAX = CATCH_UP_MAX
 
 
 class RecurringStatus(StrEnum):
@@ -43,9 +44,9 @@ class RecurringStatus(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Misfire:
-    """What to do when two or more occurrences are due and some of them misfired.
+    """What to do when two or more occurrences are due and at least one of them misfired.
 
-    ``Misfire.SKIP`` runs none of the misfired occurrences, ``Misfire.FIRE_ONCE`` the most recent
+    ``Misfire.SKIP`` runs none of the due occurrences, ``Misfire.FIRE_ONCE`` the most recent
     one, ``Misfire.catch_up(n)`` the most recent ``n`` (in order). ``catch_up(1)`` is
     ``FIRE_ONCE``.
     """
@@ -57,7 +58,7 @@ class Misfire:
 
     @classmethod
     def catch_up(cls, n: int) -> Misfire:
-        """Run up to the ``n`` most recent misfired occurrences (1 to 1000)."""
+        """Run up to the ``n`` most recent due occurrences (1 to 1000)."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= CATCH_UP_MAX:
             raise ValueError(f"catch_up(n) needs n from 1 to {CATCH_UP_MAX}, got {n!r}")
         return cls(n)
@@ -183,51 +184,83 @@ def plan_fires(
     now: datetime,
     policy: Misfire,
     threshold: timedelta,
+    after: datetime | None = None,
 ) -> tuple[list[datetime], datetime | None]:
     """The fire times to create children for now, oldest first, and the master's next fire.
 
     ``first_due`` is the master's ``next_fire`` (an occurrence of ``cron``); ``now`` is the
-    database's time.
+    database's time; ``after`` is the master's ``last_fire``: occurrences at or before it already
+    have their child and are never planned again.
+
+    When none of the due occurrences has misfired, all of them run (at most :data:`LATE_MAX`, the
+    newest). When one has, the policy decides among all of them, as Quartz does: a late
+    occurrence next to a misfired one is part of the same outage. A single due occurrence always
+    runs. The cost is a few dozen cron evaluations however long the outage was.
     """
-    upcoming = next_fire(cron, zone, now)
     if first_due > now:
         return [], first_due
-    cutoff = now - threshold  # occurrences at or before it have misfired
-    missed, missed_count = _latest(cron, zone, first_due, cutoff, max(policy.limit, 1))
-    late_from = first_due if first_due > cutoff else next_fire(cron, zone, cutoff)
-    late, _ = _latest(cron, zone, late_from, now, None)
-    if missed_count + len(late) <= 1:
-        return missed + late, upcoming  # a single due occurrence always runs
-    keep = missed[len(missed) - policy.limit :] if policy.limit else []
-    return keep + late, upcoming
+    upcoming = next_fire(cron, zone, now)
+    if after is not None and first_due <= after:
+        first_due_after = next_fire(cron, zone, after)
+        if first_due_after is None or first_due_after > now:
+            return [], upcoming  # every due occurrence already has its child
+        first_due = first_due_after
+    single = (following := next_fire(cron, zone, first_due)) is None or following > now
+    if single:
+        return [first_due], upcoming
+    if first_due > now - threshold:
+        return newest(cron, zone, first_due, now, LATE_MAX), upcoming
+    if policy.limit == 0:
+        return [], upcoming
+    return newest(cron, zone, first_due, now, policy.limit), upcoming
 
 
-def _latest(
-    cron: str, zone: str, first: datetime | None, last: datetime, keep: int | None
-) -> tuple[list[datetime], int]:
-    """The newest ``keep`` (all, for ``None``) fire times from ``first`` (inclusive, itself a
-    fire time) to ``last`` (inclusive), and how many there are (at least ``SCAN_LIMIT`` when
-    the span was too long to count)."""
-    count_floor = 0
-    found: deque[datetime] = deque(maxlen=keep)
-    while first is not None and first <= last:
-        found = deque(maxlen=keep)
-        count = 0
-        for t in _times(cron, zone, first, last):
-            found.append(t)
-            count += 1
-            if count > SCAN_LIMIT:
-                break
+def latest_at_or_before(cron: str, zone: str, first: datetime, last: datetime) -> datetime:
+    """The newest fire time at or before ``last``, given ``first``, a fire time at or before it.
+
+    Bisection on time: O(log((last - first) / 1 µs)) calls of ``next_fire``, whatever the number
+    of occurrences in between (a year of an every-second schedule takes about 90).
+    """
+    lo, hi = first, last  # lo: a fire time <= last; no fire time lies in (hi, last]
+    while True:
+        following = next_fire(cron, zone, lo)
+        if following is None or following > last:
+            return lo
+        mid = lo + (hi - lo) / 2
+        found = next_fire(cron, zone, mid)
+        if found is not None and found <= last:
+            lo = found  # a fire time after mid: the newest is at or after it
         else:
-            return list(found), max(count, count_floor)
-        # Too many to walk: look for the newest ones in the later half of the span.
-        count_floor = SCAN_LIMIT
-        first = next_fire(cron, zone, first + (last - first) / 2)
-    return list(found), count_floor  # the later half was empty: the newest seen are the last
+            hi = mid  # none in (mid, last]: the newest is at or before mid
 
 
-def _times(cron: str, zone: str, first: datetime, last: datetime) -> Iterator[datetime]:
-    current: datetime | None = first
+def newest(cron: str, zone: str, first: datetime, last: datetime, n: int) -> list[datetime]:
+    """The newest ``n`` fire times from ``first`` (a fire time) to ``last``, both inclusive,
+    oldest first.
+
+    The newest one is found by bisection; then a window ending there is doubled until it holds
+    ``n`` fire times, and only that window is walked: about ``2 n`` evaluations for a regular
+    schedule, never one per occurrence of a long span.
+    """
+    if n < 1 or first > last:
+        return []
+    end = latest_at_or_before(cron, zone, first, last)
+    width = timedelta(seconds=1)
+    while True:
+        start = max(first, end - width)
+        window = deque(_times(cron, zone, _at_or_after(cron, zone, start), end), maxlen=n)
+        if len(window) >= n or start == first:
+            return list(window)
+        width *= 2
+
+
+def _at_or_after(cron: str, zone: str, start: datetime) -> datetime | None:
+    """The first fire time at or after ``start``."""
+    return next_fire(cron, zone, start - timedelta(microseconds=1))
+
+
+def _times(cron: str, zone: str, first: datetime | None, last: datetime) -> Iterator[datetime]:
+    current = first
     while current is not None and current <= last:
         yield current
         current = next_fire(cron, zone, current)

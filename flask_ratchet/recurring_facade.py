@@ -7,12 +7,12 @@ does the same on demand, e.g. from a deploy step.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import payload
-from .context import JobContext
+from .context import required_arguments
+from .cron import normalize as cron_normalize
 from .cron import validate as cron_validate
 from .options import JobOptions, validate_key, validate_options
 from .recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
@@ -90,7 +90,7 @@ class RecurringFacade:
                 id=master_id,
                 name=name or master_id,
                 task=task.name,
-                cron=cron,
+                cron=cron_normalize(cron),
                 zone=zone,
                 payload=NO_ARGUMENTS,
                 options=defaults,
@@ -138,18 +138,10 @@ class RecurringFacade:
         from .job import JobHandle
 
         key = validate_key("id", recurring_id)
-        state = self.state
-        store = RecurringStore(state.store)
-        joined = state.joined_connection()
-        if joined is not None:
-            job_id = store.run_now(joined, key)
-            if job_id is not None:
-                state._wake_after_commit()
-        else:
-            with state.store.begin(state.engine) as conn:
-                job_id = store.run_now(conn, key)
-            if job_id is not None:
-                state.wake()
+        store = RecurringStore(self.state.store)
+        job_id = self.state.write_jobs(
+            lambda conn: store.run_now(conn, key), wake=lambda made: made is not None
+        )
         return None if job_id is None else JobHandle(job_id)
 
     def get_recurring(self, recurring_id: str) -> RecurringJob | None:
@@ -175,19 +167,10 @@ class RecurringFacade:
 
 def _refuse_arguments(func: Callable[..., Any]) -> None:
     """A declared recurring job is called with nothing (a ``JobContext`` is filled in)."""
-    try:
-        params = inspect.signature(func, eval_str=True).parameters
-    except (NameError, TypeError, ValueError):
-        params = inspect.signature(func).parameters
-    for param in params.values():
-        context = param.annotation is JobContext or param.annotation == "JobContext"
-        required = param.default is param.empty and param.kind not in (
-            param.VAR_POSITIONAL,
-            param.VAR_KEYWORD,
+    required = required_arguments(func)
+    if required:
+        raise TypeError(
+            f"{default_name(func)} takes argument {required[0]!r}, but a declared recurring "
+            "job is called with none; use ratchet.schedule_recurring(cron, zone, fn, *args) "
+            "to pass arguments"
         )
-        if required and not context:
-            raise TypeError(
-                f"{default_name(func)} takes argument {param.name!r}, but a declared recurring "
-                "job is called with none; use ratchet.schedule_recurring(cron, zone, fn, *args) "
-                "to pass arguments"
-            )

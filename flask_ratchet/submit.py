@@ -10,9 +10,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from . import payload
+from .cron import normalize as cron_normalize
 from .cron import validate as cron_validate
 from .ids import uuid7
 from .job import JobHandle
@@ -28,7 +29,63 @@ if TYPE_CHECKING:
 log = logging.getLogger("flask_ratchet")
 
 
-class JobBuilder:
+class _OptionsBuilder:
+    """The option setters a job and a recurring master share (a master's apply to each child),
+    and the warning for a builder that was never submitted."""
+
+    def __init__(self, state: RatchetState, task: Task, payload_text: str) -> None:
+        self._state = state
+        self._task = task
+        self._payload = payload_text
+        self._options = task.options
+        self._submitted = False
+
+    def _unsubmitted(self) -> str:
+        """What was built and never submitted, for the warning."""
+        raise NotImplementedError
+
+    def __del__(self) -> None:
+        if not getattr(self, "_submitted", True):
+            log.warning("%s was built but never submitted: call .submit()", self._unsubmitted())
+
+    def _merge(self, **changes: Any) -> Self:
+        if "tags" in changes:
+            changes["tags"] = tuple(changes["tags"])
+        self._options = self._options.merged(**changes)
+        return self
+
+    def with_priority(self, priority: Priority | int) -> Self:
+        """Claim order: ``Priority.LOWEST`` … ``Priority.CRITICAL`` (which also wakes workers)."""
+        return self._merge(priority=priority)
+
+    def with_max_retries(self, max_retries: int) -> Self:
+        """Retries after the first run: ``n`` allows ``n + 1`` runs in all."""
+        return self._merge(max_retries=max_retries)
+
+    def with_backoff(self, backoff: Backoff | str, base: timedelta | float | None = None) -> Self:
+        """How long to wait between attempts; ``base`` is the first wait."""
+        if base is None:
+            return self._merge(backoff=backoff)
+        return self._merge(backoff=backoff, backoff_base=base)
+
+    def with_timeout(self, timeout: timedelta | float) -> Self:
+        """Fail an attempt that runs longer than this."""
+        return self._merge(timeout=timeout)
+
+    def with_tags(self, *tags: str) -> Self:
+        """Add tags (searchable in ``find_jobs`` and the console)."""
+        return self._merge(tags=(*self._options.tags, *tags))
+
+    def with_param(self, key: str, value: Any) -> Self:
+        """Set one JobContext parameter (JSON)."""
+        return self._merge(params={**self._options.params, key: value})
+
+    def with_resource(self, name: str) -> Self:
+        """Take a permit of the named resource before running."""
+        return self._merge(resource=name)
+
+
+class JobBuilder(_OptionsBuilder):
     """Options for one job, then :meth:`submit`. Returned by ``ratchet.enqueue()`` and friends.
 
     >>> ratchet.enqueue(charge, 42).with_priority(Priority.HIGH).with_max_retries(5).submit()
@@ -43,82 +100,35 @@ class JobBuilder:
         delay: float = 0.0,
         run_at: datetime | None = None,
     ) -> None:
-        self._state = state
-        self._task = task
-        self._payload = payload_text
+        super().__init__(state, task, payload_text)
         self._delay = delay
         self._run_at = run_at
-        self._options = task.options
         self._idempotency_key: str | None = None
         self._business_key: str | None = None
         self._immediate = False
-        self._submitted = False
 
     def __repr__(self) -> str:
         return f"<JobBuilder {self._task.name}>"
 
-    def __del__(self) -> None:
-        if not getattr(self, "_submitted", True):
-            log.warning(
-                "a job of task %s was built but never submitted: call .submit()", self._task.name
-            )
+    def _unsubmitted(self) -> str:
+        return f"a job of task {self._task.name}"
 
     @property
     def task_name(self) -> str:
         """The name of the task this builder will enqueue."""
         return self._task.name
 
-    def with_priority(self, priority: Priority | int) -> JobBuilder:
-        """Claim order: ``Priority.LOWEST`` … ``Priority.CRITICAL`` (which also wakes workers)."""
-        self._options = self._options.merged(priority=priority)
-        return self
-
-    def with_max_retries(self, max_retries: int) -> JobBuilder:
-        """Retries after the first run: ``n`` allows ``n + 1`` runs in all."""
-        self._options = self._options.merged(max_retries=max_retries)
-        return self
-
-    def with_backoff(
-        self, backoff: Backoff | str, base: timedelta | float | None = None
-    ) -> JobBuilder:
-        """How long to wait between attempts; ``base`` is the first wait."""
-        changes: dict[str, Any] = {"backoff": backoff}
-        if base is not None:
-            changes["backoff_base"] = base
-        self._options = self._options.merged(**changes)
-        return self
-
-    def with_timeout(self, timeout: timedelta | float) -> JobBuilder:
-        """Fail an attempt that runs longer than this."""
-        self._options = self._options.merged(timeout=timeout)
-        return self
-
-    def with_tags(self, *tags: str) -> JobBuilder:
-        """Add tags (searchable in ``find_jobs`` and the console)."""
-        self._options = self._options.merged(tags=(*self._options.tags, *tags))
-        return self
-
-    def with_param(self, key: str, value: Any) -> JobBuilder:
-        """Set one JobContext parameter (JSON)."""
-        self._options = self._options.merged(params={**self._options.params, key: value})
-        return self
-
-    def with_resource(self, name: str) -> JobBuilder:
-        """Take a permit of the named resource before running."""
-        self._options = self._options.merged(resource=name)
-        return self
-
-    def with_idempotency_key(self, key: str) -> JobBuilder:
+    def with_idempotency_key(self, key: str) -> Self:
         """Globally unique forever: a repeat returns the original job's handle."""
         self._idempotency_key = validate_key("idempotency key", key)
         return self
 
-    def with_business_key(self, key: str) -> JobBuilder:
+    def with_business_key(self, key: str) -> Self:
         """Unique among active jobs: a repeat while one is active raises DuplicateBusinessKey."""
         self._business_key = validate_key("business key", key)
         return self
 
-    def immediate(self) -> JobBuilder:
+    def immediate(self) -> Self:
         """Wake workers as soon as the job is committed instead of at their next poll."""
         self._immediate = True
         return self
@@ -198,7 +208,7 @@ def replacement_builder(
     return builder
 
 
-class RecurringJobBuilder:
+class RecurringJobBuilder(_OptionsBuilder):
     """A recurring schedule for one task, then :meth:`submit`. Returned by
     ``ratchet.schedule_recurring()``.
 
@@ -210,76 +220,36 @@ class RecurringJobBuilder:
     def __init__(
         self, state: RatchetState, task: Task, payload_text: str, cron: str, zone: str
     ) -> None:
-        self._state = state
-        self._task = task
-        self._payload = payload_text
+        super().__init__(state, task, payload_text)
         self._cron = cron
         self._zone = zone
-        self._options = task.options
         self._id = default_name(task.func)
         self._name: str | None = None
         self._misfire = Misfire.FIRE_ONCE
-        self._submitted = False
 
     def __repr__(self) -> str:
         return f"<RecurringJobBuilder {self._id} {self._cron!r} {self._zone}>"
 
-    def __del__(self) -> None:
-        if not getattr(self, "_submitted", True):
-            log.warning("recurring job %s was built but never submitted: call .submit()", self._id)
+    def _unsubmitted(self) -> str:
+        return f"recurring job {self._id}"
 
-    def with_options(self, **options: Any) -> RecurringJobBuilder:
+    def with_options(self, **options: Any) -> Self:
         """Set several child-job options at once: ``priority``, ``max_retries``, ``backoff``,
         ``backoff_base``, ``timeout``, ``resource``, ``tags``, ``params``."""
-        if "tags" in options:
-            options["tags"] = tuple(options["tags"])
-        self._options = self._options.merged(**options)
-        return self
+        return self._merge(**options)
 
-    def with_priority(self, priority: Priority | int) -> RecurringJobBuilder:
-        """The children's priority."""
-        return self.with_options(priority=priority)
-
-    def with_max_retries(self, max_retries: int) -> RecurringJobBuilder:
-        """Retries of each child after its first run."""
-        return self.with_options(max_retries=max_retries)
-
-    def with_backoff(
-        self, backoff: Backoff | str, base: timedelta | float | None = None
-    ) -> RecurringJobBuilder:
-        """How long a failed child waits between attempts; ``base`` is the first wait."""
-        if base is None:
-            return self.with_options(backoff=backoff)
-        return self.with_options(backoff=backoff, backoff_base=base)
-
-    def with_timeout(self, timeout: timedelta | float) -> RecurringJobBuilder:
-        """Fail a child's attempt that runs longer than this."""
-        return self.with_options(timeout=timeout)
-
-    def with_tags(self, *tags: str) -> RecurringJobBuilder:
-        """Add tags to every child."""
-        return self.with_options(tags=(*self._options.tags, *tags))
-
-    def with_param(self, key: str, value: Any) -> RecurringJobBuilder:
-        """Set one JobContext parameter (JSON) of every child."""
-        return self.with_options(params={**self._options.params, key: value})
-
-    def with_resource(self, name: str) -> RecurringJobBuilder:
-        """The resource each child takes a permit of."""
-        return self.with_options(resource=name)
-
-    def with_business_key(self, key: str) -> RecurringJobBuilder:
+    def with_business_key(self, key: str) -> Self:
         """The master's id (default ``module:qualname``): exactly one master exists per id, and
         submitting the same id again updates it."""
         self._id = validate_key("recurring id", key)
         return self
 
-    def with_name(self, name: str) -> RecurringJobBuilder:
+    def with_name(self, name: str) -> Self:
         """A display name (default: the id)."""
         self._name = validate_key("recurring name", name)
         return self
 
-    def with_misfire_policy(self, policy: Misfire | str) -> RecurringJobBuilder:
+    def with_misfire_policy(self, policy: Misfire | str) -> Self:
         """What to do with occurrences missed while no worker ran (default FIRE_ONCE)."""
         self._misfire = misfire_policy(policy)
         return self
@@ -325,4 +295,4 @@ def make_recurring_builder(
     cron_validate(cron, zone)
     task = state.ratchet.registry.for_submit(target, state.config.allowed_modules)
     text = payload.encode_arguments(task.name, args, kwargs, state.config.max_payload_bytes)
-    return RecurringJobBuilder(state, task, text, cron, zone)
+    return RecurringJobBuilder(state, task, text, cron_normalize(cron), zone)

@@ -129,3 +129,10 @@ def report(done: int) -> str:
 def new_year_2099(ctx: JobContext) -> None:
     """A declared recurring job that never fires while the tests run: registered at worker start."""
     ctx.logger.info("happy new year")
+
+
+def record_context(ctx: JobContext) -> None:
+    """Not declared here: a test declares it every second while it runs a worker in-process
+    (declared at import, it would fire in every worker the tests start). Records its run."""
+    db.session.add(Run(job_id=str(ctx.job_id), pid=os.getpid()))
+    db.session.commit()

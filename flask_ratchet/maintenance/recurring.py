@@ -1,18 +1,24 @@
 """The worker's recurring-job firer: registers the declared masters, then fires due ones.
 
-Every worker runs one. It reads when the next occurrence is due (by the database's clock) and
-sleeps until then, but never longer than :data:`RECHECK`, so that masters registered or changed
-elsewhere are seen within a second. A due occurrence is fired in one short write transaction
+Every worker runs one (not a ``--burst`` worker: it exits once nothing is due, and a firer would
+keep making work). The worker registers the declared masters itself before it reports "started"
+(:func:`start_recurring`); a definition that fails then is tried again by the firer, with backoff,
+while it fires everything else.
+
+The firer reads when the next occurrence is due (by the database's clock) and sleeps until then,
+but never longer than :data:`RECHECK`, so that masters registered or changed elsewhere are seen
+within a second. A due occurrence is fired in one short write transaction
 (:meth:`RecurringStore.fire_due`), so an every-second schedule fires within milliseconds of each
 second. Firers on several nodes never create the same child twice: see
-:mod:`flask_ratchet.store.recurring`.
+:mod:`flask_ratchet.store.recurring`. It stops firing as soon as the worker starts draining.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -21,6 +27,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import RatchetConfig
+from ..recurring import RecurringDefinition
 from ..store import SqlJobStore
 from ..store.recurring import FIRE_BATCH, FirePass, RecurringStore
 
@@ -35,12 +42,59 @@ RECHECK = 1.0
 HELD_ELSEWHERE = 0.05
 #: Sleep after a database error.
 AFTER_ERROR = 1.0
+#: While the database stays unreachable, how often the outage is logged again.
+OUTAGE_LOG_EVERY = 60.0
+#: Waits before registering a failed declared definition again: doubled up to the last one.
+REGISTER_BACKOFF = (1.0, 60.0)
 #: Added to each sleep so that the next pass finds the occurrence due, not a hair early.
 MARGIN = 0.002
 
 
+class Registrar:
+    """Registers declared masters, each on its own, and remembers the ones that failed."""
+
+    def __init__(
+        self, store: SqlJobStore, engine: Engine, definitions: Sequence[RecurringDefinition]
+    ) -> None:
+        self._store = store
+        self._recurring = RecurringStore(store)
+        self._engine = engine
+        self.pending = list(definitions)
+        self._wait = REGISTER_BACKOFF[0]
+        self._next_try = 0.0
+
+    def register_pending(self) -> None:
+        """Try every definition not registered yet, each in its own transaction.
+
+        One that fails (a database error, a definition the database refuses) is logged and
+        left for a later call; the others are registered regardless.
+        """
+        if not self.pending or time.monotonic() < self._next_try:
+            return
+        failed: list[RecurringDefinition] = []
+        for definition in self.pending:
+            try:
+                with self._store.begin(self._engine) as conn:
+                    self._recurring.register(conn, definition)
+            except Exception as exc:  # one bad definition must not keep the others out
+                log.warning(
+                    "could not register recurring job %s (%s); trying again in %.0f s",
+                    definition.id,
+                    _first_line(exc),
+                    self._wait,
+                )
+                failed.append(definition)
+        done = len(self.pending) - len(failed)
+        if done:
+            log.info("registered %d declared recurring jobs", done)
+        self.pending = failed
+        if failed:
+            self._next_try = time.monotonic() + self._wait
+            self._wait = min(self._wait * 2, REGISTER_BACKOFF[1])
+
+
 class RecurringFirer(threading.Thread):
-    """Fires the due recurring masters of one database until ``stop`` is set."""
+    """Fires the due recurring masters of one database until ``stop`` (or ``draining``) is set."""
 
     def __init__(
         self,
@@ -49,7 +103,8 @@ class RecurringFirer(threading.Thread):
         config: RatchetConfig,
         stop: threading.Event,
         *,
-        register: Callable[[], object] | None = None,
+        draining: threading.Event | None = None,
+        registrar: Registrar | None = None,
         on_fired: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="ratchet-recurring", daemon=True)
@@ -58,11 +113,17 @@ class RecurringFirer(threading.Thread):
         self._engine = engine
         self._threshold = timedelta(seconds=config.recurring_misfire_threshold)
         self._disabled = config.recurring_disabled
-        self._stop = stop
-        self._register = register
+        # Not ``_stop``: that name is a method of threading.Thread (join() calls it).
+        self._stop_event = stop
+        self._draining = draining or stop
+        self._registrar = registrar
         self._on_fired = on_fired
+        self._outage_since: float | None = None
+        self._outage_logged = 0.0
         self.passes = 0
         self.fired = 0
+        #: Passes that failed on a database error (the thread went on).
+        self.failures = 0
 
     def fire_pass(self) -> FirePass:
         """One pass: create the children of every due master, in one transaction."""
@@ -84,21 +145,50 @@ class RecurringFirer(threading.Thread):
             return seen
         return self.fire_pass()
 
+    def stopping(self) -> bool:
+        """Whether the worker stops or drains: no new children from here on."""
+        return self._stop_event.is_set() or self._draining.is_set()
+
     def run(self) -> None:
-        registered = self._register is None
-        while not self._stop.is_set():
+        while not self.stopping():
             try:
-                if not registered and self._register is not None:
-                    self._register()
-                    registered = True
+                if self._registrar is not None:
+                    self._registrar.register_pending()
                 delay = self._delay(self.step())
-            except SQLAlchemyError:
-                log.warning("recurring jobs: a pass failed; trying again", exc_info=True)
+                self._recovered()
+            except SQLAlchemyError as exc:
+                self._failed(exc)
                 delay = AFTER_ERROR
             except Exception:  # never let the thread die: the next pass may well work
                 log.exception("recurring jobs: unexpected error; trying again")
                 delay = AFTER_ERROR
-            self._stop.wait(delay)
+            # Draining is set first when a worker stops: waiting on it ends the sleep at once.
+            self._draining.wait(delay)
+
+    def _failed(self, exc: SQLAlchemyError) -> None:
+        """Log a database outage when it starts, then every ``OUTAGE_LOG_EVERY`` seconds."""
+        self.failures += 1
+        now = time.monotonic()
+        if self._outage_since is None:
+            self._outage_since = self._outage_logged = now
+            log.warning(
+                "recurring jobs: database error (%s); trying every second", _first_line(exc)
+            )
+        elif now - self._outage_logged >= OUTAGE_LOG_EVERY:
+            self._outage_logged = now
+            log.warning(
+                "recurring jobs: the database has failed for %.0f s (%s); still trying",
+                now - self._outage_since,
+                _first_line(exc),
+            )
+
+    def _recovered(self) -> None:
+        if self._outage_since is not None:
+            log.info(
+                "recurring jobs: the database is back after %.0f s",
+                time.monotonic() - self._outage_since,
+            )
+            self._outage_since = None
 
     @staticmethod
     def _delay(result: FirePass) -> float:
@@ -112,32 +202,52 @@ class RecurringFirer(threading.Thread):
 
 
 def start_recurring(
-    app: Flask, store: SqlJobStore, engine: Engine, stop: threading.Event
+    app: Flask,
+    store: SqlJobStore,
+    engine: Engine,
+    stop: threading.Event,
+    *,
+    draining: threading.Event | None = None,
+    burst: bool = False,
 ) -> RecurringFirer | None:
-    """Start a worker's firer (unless ``RATCHET_RECURRING_ENABLED`` is False).
+    """Register the app's declared masters, then start a worker's firer.
 
-    It first registers the app's declared masters (``@ratchet.recurring``), on the worker's
-    engine, then fires. After a pass that created children it wakes the workers, so that the
-    children run at once.
+    Nothing happens for a ``burst`` worker or when ``RATCHET_RECURRING_ENABLED`` is False. The
+    declared masters (``@ratchet.recurring``) are registered here, in the caller's thread, each
+    in its own transaction, so that a worker's start-up is over when it reports "started";
+    the firer retries those that failed. After a pass that created children the firer wakes the
+    workers, so that the children run at once. Join it with ``firer.join()`` after setting
+    ``stop`` or ``draining``.
     """
     state: RatchetState = app.extensions["ratchet"]
+    if burst:
+        log.info("recurring jobs are not fired by a --burst worker")
+        return None
     if not state.config.recurring_enabled:
         log.info("recurring jobs are disabled here (RATCHET_RECURRING_ENABLED = False)")
         return None
-    recurring = RecurringStore(store)
-    definitions = list(state.ratchet.recurring_definitions.values())
-
-    def register() -> None:
-        for definition in definitions:
-            with store.begin(engine) as conn:
-                recurring.register(conn, definition)
-        if definitions:
-            log.info("registered %d declared recurring jobs", len(definitions))
+    registrar = Registrar(store, engine, list(state.ratchet.recurring_definitions.values()))
+    registrar.register_pending()
 
     def wake() -> None:
         with app.app_context():
             state.wake()
 
-    firer = RecurringFirer(store, engine, state.config, stop, register=register, on_fired=wake)
+    firer = RecurringFirer(
+        store,
+        engine,
+        state.config,
+        stop,
+        draining=draining,
+        registrar=registrar,
+        on_fired=wake,
+    )
     firer.start()
     return firer
+
+
+def _first_line(exc: BaseException) -> str:
+    """An error's first line: a driver's message without its SQL and parameters."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc)
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,12 +1,15 @@
 """The SQL of recurring masters (``ratchet_recurring``): registration, firing and operations.
 
 Exactly one master exists per id: the id is the table's primary key, and registration is an
-``INSERT … ON CONFLICT DO NOTHING`` followed, when the row exists, by a guarded update. Firing
-locks due masters (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE``
+``INSERT … ON CONFLICT DO NOTHING`` followed, when the row exists, by an update under the row's
+lock. A new ``next_fire`` is computed under that lock and never at or before the master's
+``last_fire``, so a registration that waited for a firer cannot schedule an occurrence again.
+Firing locks due masters (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; SQLite's ``BEGIN IMMEDIATE``
 serialises firers), advances ``next_fire`` with a compare-and-swap on its old value and inserts
 the children through the store's normal submission, all in one transaction. The unique
 ``(recurring_id, fire_time)`` constraint of ``ratchet_job`` makes a second child for one
-occurrence impossible even if two firers raced past the swap.
+occurrence impossible; each master's children go in under a savepoint, so such a conflict skips
+that master's occurrences and never rolls back the rest of the pass.
 """
 
 from __future__ import annotations
@@ -40,8 +43,6 @@ log = logging.getLogger("flask_ratchet.worker")
 
 #: Masters fired per transaction; more wait for the next pass (moments later).
 FIRE_BATCH = 100
-#: Tries of a registration whose guarded update lost a race.
-REGISTER_TRIES = 3
 
 _LIVE = (RecurringStatus.ACTIVE, RecurringStatus.PAUSED)
 #: The columns a registration sets and compares; a difference in any of them is a change.
@@ -92,13 +93,12 @@ class RecurringStore:
             "options": d.options_json(),
             "misfire": str(d.misfire),
         }
-        first = next_fire(d.cron, d.zone, now)
         created = conn.execute(
             self.jobs.dialect_insert(recurring)
             .values(
                 recurring_id=d.id,
                 status=RecurringStatus.ACTIVE,
-                next_fire=first,
+                next_fire=next_fire(d.cron, d.zone, now),
                 created_at=now,
                 updated_at=now,
                 **values,
@@ -108,33 +108,28 @@ class RecurringStore:
         ).first()
         if created is not None:
             return self._snapshot(conn, d.id), True
-        for _ in range(REGISTER_TRIES):
-            row = conn.execute(
-                sa.select(recurring).where(recurring.c.recurring_id == d.id).with_for_update()
-            ).one()
-            changes: dict[str, Any]
-            if row.status == RecurringStatus.CANCELED:
-                changes = {"status": RecurringStatus.ACTIVE, "next_fire": first, "created_at": now}
-                changes |= {"last_fire": None} | values
-            else:
-                changes = {k: v for k, v in values.items() if getattr(row, k) != v}
-                if not changes:
-                    return self._to_job(row), False
-                rescheduled = "cron" in changes or "zone" in changes
-                if rescheduled and row.status == RecurringStatus.ACTIVE:
-                    changes["next_fire"] = first
-            swapped = conn.execute(
-                sa.update(recurring)
-                .where(
-                    recurring.c.recurring_id == d.id,
-                    recurring.c.status == row.status,
-                    recurring.c.updated_at == row.updated_at,
-                )
-                .values(updated_at=now, **changes)
-            )
-            if swapped.rowcount == 1:
-                return self._snapshot(conn, d.id), True
-        raise RuntimeError(f"recurring job {d.id!r} kept changing while it was being registered")
+        # The row is locked from here to the commit (PostgreSQL; SQLite's BEGIN IMMEDIATE holds
+        # the whole file), so the update below is the only one: no compare-and-swap is needed.
+        row = conn.execute(
+            sa.select(recurring).where(recurring.c.recurring_id == d.id).with_for_update()
+        ).one()
+        changes: dict[str, Any]
+        if row.status == RecurringStatus.CANCELED:
+            changes = {"status": RecurringStatus.ACTIVE, "created_at": now, "last_fire": None}
+            changes |= {"next_fire": _first_after(d.cron, d.zone, now, row.last_fire)} | values
+        else:
+            changes = {k: v for k, v in values.items() if getattr(row, k) != v}
+            if not changes:
+                return self._to_job(row), False
+            rescheduled = "cron" in changes or "zone" in changes
+            if rescheduled and row.status == RecurringStatus.ACTIVE:
+                changes["next_fire"] = _first_after(d.cron, d.zone, now, row.last_fire)
+        conn.execute(
+            sa.update(recurring)
+            .where(recurring.c.recurring_id == d.id)
+            .values(updated_at=now, **changes)
+        )
+        return self._snapshot(conn, d.id), True
 
     # -- firing --------------------------------------------------------------------------------
 
@@ -163,12 +158,16 @@ class RecurringStore:
         for row in due:
             try:
                 fires, upcoming = plan_fires(
-                    row.cron, row.zone, row.next_fire, now, Misfire.parse(row.misfire), threshold
+                    row.cron,
+                    row.zone,
+                    row.next_fire,
+                    now,
+                    Misfire.parse(row.misfire),
+                    threshold,
+                    after=row.last_fire,
                 )
-            except ValueError:
-                # Stored by hand or by another version (or its zone left the tz database): one
-                # bad master must not stop the others.
-                log.exception("recurring job %s cannot be evaluated; skipped", row.recurring_id)
+            except (ValueError, OverflowError) as exc:
+                self._set_aside(conn, row, now, exc)
                 continue
             advanced = conn.execute(
                 sa.update(recurring)
@@ -186,12 +185,57 @@ class RecurringStore:
             if advanced.rowcount != 1:
                 continue  # another firer advanced it first: its children exist
             children = [_child(row, t) for t in fires]
-            if children:
-                self.jobs.insert_jobs(conn, children)
+            if children and not self._insert_children(conn, row.recurring_id, children):
+                continue
             fired += [
                 Fired(row.recurring_id, t, c.job_id) for t, c in zip(fires, children, strict=True)
             ]
         return FirePass(now, fired, self._next_due(conn, disabled))
+
+    def _insert_children(self, conn: Connection, recurring_id: str, children: list[NewJob]) -> bool:
+        """Insert one master's children in a savepoint; ``False`` if one of them existed.
+
+        A child for an occurrence that already has one (a ``(recurring_id, fire_time)``
+        conflict) can only come from a master whose ``next_fire`` went back, e.g. written by
+        hand. Only this master's children are rolled back; its ``next_fire`` stays advanced, so
+        it does not come back, and the other masters of the pass fire.
+        """
+        try:
+            with conn.begin_nested():
+                self.jobs.insert_jobs(conn, children)
+        except sa.exc.IntegrityError as exc:
+            log.error(
+                "recurring job %s: an occurrence from %s to %s already has its child; "
+                "skipped them and moved on (%s)",
+                recurring_id,
+                children[0].fire_time,
+                children[-1].fire_time,
+                str(exc.orig).splitlines()[0] if exc.orig else exc,
+            )
+            return False
+        return True
+
+    def _set_aside(self, conn: Connection, row: Row[Any], now: datetime, exc: Exception) -> None:
+        """Pause a master whose schedule cannot be evaluated, so that it leaves the due set.
+
+        Left due, it would be picked up by every pass of every worker (and on SQLite each pass
+        takes the write lock) only to fail again. Pausing keeps its definition: fix it by
+        registering it again, then resume it.
+        """
+        log.error(
+            "recurring job %s cannot be evaluated (cron %r, zone %r, misfire %r: %s); paused it. "
+            "Register a valid definition and resume it",
+            row.recurring_id,
+            row.cron,
+            row.zone,
+            row.misfire,
+            exc,
+        )
+        conn.execute(
+            sa.update(recurring)
+            .where(recurring.c.recurring_id == row.recurring_id)
+            .values(status=RecurringStatus.PAUSED, next_fire=None, updated_at=now)
+        )
 
     def peek(self, conn: Connection, disabled: Sequence[str] = ()) -> FirePass:
         """When the next occurrence is due, read only: a firer checks before it writes."""
@@ -222,28 +266,26 @@ class RecurringStore:
     def resume(self, conn: Connection, recurring_id: str) -> bool:
         """PAUSED → ACTIVE, next due at the first occurrence after now (no catch-up)."""
         row = conn.execute(
-            sa.select(recurring.c.cron, recurring.c.zone, recurring.c.updated_at).where(
+            sa.select(recurring.c.cron, recurring.c.zone, recurring.c.last_fire)
+            .where(
                 recurring.c.recurring_id == recurring_id,
                 recurring.c.status == RecurringStatus.PAUSED,
             )
+            .with_for_update()
         ).first()
         if row is None:
             return False
         now = self.jobs.now(conn)
-        resumed = conn.execute(
+        conn.execute(
             sa.update(recurring)
-            .where(
-                recurring.c.recurring_id == recurring_id,
-                recurring.c.status == RecurringStatus.PAUSED,
-                recurring.c.updated_at == row.updated_at,
-            )
+            .where(recurring.c.recurring_id == recurring_id)
             .values(
                 status=RecurringStatus.ACTIVE,
-                next_fire=next_fire(row.cron, row.zone, now),
+                next_fire=_first_after(row.cron, row.zone, now, row.last_fire),
                 updated_at=now,
             )
         )
-        return resumed.rowcount == 1
+        return True
 
     def cancel(self, conn: Connection, recurring_id: str) -> bool:
         """ACTIVE or PAUSED → CANCELED. Children already created are left alone."""
@@ -316,6 +358,17 @@ def _enabled(disabled: Sequence[str]) -> sa.ColumnElement[bool]:
     if not disabled:
         return sa.true()
     return recurring.c.recurring_id.not_in(list(disabled))
+
+
+def _first_after(
+    cron: str, zone: str, now: datetime, last_fire: datetime | None
+) -> datetime | None:
+    """A master's next fire time from now on, never at or before its newest child's.
+
+    On PostgreSQL ``now`` is when the transaction began: a registration that waited for the row
+    lock while a firer fired an occurrence would otherwise schedule that occurrence again.
+    """
+    return next_fire(cron, zone, now if last_fire is None else max(now, last_fire))
 
 
 def _child(row: Row[Any], fire_time: datetime | None) -> NewJob:

@@ -9,8 +9,6 @@ is discarded.
 from __future__ import annotations
 
 import ctypes
-import functools
-import inspect
 import logging
 import queue
 import threading
@@ -25,6 +23,7 @@ from flask import Flask
 
 from .. import payload
 from ..context import JobContext, Supervisor
+from ..context import context_parameter as _context_parameter
 from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed
 from ..options import Backoff
 from ..retry import decide, describe, format_traceback
@@ -122,6 +121,10 @@ class Executor:
         per_thread = PREFETCH_HORIZON / max(self._mean_run, 1e-6)
         waiting = min(max(per_thread, 1.0), MAX_WAITING_PER_THREAD) * self.concurrency
         return self.concurrency + int(waiting)
+
+    # ``free`` and ``utilization`` read one counter without the lock: a read of an int is atomic,
+    # they only steer claiming, and every job thread would otherwise contend for the lock once
+    # more per job.
 
     @property
     def free(self) -> int:
@@ -380,17 +383,3 @@ class Executor:
         with self._idle:
             self._idle.notify_all()
         return left
-
-
-@functools.lru_cache(maxsize=1024)
-def _context_parameter(func: Callable[..., Any]) -> str | None:
-    """The name of ``func``'s parameter annotated ``JobContext``, if it has one."""
-    try:
-        hints = inspect.signature(func, eval_str=True).parameters
-    except (NameError, TypeError, ValueError):
-        hints = inspect.signature(func).parameters
-    for name, param in hints.items():
-        annotation = param.annotation
-        if annotation is JobContext or annotation == "JobContext":
-            return name
-    return None

@@ -182,7 +182,15 @@ class Worker:
             self.store, self.engine, self.node_id, tasks, self.stop_event
         )
         self.maintenance.start()
-        self.recurring = start_recurring(self.app, self.store, self.engine, self.stop_event)
+        # Declared masters are registered before "started" is logged; then the firer starts.
+        self.recurring = start_recurring(
+            self.app,
+            self.store,
+            self.engine,
+            self.stop_event,
+            draining=self._draining,
+            burst=self.burst,
+        )
         threading.Thread(target=self._watch, name="ratchet-watchdog", daemon=True).start()
         self.listener: threading.Thread
         if url.get_backend_name() == "postgresql":
@@ -293,6 +301,8 @@ class Worker:
             self._release(left)
         self.completer.stop()
         self.stop_event.set()
+        if self.recurring is not None:
+            self.recurring.join(5)  # it stopped firing when the drain began
         try:
             with self.store.begin(self.engine) as conn:
                 self.store.remove_node(conn, self.node_id)

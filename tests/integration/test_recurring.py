@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -25,8 +27,10 @@ from flask_ratchet.cron import next_fire, next_fire_times
 from flask_ratchet.ids import uuid7
 from flask_ratchet.maintenance.recurring import RecurringFirer, start_recurring
 from flask_ratchet.schema import job, recurring
-from flask_ratchet.store.recurring import FirePass
-from tests.apps import add, create_app, db, new_year_2099, ratchet
+from flask_ratchet.store.recurring import FirePass, RecurringStore
+from flask_ratchet.worker.runner import Worker
+from tests.apps import Run, add, create_app, db, new_year_2099, ratchet, record_context
+from tests.conftest import truncate_all
 from tests.integration.helpers import count
 
 MONTHLY = "0 0 12 1 * ?"  # noon UTC on the 1st of every month
@@ -163,6 +167,36 @@ def test_same_definition_keeps_next_fire(app: Flask) -> None:
     again = ratchet.schedule_recurring(MONTHLY, "UTC", add, 1, 2).submit()
     assert again.next_fire == earlier
     assert again.updated_at == first.updated_at  # not written at all
+
+
+def test_the_cron_is_stored_normalised(app: Flask) -> None:
+    first = ratchet.schedule_recurring(" 0 0 12  1 * ? ", "UTC", add, 1, 2).submit()
+    assert first.cron == MONTHLY
+    again = ratchet.schedule_recurring(MONTHLY.lower(), "UTC", add, 1, 2).submit()
+    assert again.updated_at == first.updated_at  # the same definition: not written
+
+
+def test_the_builders_share_their_option_setters(app: Flask) -> None:
+    recurring_builder = ratchet.schedule_recurring(MONTHLY, "UTC", add, 1, 2)
+    job_builder = ratchet.enqueue(add, 1, 2)
+    for builder in (recurring_builder, job_builder):
+        same = (
+            builder.with_priority(Priority.HIGH)
+            .with_max_retries(2)
+            .with_backoff("FIXED", 3)
+            .with_timeout(9)
+            .with_tags("a", "b")
+            .with_param("k", 1)
+            .with_resource("r")
+        )
+        assert same is builder
+    assert type(recurring_builder.with_name("x")) is type(recurring_builder)
+    made = recurring_builder.submit()
+    job_builder.submit()
+    assert made.options.tags == ("a", "b")
+    assert (made.options.max_retries, made.options.timeout) == (2, 9)
+    assert made.options.params == {"k": 1}
+    assert made.options.resource == "r"
 
 
 def test_changed_options_update_the_master_and_keep_next_fire(app: Flask) -> None:
@@ -314,18 +348,150 @@ def test_the_database_refuses_a_second_child_for_one_occurrence(app: Flask) -> N
         conn.execute(sa.insert(job).values(row | {"job_id": uuid7()}))
 
 
-def test_a_master_that_cannot_be_evaluated_does_not_stop_the_others(app: Flask) -> None:
+def two_masters() -> tuple[RecurringJob, RecurringJob, datetime]:
+    """A good master, one called "bad" that a test breaks, and their newest due occurrence."""
     good = ratchet.schedule_recurring(MONTHLY, "UTC", add, 1, 2).submit()
     bad = ratchet.schedule_recurring(MONTHLY, "UTC", add, 3, 4).with_business_key("bad").submit()
-    due = monthly_before(db_now(), 0)
+    return good, bad, monthly_before(db_now(), 0)
+
+
+def test_a_master_that_cannot_be_evaluated_is_paused_and_the_others_fire(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    good, bad, due = two_masters()
     for m in (good, bad):
         set_next_fire(m.id, due)
     with db.engine.begin() as conn:  # e.g. written by another version, or a zone that went away
         conn.execute(
             sa.update(recurring).where(recurring.c.recurring_id == bad.id).values(zone="Nowhere/X")
         )
-    assert [f.recurring_id for f in firer().fire_pass().fired] == [good.id]
-    assert master(bad.id).next_fire == due  # untouched, and still listed
+    mine = firer()
+    assert [f.recurring_id for f in mine.fire_pass().fired] == [good.id]
+    # Out of the due set in the same pass: no worker picks it up again and again.
+    set_aside = master(bad.id)
+    assert (set_aside.status, set_aside.next_fire) == (RecurringStatus.PAUSED, None)
+    assert mine.step().next_due == master(good.id).next_fire
+    assert mine.fire_pass().fired == []
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1
+    assert "bad cannot be evaluated" in errors[0].getMessage()
+    assert "Nowhere/X" in errors[0].getMessage()
+    # Registered again with a valid definition and resumed, it fires again.
+    ratchet.schedule_recurring(MONTHLY, "UTC", add, 3, 4).with_business_key("bad").submit()
+    assert ratchet.resume_recurring(bad.id)
+    assert master(bad.id).next_fire == next_fire(MONTHLY, "UTC", db_now())
+
+
+def test_a_conflicting_child_does_not_stop_the_other_masters(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    good, bad, due = two_masters()
+    set_next_fire(bad.id, due)
+    assert [f.recurring_id for f in firer().fire_pass().fired] == [bad.id]
+    # Its next_fire and last_fire put back by hand: the due occurrence already has its child.
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.update(recurring)
+            .where(recurring.c.recurring_id.in_([good.id, bad.id]))
+            .values(next_fire=due, last_fire=None)
+        )
+    result = firer().fire_pass()
+    assert [(f.recurring_id, f.fire_time) for f in result.fired] == [(good.id, due)]
+    assert children(bad.id) == [due]
+    assert children(good.id) == [due]
+    # The conflicting master moved on too: it does not come back at every pass.
+    assert master(bad.id).next_fire == next_fire(MONTHLY, "UTC", result.now)
+    assert firer().fire_pass().fired == []
+    assert "bad: an occurrence" in caplog.text
+
+
+def test_occurrences_up_to_last_fire_are_not_fired_again(app: Flask) -> None:
+    m = ratchet.schedule_recurring(MONTHLY, "UTC", add, 1, 2).submit()
+    due = monthly_before(db_now(), 0)
+    set_next_fire(m.id, due)
+    firer().fire_pass()
+    set_next_fire(m.id, due)  # back to an occurrence at or before last_fire
+    assert firer().fire_pass().fired == []
+    assert children(m.id) == [due]
+    assert master(m.id).next_fire == next_fire(MONTHLY, "UTC", db_now())
+
+
+@pytest.fixture
+def pg_app(pg_url: str) -> Iterator[Flask]:
+    """The test app on the clean PostgreSQL database only."""
+    truncate_all(pg_url)
+    app = create_app(pg_url)
+    with app.app_context():
+        yield app
+        db.session.remove()
+        db.engine.dispose()
+
+
+def test_a_registration_that_waited_for_a_firer_does_not_schedule_its_occurrence_again(
+    pg_app: Flask,
+) -> None:
+    """PostgreSQL's now() is when the transaction began: the registration below reads it, waits
+    for the firer's row lock, and must not put next_fire back to the occurrence just fired.
+    (SQLite serialises whole write transactions: there a registration never waits.)"""
+    state = ratchet.state
+    m = ratchet.schedule_recurring("* * * * * ?", "UTC", add, 1, 2).submit()
+    changed = ratchet.schedule_recurring("* * * * * ?", "Europe/Berlin", add, 1, 2).build()
+    pinned, go = threading.Event(), threading.Event()
+    began: list[datetime] = []
+    registered: list[RecurringJob] = []
+    errors: list[BaseException] = []
+
+    def register() -> None:
+        try:
+            with pg_app.app_context(), state.store.begin(state.engine) as conn:
+                began.append(state.store.now(conn))  # the transaction's clock from here on
+                pinned.set()
+                go.wait(30)
+                registered.append(RecurringStore(state.store).register(conn, changed)[0])
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    registration = threading.Thread(target=register)
+    registration.start()
+    assert pinned.wait(30), errors
+    occurrence = next_fire("* * * * * ?", "UTC", began[0])
+    assert occurrence is not None
+    set_next_fire(m.id, occurrence)
+    poll_until(lambda: db_now() >= occurrence, "the occurrence after the registration began")
+    with state.store.begin(state.engine) as conn:
+        fired = RecurringStore(state.store).fire_due(conn, timedelta(seconds=60)).fired
+        assert [f.fire_time for f in fired] == [occurrence]
+        go.set()
+        poll_until(lambda: waiting_for_a_lock() == 1, "the registration to wait for the row")
+    registration.join(30)
+    assert errors == []
+    assert registered[0].zone == "Europe/Berlin"
+    assert registered[0].next_fire is not None and registered[0].next_fire > occurrence
+    poll_until(lambda: db_now() >= registered[0].next_fire, "the next occurrence")
+    fired_next = firer().fire_pass().fired  # before the fix: an IntegrityError
+    assert fired_next[0].fire_time == registered[0].next_fire
+    times = children(m.id)
+    assert len(times) == len(set(times))
+
+
+def waiting_for_a_lock() -> int:
+    """PostgreSQL sessions of this database waiting for a row lock."""
+    with db.engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+        )
+
+
+def poll_until(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
 
 
 def test_disabled_ids_do_not_fire(app: Flask) -> None:
@@ -342,6 +508,147 @@ def test_recurring_can_be_switched_off_for_a_whole_app(database_url: str) -> Non
         state = off.extensions["ratchet"]
         assert start_recurring(off, state.store, state.engine, threading.Event()) is None
         db.engine.dispose()
+
+
+def test_a_burst_worker_does_not_fire(app: Flask) -> None:
+    state = ratchet.state
+    stop = threading.Event()
+    assert start_recurring(app, state.store, state.engine, stop, burst=True) is None
+    assert count("ratchet_recurring") == 0  # nor registers
+
+
+def test_one_failing_declared_job_does_not_keep_the_others_out(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = ratchet.state
+    broken = dataclasses.replace(
+        ratchet.recurring_definitions["tests.new-year-2099"], id="tests.broken", zone="Nowhere/X"
+    )
+    ratchet.recurring_definitions[broken.id] = broken  # e.g. a zone this machine lacks
+    stop = threading.Event()
+    try:
+        started = start_recurring(app, state.store, state.engine, stop)
+        # Registered before start_recurring returned, i.e. before the worker says "started".
+        assert ratchet.get_recurring("tests.new-year-2099") is not None
+        assert ratchet.get_recurring(broken.id) is None
+        assert "could not register recurring job tests.broken" in caplog.text
+        # The firer runs regardless, and stops (and can be joined) when told to.
+        assert started is not None
+        m = ratchet.schedule_recurring(MONTHLY, "UTC", add, 1, 2).submit()
+        set_next_fire(m.id, monthly_before(db_now(), 0))
+        poll_until(lambda: children(m.id), "the firer to fire")
+    finally:
+        del ratchet.recurring_definitions[broken.id]
+        stop.set()
+    assert started is not None
+    started.join(10)
+    assert not started.is_alive()
+
+
+def outage_engine(url: str) -> sa.Engine:
+    """An engine that gives up on a lock after 0.1 s: a held lock makes every pass fail."""
+    if sa.make_url(url).get_backend_name() == "sqlite":
+        return sa.create_engine(url, connect_args={"timeout": 0.1})
+    return sa.create_engine(
+        url,
+        connect_args={"application_name": "ratchet-outage", "options": "-c lock_timeout=100"},
+    )
+
+
+class MasterTableLock:
+    """A lock on the masters no firer gets past, held from creation until :meth:`release`."""
+
+    def __init__(self, url: str) -> None:
+        self._engine = sa.create_engine(url)
+        self._conn: sa.Connection | None = self._engine.connect()
+        if self._engine.dialect.name == "sqlite":
+            self._conn.exec_driver_sql("BEGIN EXCLUSIVE")
+        else:
+            self._conn.exec_driver_sql("BEGIN")
+            self._conn.exec_driver_sql("LOCK TABLE ratchet_recurring IN ACCESS EXCLUSIVE MODE")
+
+    def release(self) -> None:
+        """Roll back and close; a no-op the second time."""
+        if self._conn is not None:
+            self._conn.exec_driver_sql("ROLLBACK")
+            self._conn.close()
+            self._conn = None
+            self._engine.dispose()
+
+
+def test_the_firer_survives_a_database_outage_and_logs_it_once(
+    app: Flask, database_url: str, dialect: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    state = ratchet.state
+    engine = outage_engine(database_url)
+    stop = threading.Event()
+    mine = RecurringFirer(state.store, engine, state.config, stop)
+    caplog.set_level(logging.INFO, logger="flask_ratchet.worker")
+    m = ratchet.schedule_recurring(MONTHLY, "UTC", add, 1, 2).submit()
+    set_next_fire(m.id, monthly_before(db_now(), 1))
+    held = MasterTableLock(database_url)  # the database refuses the firer for a while
+    try:
+        mine.start()
+        poll_until(lambda: mine.failures >= 1, "a failed pass", timeout=30)
+        if dialect == "postgresql":  # and its connections are cut
+            with db.engine.connect() as conn:
+                conn.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE application_name = 'ratchet-outage'"
+                    )
+                )
+        poll_until(lambda: mine.failures >= 3, "three failed passes", timeout=30)
+        assert children(m.id) == []
+        held.release()
+        poll_until(lambda: children(m.id), "the firer to fire after the outage")
+        assert mine.is_alive()
+    finally:
+        held.release()
+        stop.set()
+        mine.join(10)
+        engine.dispose()
+    assert not mine.is_alive()
+    outage = [r for r in caplog.records if "recurring jobs: database error" in r.getMessage()]
+    assert len(outage) == 1  # once, not at every failed pass
+    assert outage[0].exc_info is None  # a line, not a traceback
+    assert "the database is back" in caplog.text
+
+
+def test_a_declared_job_taking_a_context_fires_and_runs(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    declared = "tests.every-second-context"
+    ratchet.recurring("* * * * * ?", id=declared)(record_context)
+    worker = Worker(app, concurrency=1)
+    thread = threading.Thread(target=worker.run, name="test-worker")
+    caplog.set_level(logging.INFO, logger="flask_ratchet.worker")
+    try:
+        thread.start()
+        poll_until(lambda: "started: concurrency" in caplog.text, "the worker to start")
+        assert ratchet.get_recurring(declared) is not None  # registered before "started"
+        poll_until(lambda: ran_children(declared), "a child to run", timeout=30)
+    finally:
+        del ratchet.recurring_definitions[declared]
+        worker.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert worker.recurring is not None
+    worker.recurring.join(10)  # it stopped firing when the worker began to drain
+    assert not worker.recurring.is_alive()
+
+
+def ran_children(recurring_id: str) -> list[str]:
+    """Ids of the master's children that ran (recorded by their own JobContext)."""
+    with db.engine.connect() as conn:
+        made = {
+            str(i)
+            for i in conn.execute(
+                sa.select(job.c.job_id).where(job.c.recurring_id == recurring_id)
+            ).scalars()
+        }
+        ran = set(conn.execute(sa.select(Run.job_id)).scalars())
+    return sorted(made & ran)
 
 
 def test_the_firer_sleeps_until_the_next_occurrence_but_at_most_a_second() -> None:

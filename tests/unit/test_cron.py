@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from croniter import croniter
 
-from flask_ratchet.cron import CronError, next_fire, next_fire_times, validate
+from flask_ratchet.cron import CronError, next_fire, next_fire_times, normalize, parse, validate
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)  # a Thursday, midnight UTC
 
@@ -550,3 +550,15 @@ def test_naive_instants_and_negative_counts_are_refused() -> None:
     with pytest.raises(ValueError, match="n must be"):
         next_fire_times("0 0 12 * * ?", "UTC", BASE, -1)
     assert next_fire_times("0 0 12 * * ?", "UTC", BASE, 0) == []
+
+
+def test_expressions_are_stored_normalised() -> None:
+    assert normalize("  0 0 2  * *\tmon-fri ") == "0 0 2 * * MON-FRI"
+
+
+def test_an_expression_too_long_to_store_is_refused() -> None:
+    sixty = ",".join(str(s) for s in range(60))
+    long = f"{sixty} {sixty} 0 * * ?"  # valid Quartz, but over 255 characters
+    parse(long)
+    with pytest.raises(CronError, match="at most 255"):
+        validate(long)

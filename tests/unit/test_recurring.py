@@ -7,9 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from flask_ratchet import Misfire
+from flask_ratchet import recurring as recurring_module
 from flask_ratchet.config import RatchetConfig
+from flask_ratchet.cron import next_fire_times
 from flask_ratchet.errors import ConfigError
-from flask_ratchet.recurring import misfire_policy, plan_fires
+from flask_ratchet.recurring import LATE_MAX, latest_at_or_before, misfire_policy, plan_fires
 
 HOURLY = "0 0 * * * ?"
 EVERY_SECOND = "* * * * * ?"
@@ -87,7 +89,7 @@ def test_a_single_misfired_occurrence_still_runs() -> None:
     assert fires == [at("10:00")]
 
 
-def test_late_occurrences_within_the_threshold_always_run() -> None:
+def test_late_occurrences_all_run_when_none_misfired() -> None:
     fires, upcoming = plan_fires(
         EVERY_SECOND, "UTC", at("10:00:00"), at("10:00:05.500"), Misfire.SKIP, MINUTE
     )
@@ -98,27 +100,91 @@ def test_late_occurrences_within_the_threshold_always_run() -> None:
 @pytest.mark.parametrize(
     ("policy", "first"),
     [
-        (Misfire.SKIP, "10:00:04"),
-        (Misfire.FIRE_ONCE, "10:00:03"),
+        (Misfire.FIRE_ONCE, "10:00:05"),
+        (Misfire.catch_up(2), "10:00:04"),
         (Misfire.catch_up(9), "10:00:00"),
     ],
 )
-def test_misfired_and_late_occurrences_together(policy: Misfire, first: str) -> None:
-    # A 2 s threshold at 10:00:05.5: 00-03 misfired, 04 and 05 are merely late.
+def test_once_one_misfired_the_policy_decides_among_all_due(policy: Misfire, first: str) -> None:
+    # A 2 s threshold at 10:00:05.5: 00-03 misfired, 04 and 05 are merely late, and all six are
+    # one outage: the policy keeps the newest, whether late or misfired.
     fires, _ = plan_fires(
         EVERY_SECOND, "UTC", at("10:00:00"), at("10:00:05.500"), policy, timedelta(seconds=2)
     )
     assert fires == seconds(first, "10:00:05")
 
 
-def test_a_long_outage_is_decided_without_walking_every_occurrence() -> None:
-    # Two days of an every-second schedule: 172,800 occurrences.
-    now = at("00:00") + timedelta(days=2)
-    fires, upcoming = plan_fires(EVERY_SECOND, "UTC", at("00:00"), now, Misfire.catch_up(3), MINUTE)
-    assert fires == [now - MINUTE - timedelta(seconds=s) for s in (2, 1, 0)] + [
-        now - MINUTE + timedelta(seconds=s) for s in range(1, 61)
-    ]
-    assert upcoming == now + timedelta(seconds=1)
+def test_skip_after_a_misfire_runs_none_of_the_due_occurrences() -> None:
+    fires, upcoming = plan_fires(
+        EVERY_SECOND, "UTC", at("10:00:00"), at("10:00:05.500"), Misfire.SKIP, timedelta(seconds=2)
+    )
+    assert (fires, upcoming) == ([], at("10:00:06"))
+
+
+def test_an_outage_of_a_minute_makes_one_child_not_sixty() -> None:
+    fires, _ = plan_fires(
+        EVERY_SECOND, "UTC", at("10:00:00"), at("10:01:00.500"), Misfire.FIRE_ONCE, MINUTE
+    )
+    assert fires == [at("10:01:00")]
+
+
+def test_a_long_threshold_caps_the_late_occurrences() -> None:
+    # Nothing misfired (a day's threshold) but an hour of every-second occurrences is due.
+    fires, _ = plan_fires(
+        EVERY_SECOND, "UTC", at("10:00"), at("11:00"), Misfire.SKIP, timedelta(days=1)
+    )
+    assert len(fires) == LATE_MAX
+    assert fires == [at("11:00") - timedelta(seconds=s) for s in range(LATE_MAX - 1, -1, -1)]
+
+
+def test_occurrences_that_already_have_a_child_are_not_planned_again() -> None:
+    # next_fire went back to 10:00 after the 10:00 and 11:00 children were made.
+    due = (HOURLY, "UTC", at("10:00"), at("11:30"), Misfire.catch_up(5), timedelta(hours=5))
+    assert plan_fires(*due, after=at("11:00")) == ([], at("12:00"))
+    assert plan_fires(*due, after=at("10:00")) == ([at("11:00")], at("12:00"))
+    assert plan_fires(*due, after=None) == ([at("10:00"), at("11:00")], at("12:00"))
+
+
+def counting_cron(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the cron evaluations planning makes."""
+    calls = [0]
+    real = recurring_module.next_fire
+
+    def counted(expr: str, zone: str, after: datetime) -> datetime | None:
+        calls[0] += 1
+        return real(expr, zone, after)
+
+    monkeypatch.setattr(recurring_module, "next_fire", counted)
+    return calls
+
+
+@pytest.mark.parametrize(("policy", "runs"), [(Misfire.FIRE_ONCE, 1), (Misfire.catch_up(3), 3)])
+def test_a_year_long_outage_is_planned_without_walking_every_occurrence(
+    monkeypatch: pytest.MonkeyPatch, policy: Misfire, runs: int
+) -> None:
+    # A year of an every-second schedule: 31,536,000 occurrences.
+    calls = counting_cron(monkeypatch)
+    now = at("00:00") + timedelta(days=365, milliseconds=500)
+    fires, upcoming = plan_fires(EVERY_SECOND, "UTC", at("00:00"), now, policy, MINUTE)
+    assert fires == [now.replace(microsecond=0) - timedelta(seconds=s) for s in range(runs)][::-1]
+    assert upcoming == now.replace(microsecond=0) + timedelta(seconds=1)
+    assert calls[0] < 200
+
+
+def test_the_newest_occurrence_is_found_by_bisection(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = counting_cron(monkeypatch)
+    last = at("00:00") + timedelta(days=365, microseconds=1)
+    assert latest_at_or_before("0 */15 * * * ?", "Europe/Berlin", at("00:00"), last) == at(
+        "00:00"
+    ) + timedelta(days=365)
+    assert calls[0] < 200
+    # And it agrees with walking, on schedules with gaps and DST.
+    for cron, zone in [("0 30 2 * * ?", "America/New_York"), ("0 0 9 ? * MON-FRI", "UTC")]:
+        times = next_fire_times(cron, zone, at("00:00"), 300)
+        for i in (0, 1, 57, 120, 299):
+            assert latest_at_or_before(cron, zone, times[0], times[i]) == times[i]
+            nudged = times[i] + timedelta(seconds=1)
+            assert latest_at_or_before(cron, zone, times[0], nudged) == times[i]
 
 
 def test_a_schedule_that_ends() -> None:

@@ -39,8 +39,11 @@ log = logging.getLogger("flask_ratchet.worker")
 #: to keep threads busy while the next claim is on its way, short enough not to hoard work that
 #: other workers could run.
 PREFETCH_HORIZON = 0.05
-#: The most jobs that may wait per thread, however short the jobs are.
+#: The most jobs that may wait, however short the jobs are: this many per thread, but never
+#: fewer than ``MAX_WAITING_FLOOR`` in all (so that one or two threads still claim in batches
+#: large enough to spread each claim's fixed cost).
 MAX_WAITING_PER_THREAD = 20
+MAX_WAITING_FLOOR = 200
 #: The run time assumed before any job has finished: one waiting job per thread.
 INITIAL_MEAN_RUN = PREFETCH_HORIZON
 
@@ -115,12 +118,14 @@ class Executor:
         they are already claimed when threads come free (claims overlap execution).
 
         How many wait depends on how long jobs run: as many as the threads finish within
-        ``PREFETCH_HORIZON`` (at least one, at most ``MAX_WAITING_PER_THREAD`` per thread). Short
-        jobs are claimed in large batches, long ones one per thread.
+        ``PREFETCH_HORIZON``, at least one per thread, at most ``MAX_WAITING_PER_THREAD`` per
+        thread or ``MAX_WAITING_FLOOR``, whichever is more. Short jobs are claimed in large
+        batches, long ones one per thread.
         """
-        per_thread = PREFETCH_HORIZON / max(self._mean_run, 1e-6)
-        waiting = min(max(per_thread, 1.0), MAX_WAITING_PER_THREAD) * self.concurrency
-        return self.concurrency + int(waiting)
+        n = self.concurrency
+        waiting = n * PREFETCH_HORIZON / max(self._mean_run, 1e-6)
+        most = max(MAX_WAITING_PER_THREAD * n, MAX_WAITING_FLOOR)
+        return n + int(min(max(waiting, n), most))
 
     # ``free`` and ``utilization`` read one counter without the lock: a read of an int is atomic,
     # they only steer claiming, and every job thread would otherwise contend for the lock once

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 from flask import abort, g, render_template, request, url_for
+from sqlalchemy.engine import Connection
 from werkzeug.wrappers import Response
 
 from flask_ratchet.extension import RatchetState
@@ -110,19 +111,26 @@ def _apply(
             except sa.exc.DBAPIError:
                 ok = False
             (outcome.changed if ok else outcome.refused).append(job_id)
-        record_audit(
-            conn,
-            at=s.store.now(conn),
-            actor=actor(),
-            role=str(g.ratchet_role),
-            action=action,
-            scope=scope,
-            target=target(outcome),
-            requested=outcome.requested,
-            changed=len(outcome.changed),
-        )
+        _audit(conn, action, scope, target(outcome), outcome.requested, len(outcome.changed))
     s.db.session.commit()
     return outcome
+
+
+def _audit(
+    conn: Connection, action: str, scope: str, target: str, requested: int, changed: int
+) -> None:
+    """One ``ratchet_audit`` row for this request's actor and role, by the database's clock."""
+    record_audit(
+        conn,
+        at=state().store.now(conn),
+        actor=actor(),
+        role=str(g.ratchet_role),
+        action=action,
+        scope=scope,
+        target=target,
+        requested=requested,
+        changed=changed,
+    )
 
 
 def _action_name(value: str | None) -> str:
@@ -318,17 +326,7 @@ def recurring_one(action: str) -> Response | str:
             result = False
         child = result if isinstance(result, uuid.UUID) else None
         changed = child is not None or result is True
-        record_audit(
-            conn,
-            at=s.store.now(conn),
-            actor=actor(),
-            role=str(g.ratchet_role),
-            action=action,
-            scope="recurring",
-            target=recurring_id,
-            requested=1,
-            changed=int(changed),
-        )
+        _audit(conn, action, "recurring", recurring_id, 1, int(changed))
         found = None if changed else s.ratchet.get_recurring(recurring_id)
     s.db.session.commit()
     outcome = RecurringOutcome(

@@ -21,8 +21,9 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
 from ..options import Priority
-from ..schema import job, job_queue, job_tag
+from ..schema import job, job_queue
 from ..states import LIVE, JobStatus
+from .sql import narrowed, tags_of
 
 #: Exact counts stop here; beyond it a count is an estimate (PostgreSQL) or "more than".
 COUNT_CAP = 10_000
@@ -115,10 +116,14 @@ def _filtered(conn: Connection, q: JobQuery, columns: Sequence[Any]) -> Select[A
             stmt = stmt.where(
                 job.c.terminal_status == const(q.status), job_queue.c.job_id.is_(None)
             )
-    if q.task is not None:
-        stmt = stmt.where(job.c.task == q.task)
-    if q.business_key is not None:
-        stmt = stmt.where(job.c.business_key == q.business_key)
+    stmt = narrowed(
+        stmt,
+        task=q.task,
+        business_key=q.business_key,
+        tag=q.tag,
+        created_after=q.created_after,
+        created_before=q.created_before,
+    )
     if q.priority is not None:
         stmt = stmt.where(job.c.priority == const(q.priority))
     if q.node is not None:
@@ -129,14 +134,6 @@ def _filtered(conn: Connection, q: JobQuery, columns: Sequence[Any]) -> Select[A
     if q.recurring_id is not None:
         # Walked newest first on the partial index (recurring_id, job_id).
         stmt = stmt.where(job.c.recurring_id == q.recurring_id)
-    if q.tag is not None:
-        stmt = stmt.where(
-            sa.exists().where(job_tag.c.job_id == job.c.job_id, job_tag.c.tag == q.tag)
-        )
-    if q.created_after is not None:
-        stmt = stmt.where(job.c.created_at >= q.created_after)
-    if q.created_before is not None:
-        stmt = stmt.where(job.c.created_at < q.created_before)
     if q.search:
         as_id = _uuid_or_none(q.search)
         if as_id is not None:
@@ -211,7 +208,7 @@ def list_jobs(conn: Connection, q: JobQuery, limit: int, cursor: str | None = No
     else:
         stmt = _ordered(_filtered(conn, q, _ROW_COLUMNS), q.sort, cursor).limit(limit + 1)
         raw = list(conn.execute(stmt).all())
-    tags = _tags(conn, [r.job_id for r in raw[:limit]])
+    tags = tags_of(conn, [r.job_id for r in raw[:limit]])
     rows = [_to_row(r, tags.get(r.job_id, ())) for r in raw[:limit]]
     more = len(raw) > limit
     return JobList(rows, _cursor(q.sort, rows[-1]) if more and rows else None)
@@ -301,20 +298,6 @@ def newer_than(conn: Connection, q: JobQuery, newest: uuid.UUID, cap: int) -> in
         _filtered(conn, q, [job.c.job_id]).where(job.c.job_id > newest).limit(cap + 1).subquery()
     )
     return int(conn.execute(sa.select(sa.func.count()).select_from(inner)).scalar_one())
-
-
-def _tags(conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, ...]]:
-    if not ids:
-        return {}
-    out: dict[uuid.UUID, list[str]] = {}
-    rows = conn.execute(
-        sa.select(job_tag.c.job_id, job_tag.c.tag)
-        .where(job_tag.c.job_id.in_(ids))
-        .order_by(job_tag.c.job_id, job_tag.c.tag)
-    )
-    for job_id, tag in rows:
-        out.setdefault(job_id, []).append(tag)
-    return {k: tuple(v) for k, v in out.items()}
 
 
 def _to_row(r: Any, tags: tuple[str, ...]) -> JobRow:

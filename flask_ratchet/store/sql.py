@@ -16,10 +16,11 @@ import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from .. import payload
@@ -398,7 +399,7 @@ class SqlJobStore(ExecutionStore, ClusterStore):
         ).first()
         if row is None:
             return None
-        return _to_job(row, self._tags(conn, [job_id]).get(job_id, ()))
+        return _to_job(row, tags_of(conn, [job_id]).get(job_id, ()))
 
     def find_jobs(
         self, conn: Connection, where: JobFilter, limit: int, cursor: str | None
@@ -413,40 +414,23 @@ class SqlJobStore(ExecutionStore, ClusterStore):
                     sa.and_(job_queue.c.job_id.is_(None), job.c.terminal_status.in_(ended)),
                 )
             )
-        if where.task is not None:
-            stmt = stmt.where(job.c.task == where.task)
-        if where.business_key is not None:
-            stmt = stmt.where(job.c.business_key == where.business_key)
-        if where.tag is not None:
-            stmt = stmt.where(
-                sa.exists().where(job_tag.c.job_id == job.c.job_id, job_tag.c.tag == where.tag)
-            )
-        if where.created_after is not None:
-            stmt = stmt.where(job.c.created_at >= where.created_after)
-        if where.created_before is not None:
-            stmt = stmt.where(job.c.created_at < where.created_before)
+        stmt = narrowed(
+            stmt,
+            task=where.task,
+            business_key=where.business_key,
+            tag=where.tag,
+            created_after=where.created_after,
+            created_before=where.created_before,
+        )
         if cursor is not None:
             stmt = stmt.where(job.c.job_id < _parse_cursor(cursor))
         # UUIDv7 ids grow with time: newest first, and a new job never shifts a later page.
         rows = conn.execute(stmt.order_by(job.c.job_id.desc()).limit(limit + 1)).all()
         more = len(rows) > limit
         rows = rows[:limit]
-        tags = self._tags(conn, [r.job_id for r in rows])
+        tags = tags_of(conn, [r.job_id for r in rows])
         items = [_to_job(r, tags.get(r.job_id, ())) for r in rows]
         return Page(items, str(rows[-1].job_id) if more else None)
-
-    def _tags(self, conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, ...]]:
-        if not ids:
-            return {}
-        out: dict[uuid.UUID, list[str]] = {}
-        rows = conn.execute(
-            sa.select(job_tag.c.job_id, job_tag.c.tag)
-            .where(job_tag.c.job_id.in_(ids))
-            .order_by(job_tag.c.job_id, job_tag.c.tag)
-        )
-        for job_id, tag in rows:
-            out.setdefault(job_id, []).append(tag)
-        return {k: tuple(v) for k, v in out.items()}
 
     def queue_health(self, conn: Connection) -> dict[str, Any]:
         now = self.now(conn)
@@ -503,6 +487,47 @@ class SqlJobStore(ExecutionStore, ClusterStore):
 
 
 _HOUR = timedelta(hours=1)
+
+S = TypeVar("S", bound=Select[Any])
+
+
+def tags_of(conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, ...]]:
+    """The tags of each of ``ids`` (sorted); jobs without tags are left out."""
+    if not ids:
+        return {}
+    out: dict[uuid.UUID, list[str]] = {}
+    rows = conn.execute(
+        sa.select(job_tag.c.job_id, job_tag.c.tag)
+        .where(job_tag.c.job_id.in_(ids))
+        .order_by(job_tag.c.job_id, job_tag.c.tag)
+    )
+    for job_id, tag in rows:
+        out.setdefault(job_id, []).append(tag)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def narrowed(
+    stmt: S,
+    *,
+    task: str | None = None,
+    business_key: str | None = None,
+    tag: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+) -> S:
+    """``stmt`` (over ``ratchet_job``) narrowed by the filters ``find_jobs`` and the console's
+    job list share; ``None`` means any."""
+    if task is not None:
+        stmt = stmt.where(job.c.task == task)
+    if business_key is not None:
+        stmt = stmt.where(job.c.business_key == business_key)
+    if tag is not None:
+        stmt = stmt.where(sa.exists().where(job_tag.c.job_id == job.c.job_id, job_tag.c.tag == tag))
+    if created_after is not None:
+        stmt = stmt.where(job.c.created_at >= created_after)
+    if created_before is not None:
+        stmt = stmt.where(job.c.created_at < created_before)
+    return stmt
 
 
 def job_values(new: NewJob) -> dict[str, Any]:

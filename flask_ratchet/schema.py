@@ -115,6 +115,15 @@ job = sa.Table(
     _partial_index("terminal_status", "finished_at", where="terminal_status"),
     # A recurring master's children, newest first (the console's list of them).
     _partial_index("recurring_id", "job_id", where="recurring_id"),
+    # The failed jobs of one task, newest first: what "retry all" on a task filter counts and
+    # takes. Only failed jobs are written to it.
+    sa.Index(
+        "ix_ratchet_job_failed_task_job_id",
+        "task",
+        "job_id",
+        postgresql_where=sa.text(f"terminal_status = '{JobStatus.FAILED}'"),
+        sqlite_where=sa.text(f"terminal_status = '{JobStatus.FAILED}'"),
+    ),
     # The console's filters and sorts, each walked newest first (see store/console_queries.py).
     _partial_index("terminal_status", "job_id", where="terminal_status"),
     # Only jobs of a priority other than NORMAL, the default: a default job is written without

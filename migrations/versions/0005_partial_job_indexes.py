@@ -1,4 +1,5 @@
-"""ratchet_job's mostly-NULL columns indexed only where they are set; recurring children
+"""ratchet_job's mostly-NULL columns indexed only where they are set; recurring children;
+failed jobs by task
 
 Revision ID: 0005
 Revises: 0004
@@ -29,6 +30,7 @@ INDEXES = [
 
 
 CHILDREN = 'ix_ratchet_job_recurring_id_job_id'
+FAILED_BY_TASK = 'ix_ratchet_job_failed_task_job_id'
 
 
 def upgrade() -> None:
@@ -40,6 +42,15 @@ def upgrade() -> None:
         unique=False,
         postgresql_where=predicate,
         sqlite_where=predicate,
+    )
+    failed = sa.text("terminal_status = 'FAILED'")
+    op.create_index(
+        FAILED_BY_TASK,
+        'ratchet_job',
+        ['task', 'job_id'],
+        unique=False,
+        postgresql_where=failed,
+        sqlite_where=failed,
     )
     for name, columns, where in INDEXES:
         op.drop_index(name, table_name='ratchet_job')
@@ -56,6 +67,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index(CHILDREN, table_name='ratchet_job')
+    op.drop_index(FAILED_BY_TASK, table_name='ratchet_job')
     for name, columns, _ in INDEXES:
         op.drop_index(name, table_name='ratchet_job')
         op.create_index(name, 'ratchet_job', columns, unique=False)

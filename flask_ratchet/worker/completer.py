@@ -12,10 +12,19 @@ import logging
 import queue
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from dataclasses import replace
 
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    InternalError,
+    ProgrammingError,
+    SQLAlchemyError,
+)
 
 from ..store import SqlJobStore
 from ..store.execution import Finished
@@ -105,7 +114,13 @@ class Completer(threading.Thread):
                 with self._store.begin(self._engine) as conn:
                     applied = self._store.complete_many(conn, self._node_id, batch)
                 break
-            except SQLAlchemyError:
+            except SQLAlchemyError as exc:
+                if _refused(exc):
+                    # The statement itself was refused (bad data, not a lost connection): it
+                    # would be refused again. Isolate the outcome at fault instead of retrying
+                    # the batch for ever, which would hold back every other outcome.
+                    self._write_refused(batch, exc)
+                    return
                 if self._stopping.is_set() and delay > 5:
                     log.exception(
                         "could not write %d outcomes before stopping; the jobs stay RUNNING and "
@@ -116,6 +131,38 @@ class Completer(threading.Thread):
                 log.warning("writing %d outcomes failed; retrying", len(batch), exc_info=True)
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
+        self._count(batch, applied)
+
+    def _write_refused(self, batch: list[Finished], exc: SQLAlchemyError) -> None:
+        """Write a refused batch in halves, down to the outcome the database refuses; store that
+        one reduced (no log lines or traceback, and for a failure an error saying why), or leave
+        its job RUNNING for recovery if even that is refused. An outcome never changes kind: a
+        success is never stored as a failure."""
+        if len(batch) > 1:
+            middle = len(batch) // 2
+            self._write_with_retries(batch[:middle])
+            self._write_with_retries(batch[middle:])
+            return
+        (item,) = batch
+        reduced = _reduced(item, exc)
+        try:
+            with self._store.begin(self._engine) as conn:
+                applied = self._store.complete_many(conn, self._node_id, [reduced])
+        except SQLAlchemyError:
+            log.exception(
+                "the outcome of job %s cannot be stored; the job stays RUNNING and will run again "
+                "after this worker stops",
+                item.job_id,
+            )
+            return
+        log.error(
+            "the outcome of job %s was refused (%s); stored without its details",
+            item.job_id,
+            _first_line(exc),
+        )
+        self._count([reduced], applied)
+
+    def _count(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
         self.written += len(applied)
         lost = [i.job_id for i in batch if i.job_id not in applied]
         if lost:
@@ -125,3 +172,31 @@ class Completer(threading.Thread):
                 len(lost),
                 ", ".join(map(str, lost[:5])),
             )
+
+
+def _refused(exc: SQLAlchemyError) -> bool:
+    """Whether the database refused the statement itself (constraint, bad data, an error raised
+    by a trigger), as opposed to a connection or server that failed along the way."""
+    if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
+        return False
+    return isinstance(exc, IntegrityError | DataError | ProgrammingError | InternalError)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+
+
+def _reduced(item: Finished, exc: SQLAlchemyError) -> Finished:
+    """``item`` without what the database may have refused: log lines, traceback, error text.
+
+    The stored error names only the kind of refusal (the database's message may quote the
+    refused data, and be refused in turn); the worker's log has the whole message.
+    """
+    error = item.error
+    if error is not None:
+        orig = getattr(exc, "orig", None) or exc
+        code = getattr(orig, "sqlstate", None) or getattr(orig, "sqlite_errorname", None)
+        kind = type(orig).__name__ + (f" {code}" if code else "")
+        error = f"the error could not be stored (the database refused it: {kind})"
+    return replace(item, error=error, traceback=None, logs=())

@@ -16,6 +16,7 @@ from flask_ratchet.context import LogLine
 from flask_ratchet.schema import UtcDateTime
 from flask_ratchet.store.cluster import NodeInfo, Recovered
 from flask_ratchet.store.execution import Finished, Outcome
+from flask_ratchet.worker.completer import Completer
 from tests.apps import add, ratchet
 from tests.integration.helpers import count
 
@@ -206,3 +207,45 @@ def test_terminal_outcomes_free_the_business_key(app: Flask, outcome: Outcome) -
     with tx() as conn:
         ratchet.state.store.complete_many(conn, "n1", [finished(job_id, outcome)])
     assert count("ratchet_business_key") == 0
+
+
+def test_a_refused_outcome_is_isolated_and_stored_without_its_details(app: Flask) -> None:
+    """The database refuses one outcome's details (here a trigger, standing for any refusal):
+    the rest of the batch is written, and that one is stored reduced, never retried for ever."""
+    ok, poisoned = running(2)
+    state = ratchet.state
+    with tx() as conn:
+        if state.engine.dialect.name == "postgresql":
+            conn.exec_driver_sql(
+                "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF position('poison' in NEW.error) > 0 THEN RAISE EXCEPTION 'poison refused'; END IF; "
+                "RETURN NEW; END $$"
+            )
+            conn.exec_driver_sql(
+                "CREATE TRIGGER refuse_poison BEFORE INSERT ON ratchet_execution "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_poison()"
+            )
+        else:
+            conn.exec_driver_sql(
+                "CREATE TRIGGER refuse_poison BEFORE INSERT ON ratchet_execution "
+                "WHEN instr(NEW.error, 'poison') > 0 BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
+            )
+    try:
+        completer = Completer(state.store, state.engine, "n1")
+        completer.start()
+        completer.put(finished(ok, Outcome.SUCCEEDED, result="4"))
+        completer.put(finished(poisoned, Outcome.FAILED, error="ValueError: poison", traceback="…"))
+        completer.stop()
+        assert not completer.is_alive() and completer.written == 2
+        assert ratchet.get_job(ok).status == JobStatus.SUCCEEDED  # type: ignore[union-attr]
+        refused = ratchet.get_job(poisoned)
+        assert refused is not None and refused.status == JobStatus.FAILED
+        assert (refused.error or "").startswith("the error could not be stored (")
+    finally:
+        with tx() as conn:
+            conn.exec_driver_sql(
+                "DROP TRIGGER refuse_poison"
+                + (" ON ratchet_execution" if state.engine.dialect.name == "postgresql" else "")
+            )
+            if state.engine.dialect.name == "postgresql":
+                conn.exec_driver_sql("DROP FUNCTION refuse_poison()")

@@ -218,7 +218,8 @@ def test_a_refused_outcome_is_isolated_and_stored_without_its_details(app: Flask
         if state.engine.dialect.name == "postgresql":
             conn.exec_driver_sql(
                 "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                "IF position('poison' in NEW.error) > 0 THEN RAISE EXCEPTION 'poison refused'; END IF; "
+                "IF position('poison' in NEW.error) > 0 THEN "
+                "RAISE EXCEPTION 'poison refused'; END IF; "
                 "RETURN NEW; END $$"
             )
             conn.exec_driver_sql(
@@ -228,7 +229,8 @@ def test_a_refused_outcome_is_isolated_and_stored_without_its_details(app: Flask
         else:
             conn.exec_driver_sql(
                 "CREATE TRIGGER refuse_poison BEFORE INSERT ON ratchet_execution "
-                "WHEN instr(NEW.error, 'poison') > 0 BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
+                "WHEN instr(NEW.error, 'poison') > 0 "
+                "BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
             )
     try:
         completer = Completer(state.store, state.engine, "n1")

@@ -111,6 +111,13 @@ def sanitize(text: str, limit: int = MAX_ERROR) -> str:
     return text
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """An error's first line for a log message: a database driver's own message (without the
+    SQL and parameters SQLAlchemy appends), or the exception's."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
 def describe(exc: BaseException) -> str:
     """``Type: message``, sanitised and cut: what the job's error column says."""
     message = str(exc)

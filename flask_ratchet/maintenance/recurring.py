@@ -28,6 +28,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import RatchetConfig
 from ..recurring import RecurringDefinition
+from ..retry import first_line
 from ..store import SqlJobStore
 from ..store.recurring import FIRE_BATCH, FirePass, RecurringStore
 
@@ -80,7 +81,7 @@ class Registrar:
                 log.warning(
                     "could not register recurring job %s (%s); trying again in %.0f s",
                     definition.id,
-                    _first_line(exc),
+                    first_line(exc),
                     self._wait,
                 )
                 failed.append(definition)
@@ -171,15 +172,13 @@ class RecurringFirer(threading.Thread):
         now = time.monotonic()
         if self._outage_since is None:
             self._outage_since = self._outage_logged = now
-            log.warning(
-                "recurring jobs: database error (%s); trying every second", _first_line(exc)
-            )
+            log.warning("recurring jobs: database error (%s); trying every second", first_line(exc))
         elif now - self._outage_logged >= OUTAGE_LOG_EVERY:
             self._outage_logged = now
             log.warning(
                 "recurring jobs: the database has failed for %.0f s (%s); still trying",
                 now - self._outage_since,
-                _first_line(exc),
+                first_line(exc),
             )
 
     def _recovered(self) -> None:
@@ -244,10 +243,3 @@ def start_recurring(
     )
     firer.start()
     return firer
-
-
-def _first_line(exc: BaseException) -> str:
-    """An error's first line: a driver's message without its SQL and parameters."""
-    orig = getattr(exc, "orig", None)
-    text = str(orig if orig is not None else exc)
-    return text.splitlines()[0] if text else type(exc).__name__

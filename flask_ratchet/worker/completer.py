@@ -26,6 +26,7 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
+from ..retry import first_line
 from ..store import SqlJobStore
 from ..store.execution import Finished
 
@@ -158,7 +159,7 @@ class Completer(threading.Thread):
         log.error(
             "the outcome of job %s was refused (%s); stored without its details",
             item.job_id,
-            _first_line(exc),
+            first_line(exc),
         )
         self._count([reduced], applied)
 
@@ -180,11 +181,6 @@ def _refused(exc: SQLAlchemyError) -> bool:
     if not isinstance(exc, DBAPIError) or exc.connection_invalidated:
         return False
     return isinstance(exc, IntegrityError | DataError | ProgrammingError | InternalError)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc)
-    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
 
 
 def _reduced(item: Finished, exc: SQLAlchemyError) -> Finished:

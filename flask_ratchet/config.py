@@ -11,11 +11,13 @@ import difflib
 import re
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
+from .breaker import BreakerSettings, breaker_settings
 from .errors import ConfigError
+from .resources_facade import ResourceLimit, resource_limit
 
 PREFIX = "RATCHET_"
 
@@ -83,6 +85,11 @@ class RatchetConfig:
     recurring_disabled: tuple[str, ...] = ()
     #: An occurrence later than this has misfired: its master's misfire policy decides.
     recurring_misfire_threshold: float = 60.0
+    #: Resource limits every worker writes to the database when it starts, by resource name.
+    resources: dict[str, ResourceLimit] = field(default_factory=dict)
+    #: Circuit breakers by service name (a task's name or its ``service=``); they take
+    #: precedence over a task's ``circuit_breaker=``.
+    circuit_breakers: dict[str, BreakerSettings] = field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> RatchetConfig:
@@ -220,6 +227,49 @@ def _sqlite_synchronous(key: str, value: Any) -> str | None:
     return value  # type: ignore[no-any-return]
 
 
+def _resources(key: str, value: Any) -> dict[str, ResourceLimit]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{key} must be a dict like {{'payment-api': {{'max_concurrent': 4, "
+            f"'retry_delay': 5}}}}, got {value!r}"
+        )
+    limits = {}
+    for name, entry in value.items():
+        if not isinstance(entry, Mapping) or "max_concurrent" not in entry:
+            raise ConfigError(
+                f"{key}[{name!r}] must be a dict with 'max_concurrent' (and optionally "
+                f"'retry_delay'), got {entry!r}"
+            )
+        unknown = sorted(str(k) for k in entry if k not in ("max_concurrent", "retry_delay"))
+        if unknown:
+            raise ConfigError(
+                f"{key}[{name!r}] has an unknown setting {unknown[0]!r}; the settings are "
+                "'max_concurrent' and 'retry_delay'"
+            )
+        try:
+            limits[name] = resource_limit(name, **entry)
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+    return limits
+
+
+def _circuit_breakers(key: str, value: Any) -> dict[str, BreakerSettings]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{key} must be a dict of service name -> preset name or settings, like "
+            f"{{'stripe': 'external-api'}}, got {value!r}"
+        )
+    breakers = {}
+    for service, spec in value.items():
+        if not isinstance(service, str) or not service or len(service) > 255:
+            raise ConfigError(f"{key} keys must be service or task names, got {service!r}")
+        try:
+            breakers[service] = breaker_settings(spec)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{key}[{service!r}]: {exc}") from None
+    return breakers
+
+
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "allowed_modules": _module_list,
     "console_auth": _callable_or_none,
@@ -247,4 +297,6 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "recurring_enabled": _bool,
     "recurring_disabled": _id_list,
     "recurring_misfire_threshold": _seconds,
+    "resources": _resources,
+    "circuit_breakers": _circuit_breakers,
 }

@@ -28,6 +28,7 @@ _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "ratchet_job_context", default=None
 )
 job_logger = logging.getLogger("flask_ratchet.job")
+_UNREAD: Any = object()
 
 
 class Supervisor(Protocol):
@@ -35,6 +36,7 @@ class Supervisor(Protocol):
 
     def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None: ...
     def still_running(self, job_id: uuid.UUID) -> bool: ...
+    def result_of(self, job_id: uuid.UUID) -> Any: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +56,8 @@ class JobContext:
     task: str
     attempt: int
     params: dict[str, Any]
-    previous_result: Any = None
+    #: The job this one ran after (a chain step's previous step), whose result it may read.
+    depends_on: uuid.UUID | None = None
     _supervisor: Supervisor | None = field(default=None, repr=False)
     # A plain flag, not an Event: nothing waits on it, and an Event per job is costly.
     _stopped: bool = field(default=False, repr=False)
@@ -62,6 +65,7 @@ class JobContext:
     _dropped: int = field(default=0, repr=False)
     _last_check: float = field(default=0.0, repr=False)
     _last_progress: float = field(default=0.0, repr=False)
+    _previous: Any = field(default=_UNREAD, repr=False)
 
     @staticmethod
     def current() -> JobContext:
@@ -73,6 +77,17 @@ class JobContext:
         if ctx is None:
             raise RuntimeError("JobContext.current() is only available while a job runs")
         return ctx
+
+    @property
+    def previous_result(self) -> Any:
+        """In a chain, the previous step's result (None for a first step, or when the previous
+        job returned nothing). Read from the database once, on first use."""
+        if self._previous is _UNREAD:
+            if self.depends_on is None or self._supervisor is None:
+                self._previous = None
+            else:
+                self._previous = self._supervisor.result_of(self.depends_on)
+        return self._previous
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:

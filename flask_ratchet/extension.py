@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
@@ -21,14 +21,18 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from . import migrate
+from . import events, migrate
+from .announce import announce
+from .breaker import BreakerSettings
 from .config import RatchetConfig
 from .errors import IllegalTransition, JobNotFound
+from .flow_facade import FlowFacade
 from .job import Job, JobHandle, Page
 from .options import Backoff, JobOptions, Priority, seconds, validate_options
 from .recurring import RecurringDefinition
 from .recurring_facade import RecurringFacade
 from .registry import TaskRegistry
+from .resources_facade import ResourcesFacade
 from .states import Action, JobStatus, allowed
 from .store import SqlJobStore, store_for
 from .store.base import ClaimedJob, JobFilter
@@ -139,9 +143,32 @@ class RatchetState:
         joined = self.joined_connection()
         if joined is not None:
             yield joined
+            if _transaction.get() is None:  # ratchet.transaction() announces when it commits
+                self._announce_after_commit(events.take(joined))
             return
         with self.store.begin(self.engine) as conn:
             yield conn
+            recorded = events.take(conn)
+        self.announce(recorded)
+
+    def announce(self, recorded: list[events.Event]) -> None:
+        """Send committed events in this thread (see :mod:`flask_ratchet.announce`)."""
+        if recorded:
+            announce(current_app._get_current_object(), recorded, self.wake)  # type: ignore[attr-defined]
+
+    def _announce_after_commit(self, recorded: list[events.Event]) -> None:
+        """Keep events for the request's session; send them once it commits."""
+        if not recorded:
+            return
+        session = self.db.session()
+        kept = session.info.setdefault("ratchet_events", [])
+        if not kept:
+            sa.event.listen(session, "after_commit", self._session_announces, once=True)
+            sa.event.listen(session, "after_rollback", _forget_events, once=True)
+        kept.extend(recorded)
+
+    def _session_announces(self, session: Session) -> None:
+        self.announce(session.info.pop("ratchet_events", []))
 
     def submit(self, builders: Sequence[JobBuilder]) -> list[JobHandle]:
         """Insert the builders' jobs atomically; return their handles in order."""
@@ -170,11 +197,15 @@ class RatchetState:
             result = write(joined)
             if wake(result):
                 self._wake_after_commit()
+            if _transaction.get() is None:
+                self._announce_after_commit(events.take(joined))
             return result
         with (own or (lambda: self.store.begin(self.engine)))() as conn:
             result = write(conn)
+            recorded = events.take(conn)
         if wake(result):
             self.wake()
+        self.announce(recorded)
         return result
 
     def wake(self) -> None:
@@ -204,7 +235,7 @@ class RatchetState:
             self.wake()
 
 
-class Ratchet(RecurringFacade):
+class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
     """The flask-ratchet extension.
 
     ::
@@ -290,6 +321,8 @@ class Ratchet(RecurringFacade):
         timeout: timedelta | float | None = ...,
         resource: str | None = ...,
         tags: Iterable[str] = ...,
+        service: str | None = ...,
+        circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = ...,
     ) -> Callable[[F], F]: ...
 
     def task(self, func: Any = None, **options: Any) -> Any:
@@ -302,14 +335,19 @@ class Ratchet(RecurringFacade):
 
             @ratchet.task(name="billing.charge", priority=Priority.HIGH, max_retries=3)
             def charge(payment_id: int) -> dict: ...
+
+        ``circuit_breaker`` (a preset name, settings, or a dict of them) gives the task a
+        breaker, shared by every task with the same ``service`` (default: the task's name).
         """
         name = options.pop("name", None)
+        service = options.pop("service", None)
+        breaker = options.pop("circuit_breaker", None)
         if "tags" in options:
             options["tags"] = tuple(options["tags"])
         defaults = JobOptions(**validate_options(**options))
 
         def register(f: F) -> F:
-            self.registry.register(f, name, defaults)
+            self.registry.register(f, name, defaults, service=service, circuit_breaker=breaker)
             return f
 
         return register(func) if func is not None else register
@@ -368,8 +406,10 @@ class Ratchet(RecurringFacade):
                     yield conn
                 finally:
                     _transaction.reset(token)
+                recorded = events.take(conn)
             if _wake_pending.get():
                 state.wake()
+            state.announce(recorded)
         finally:
             _wake_pending.reset(wake)
 
@@ -506,6 +546,10 @@ class Ratchet(RecurringFacade):
 
 def _forget_wake(session: Session, *args: Any) -> None:
     session.info.pop("ratchet_wake", None)
+
+
+def _forget_events(session: Session, *args: Any) -> None:
+    session.info.pop("ratchet_events", None)
 
 
 def _ensure_schema() -> None:

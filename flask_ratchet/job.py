@@ -66,3 +66,40 @@ class Page(Generic[T]):
 
     items: list[T] = field(default_factory=list)
     next_cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BatchProgress:
+    """A batch's children so far: ``succeeded + failed`` of ``total`` have ended (a canceled
+    child counts as failed). ``finished`` once the batch has settled."""
+
+    batch_id: uuid.UUID
+    name: str
+    total: int
+    succeeded: int
+    failed: int
+    finished: bool = False
+    #: Summed run time of the children's last attempts, and their summed queue wait.
+    child_run_ms: float = 0.0
+    child_wait_ms: float = 0.0
+    created_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def ended(self) -> int:
+        """Children that have ended."""
+        return self.succeeded + self.failed
+
+    @property
+    def wall_ms(self) -> float | None:
+        """From submission to the last child's end (None until the batch has settled)."""
+        if self.created_at is None or self.finished_at is None:
+            return None
+        return (self.finished_at - self.created_at).total_seconds() * 1000
+
+    @property
+    def overhead_ms(self) -> float | None:
+        """Wall time not spent running children one after another: the cost of queueing and
+        scheduling when the batch ran serially, and negative when it ran in parallel."""
+        wall = self.wall_ms
+        return None if wall is None else wall - self.child_run_ms

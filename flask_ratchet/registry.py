@@ -10,10 +10,11 @@ from __future__ import annotations
 import importlib
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .breaker import BreakerSettings, breaker_settings
 from .errors import TaskNotAllowed
 from .options import JobOptions
 
@@ -22,11 +23,22 @@ NAME_MAX_LENGTH = 255
 
 @dataclass(frozen=True, slots=True)
 class Task:
-    """A function that may run as a job, under a stable name, with its default options."""
+    """A function that may run as a job, under a stable name, with its default options.
+
+    ``service`` names the circuit breaker the task shares with others (default: its own name);
+    ``circuit_breaker`` gives it one (see :mod:`flask_ratchet.breaker`).
+    """
 
     name: str
     func: Callable[..., Any]
     options: JobOptions
+    service: str | None = None
+    circuit_breaker: BreakerSettings | None = None
+
+    @property
+    def service_name(self) -> str:
+        """The service whose circuit breaker guards this task: ``service``, or its name."""
+        return self.service or self.name
 
 
 def default_name(func: Callable[..., Any]) -> str:
@@ -67,12 +79,32 @@ class TaskRegistry:
         self._by_func: dict[Callable[..., Any], Task] = {}
         self._lock = threading.Lock()
 
-    def register(self, func: Callable[..., Any], name: str | None, options: JobOptions) -> Task:
-        """Register ``func`` under ``name`` (default ``module:qualname``)."""
+    def register(
+        self,
+        func: Callable[..., Any],
+        name: str | None,
+        options: JobOptions,
+        *,
+        service: str | None = None,
+        circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = None,
+    ) -> Task:
+        """Register ``func`` under ``name`` (default ``module:qualname``).
+
+        ``circuit_breaker`` is a preset name (``"default"``, ``"fast"``, ``"critical"``,
+        ``"external-api"``), a :class:`~flask_ratchet.breaker.BreakerSettings` or a dict of its
+        fields; ``service`` lets tasks share one breaker.
+
+        :raises ValueError: for a bad name, service or breaker (naming the presets).
+        """
         check_importable(func)
         name = name or default_name(func)
         if not isinstance(name, str) or not name or len(name) > NAME_MAX_LENGTH:
             raise ValueError(f"task name must be 1-{NAME_MAX_LENGTH} characters, got {name!r}")
+        if service is not None and (
+            not isinstance(service, str) or not service or len(service) > NAME_MAX_LENGTH
+        ):
+            raise ValueError(f"service must be 1-{NAME_MAX_LENGTH} characters, got {service!r}")
+        breaker = None if circuit_breaker is None else breaker_settings(circuit_breaker)
         with self._lock:
             existing = self._by_name.get(name)
             if existing is not None and default_name(existing.func) != default_name(func):
@@ -80,7 +112,7 @@ class TaskRegistry:
                     f"task name {name!r} is already used by {default_name(existing.func)}; "
                     "give one of them another name="
                 )
-            task = Task(name, func, options)
+            task = Task(name, func, options, service, breaker)
             self._by_name[name] = task
             self._by_func[func] = task
         return task

@@ -81,7 +81,7 @@ job = sa.Table(
     metadata,
     _id(primary_key=True),
     sa.Column("task", sa.String(255), nullable=False),
-    sa.Column("job_type", sa.String(16), nullable=False),  # SINGLE, later BATCH / BATCH_CHILD …
+    sa.Column("job_type", sa.String(16), nullable=False),  # see flask_ratchet.flow.JobType
     sa.Column("priority", sa.SmallInteger, nullable=False),
     sa.Column("payload", sa.Text, nullable=False),  # JSON {"args": [...], "kwargs": {...}}
     sa.Column("params", sa.Text),  # JSON object
@@ -105,12 +105,19 @@ job = sa.Table(
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("finished_at", UtcDateTime),
     sa.Column("progress", sa.Text),  # JSON {"done", "total", "message"}, the last reported
+    # The batch a child belongs to (its parent job's id).
+    _id("batch_id"),
+    # Whether the job's end sets off more work (a batch to count, dependent steps or branches
+    # to release or cancel, callbacks): only such jobs pay for looking, see store/flow.py.
+    sa.Column("follow_up", sa.Boolean, nullable=False, server_default=sa.false()),
+    sa.Column("callbacks", sa.Text),  # JSON {"success": [task, ...], "failure": [...]}
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
     # Partial where most rows hold NULL: a job is written (and ended) without an entry in
     # an index that would never find it, which spares the submission and completion paths.
     _partial_index("business_key", where="business_key"),
     _partial_index("depends_on", where="depends_on"),
+    _partial_index("batch_id", "job_id", where="batch_id"),
     _partial_index("superseded_by", where="superseded_by"),
     _partial_index("terminal_status", "finished_at", where="terminal_status"),
     # A recurring master's children, newest first (the console's list of them).
@@ -278,6 +285,59 @@ recurring = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     sa.Index(None, "status", "next_fire"),
+)
+
+batch = sa.Table(
+    "ratchet_batch",
+    metadata,
+    # The parent job: it does no work of its own and ends when its last child has ended.
+    sa.Column(
+        "batch_id",
+        sa.Uuid(),
+        sa.ForeignKey("ratchet_job.job_id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    sa.Column("name", sa.String(255), nullable=False),
+    sa.Column("total", sa.Integer, nullable=False),
+    sa.Column("succeeded", sa.Integer, nullable=False),
+    sa.Column("failed", sa.Integer, nullable=False),  # failed or canceled children
+    sa.Column("child_run_ms", sa.Float, nullable=False),  # the children's run time, summed
+    sa.Column("child_wait_ms", sa.Float, nullable=False),  # their queue wait, summed
+    sa.Column("progress_task", sa.String(255)),  # called as children end
+    sa.Column("created_at", UtcDateTime, nullable=False, index=True),
+    sa.Column("finished_at", UtcDateTime),  # set once, by the one transaction that finalises
+)
+
+workflow_condition = sa.Table(
+    "ratchet_workflow_condition",
+    metadata,
+    # The dependent job (a chain step, a branch, a batch follow-up) and what it waits for.
+    _job_fk(primary_key=True),
+    sa.Column("parent_id", sa.Uuid(), nullable=False, index=True),
+    sa.Column("kind", sa.String(16), nullable=False),  # see flask_ratchet.flow.Condition
+    sa.Column("predicate", sa.String(255)),  # a registered task, for WHEN
+    sa.Column("threshold", sa.Float),  # for SUCCESS_RATE and FAILURE_COUNT
+    sa.Column("decision", sa.String(16)),  # TRIGGERED, SKIPPED or ERROR once decided
+    sa.Column("error", sa.Text),  # why routing failed (a predicate that raised)
+    sa.Column("decided_at", UtcDateTime),
+)
+
+resource_limit = sa.Table(
+    "ratchet_resource_limit",
+    metadata,
+    sa.Column("resource_name", sa.String(100), primary_key=True),
+    sa.Column("max_concurrent", sa.Integer, nullable=False),
+    sa.Column("retry_delay", sa.Float, nullable=False),
+    sa.Column("updated_at", UtcDateTime, nullable=False),
+)
+
+resource_permit = sa.Table(
+    "ratchet_resource_permit",
+    metadata,
+    sa.Column("job_id", sa.Uuid(), primary_key=True),
+    sa.Column("resource_name", sa.String(100), nullable=False, index=True),
+    sa.Column("node_id", sa.String(64), nullable=False, index=True),
+    sa.Column("acquired_at", UtcDateTime, nullable=False),
 )
 
 job_archive = sa.Table(

@@ -13,6 +13,9 @@ transition that is not listed cannot be written.
     PAUSED --resume--> (the status it was paused from: PENDING or FAILED)
 
     cancel: PENDING, PAUSED, RUNNING -> CANCELED.   pause: PENDING, FAILED -> PAUSED.
+
+    A batch's parent job does no work: it waits PENDING (or PAUSED) until its last child has
+    ended, then settles: PENDING/PAUSED --settle_batch--> SUCCEEDED or FAILED (by its children).
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ class Action(StrEnum):
     RESUME = "resume"
     RETRY = "retry"  # manual retry of a failed job
     CANCEL = "cancel"
+    BATCH_SUCCEED = "batch_succeed"  # a batch parent's children all succeeded
+    BATCH_FAIL = "batch_fail"  # some of a batch parent's children failed or were canceled
 
 
 P, R, S, F, Z, C = (
@@ -65,6 +70,8 @@ TRANSITIONS: dict[Action, dict[JobStatus, JobStatus]] = {
     Action.RESUME: {Z: Z},
     Action.RETRY: {F: P},
     Action.CANCEL: {P: C, Z: C, R: C},
+    Action.BATCH_SUCCEED: {P: S, Z: S},
+    Action.BATCH_FAIL: {P: F, Z: F},
 }
 
 #: Statuses that live in the hot queue table. A job leaves it when it becomes terminal.

@@ -7,8 +7,10 @@ anything is written.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
@@ -24,6 +26,7 @@ from .store.base import NewJob
 from .store.recurring import RecurringStore
 
 if TYPE_CHECKING:
+    from .chain import FlowBuilder
     from .extension import RatchetState
 
 log = logging.getLogger("flask_ratchet")
@@ -106,6 +109,7 @@ class JobBuilder(_OptionsBuilder):
         self._idempotency_key: str | None = None
         self._business_key: str | None = None
         self._immediate = False
+        self._callbacks: dict[str, list[str]] = {}
 
     def __repr__(self) -> str:
         return f"<JobBuilder {self._task.name}>"
@@ -133,6 +137,58 @@ class JobBuilder(_OptionsBuilder):
         self._immediate = True
         return self
 
+    def on_success(self, fn: Callable[..., Any] | str) -> Self:
+        """Call ``fn(job)`` (a registered task, with the :class:`~flask_ratchet.job.Job`) in
+        the worker once this job SUCCEEDED. A callback that raises is logged and changes
+        nothing."""
+        return self._callback("success", fn)
+
+    def on_failure(self, fn: Callable[..., Any] | str) -> Self:
+        """Call ``fn(job)`` in the worker once this job FAILED for good (retries spent or
+        ``DoNotRetry``; not on cancel)."""
+        return self._callback("failure", fn)
+
+    def _callback(self, when: str, fn: Callable[..., Any] | str) -> Self:
+        task = self._state.ratchet.registry.for_submit(fn, self._state.config.allowed_modules)
+        self._callbacks.setdefault(when, []).append(task.name)
+        return self
+
+    # -- chains and workflow branches (see flask_ratchet.chain) --------------------------------
+
+    def then(
+        self, fn: Callable[..., Any] | str | JobBuilder, /, *args: Any, **kwargs: Any
+    ) -> FlowBuilder:
+        """Start a chain: ``fn(*args, **kwargs)`` runs once this job SUCCEEDED."""
+        return self._flow().then(fn, *args, **kwargs)
+
+    def then_on_success(
+        self, fn: Callable[..., Any] | str | JobBuilder, /, *args: Any, **kwargs: Any
+    ) -> FlowBuilder:
+        """A branch that runs if this job SUCCEEDED (and is canceled otherwise)."""
+        return self._flow().then_on_success(fn, *args, **kwargs)
+
+    def then_on_failure(
+        self, fn: Callable[..., Any] | str | JobBuilder, /, *args: Any, **kwargs: Any
+    ) -> FlowBuilder:
+        """A branch that runs if this job FAILED for good (and is canceled otherwise)."""
+        return self._flow().then_on_failure(fn, *args, **kwargs)
+
+    def when(
+        self,
+        predicate: Callable[[Any], bool] | str,
+        fn: Callable[..., Any] | str | JobBuilder,
+        /,
+        *args: Any,
+        **kwargs: Any,
+    ) -> FlowBuilder:
+        """A branch that runs if this job SUCCEEDED and ``predicate(result)`` is true."""
+        return self._flow().when(predicate, fn, *args, **kwargs)
+
+    def _flow(self) -> FlowBuilder:
+        from .chain import FlowBuilder
+
+        return FlowBuilder(self._state, self)
+
     def build(self) -> NewJob:
         """Return the validated job this builder describes, and mark the builder used."""
         limit = self._state.config.max_payload_bytes
@@ -143,6 +199,7 @@ class JobBuilder(_OptionsBuilder):
             else None
         )
         self._submitted = True
+        callbacks = json.dumps(self._callbacks) if self._callbacks else None
         return NewJob(
             job_id=uuid7(),
             task=self._task.name,
@@ -153,7 +210,19 @@ class JobBuilder(_OptionsBuilder):
             business_key=self._business_key,
             delay=self._delay,
             run_at=self._run_at,
+            follow_up=callbacks is not None,
+            callbacks=callbacks,
         )
+
+    def build_linked(self, **links: Any) -> NewJob:
+        """:meth:`build`, with the job linked to others (``job_type``, ``batch_id``, …) and
+        marked so that its end is followed up."""
+        return replace(self.build(), follow_up=True, **links)
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """The idempotency key set on this builder, if any."""
+        return self._idempotency_key
 
     @property
     def wakes_workers(self) -> bool:

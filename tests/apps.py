@@ -136,3 +136,56 @@ def record_context(ctx: JobContext) -> None:
     (declared at import, it would fire in every worker the tests start). Records its run."""
     db.session.add(Run(job_id=str(ctx.job_id), pid=os.getpid()))
     db.session.commit()
+
+
+# -- tasks the gate tests run (tests/acceptance/test_gates.py) -----------------------------------
+
+
+class Hold(db.Model):  # type: ignore[name-defined,misc]
+    """One row per run of ``hold_probe_api``: when its code started and ended (``time.time()``,
+    one clock for every worker process on the machine)."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[str]
+    started: Mapped[float]
+    ended: Mapped[float]
+
+
+@ratchet.task(resource="probe-api")
+def hold_probe_api(seconds: float) -> None:
+    """Uses the "probe-api" resource for ``seconds`` and records when.
+
+    Both times are taken inside the job's code, so the interval lies within the time the job
+    held its permit (taken before the code starts, given back after it returns): intervals that
+    overlap are permits that were out at once.
+    """
+    started = time.time()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.01)
+    ended = time.time()
+    db.session.add(Hold(job_id=str(JobContext.current().job_id), started=started, ended=ended))
+    db.session.commit()
+
+
+class ServiceCall(db.Model):  # type: ignore[name-defined,misc]
+    """One row per call ``call_flaky_service`` made, and whether the service was up."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[str]
+    up: Mapped[bool]
+
+
+@ratchet.task(max_retries=5, backoff=Backoff.FIXED, backoff_base=0.2)
+def call_flaky_service(flag: str) -> str:
+    """Calls a service that is down unless the file ``flag`` says "up"; records every call."""
+    with open(flag) as state:
+        up = state.read() == "up"
+    db.session.add(ServiceCall(job_id=str(JobContext.current().job_id), up=up))
+    db.session.commit()
+    if not up:
+        raise ConnectionError("the service is down")
+    return "ok"
+
+
+from tests import flow_tasks  # noqa: E402,F401  (registers the flow tests' tasks on import)

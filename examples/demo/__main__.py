@@ -25,7 +25,8 @@ def start(args: list[str]) -> subprocess.Popen[bytes]:
 
 
 def sign_ups(stop_after: float | None) -> None:
-    """POST a sign-up every 0.5 s: each enqueues three jobs inside the request's transaction."""
+    """POST a sign-up every 0.5 s: each enqueues a chain, a job and now and then a batch, all
+    inside the request's transaction."""
     started = time.monotonic()
     n = 0
     while stop_after is None or time.monotonic() - started < stop_after:

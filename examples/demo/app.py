@@ -50,6 +50,12 @@ def verify_address(user_id: int) -> None:
         raise DoNotRetry(f"address of user {user_id} is not deliverable")
 
 
+@ratchet.task
+def newsletter_done(name: str) -> str:
+    """A batch's follow-up: runs once every child of the batch has ended."""
+    return f"{name}: every issue sent"
+
+
 def create_app() -> Flask:
     """The demo app, on a SQLite file under ./instance."""
     app = Flask(__name__)
@@ -78,10 +84,15 @@ def create_app() -> Flask:
         user = User(email=request.form.get("email", "someone@example.com"))
         db.session.add(user)
         db.session.flush()  # the user's id, in this request's transaction
-        ratchet.enqueue_now(send_welcome, user.id)
+        # A chain: the address is verified only once the welcome mail went out.
+        ratchet.enqueue(send_welcome, user.id).then(verify_address, user.id).submit()
         ratchet.enqueue_now(sync_crm, user.id)
-        ratchet.enqueue_now(verify_address, user.id)
-        db.session.commit()  # the user and the three jobs appear together, or not at all
+        if user.id % 10 == 0:  # now and then, a batch with a follow-up
+            batch = ratchet.enqueue_batch(f"newsletter-{user.id}")
+            for reader in range(user.id - 9, user.id + 1):
+                batch.add(send_welcome, reader)
+            batch.on_success(newsletter_done, f"newsletter-{user.id}").submit()
+        db.session.commit()  # the user and the jobs appear together, or not at all
         return redirect(url_for("home"))
 
     return app

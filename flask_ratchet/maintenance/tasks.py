@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
 
+from .. import events
 from ..config import RatchetConfig
 from ..store import SqlJobStore
 from .periodic import PeriodicTask
@@ -17,13 +19,23 @@ DAY = 86400.0
 ARCHIVE_BATCH = 1000
 
 
-def orphan_recovery(config: RatchetConfig) -> PeriodicTask:
-    """Requeue (or fail) RUNNING jobs of silent nodes; forget nodes silent for long."""
+def orphan_recovery(
+    config: RatchetConfig,
+    on_events: Callable[[list[events.Event]], None] = lambda _: None,
+) -> PeriodicTask:
+    """Requeue (or fail) RUNNING jobs of silent nodes; forget nodes silent for long; settle
+    batches left unsettled. ``on_events`` gets the events of what it changed, once committed."""
 
     def run(store: SqlJobStore, engine: Engine) -> None:
         with store.begin(engine) as conn:
             recovered = store.recover_orphans(conn, config.orphan_grace)
             store.delete_dead_nodes(conn, max(10 * config.orphan_grace, 3600.0))
+            settled = store.settle_stranded_batches(conn)
+            recorded = events.take(conn)
+        if recorded:
+            on_events(recorded)
+        if settled:
+            log.warning("settled %d batches whose last child had ended unseen", settled)
         if recovered.requeued or recovered.failed:
             log.warning(
                 "recovered %d jobs of silent workers (%d more had used every attempt: DLQ)",

@@ -38,6 +38,10 @@ class NewJob:
     depends_on: uuid.UUID | None = None
     recurring_id: str | None = None
     fire_time: datetime | None = None
+    batch_id: uuid.UUID | None = None
+    #: The job's end sets off more work (see :mod:`flask_ratchet.store.flow`).
+    follow_up: bool = False
+    callbacks: str | None = None  # JSON {"success": [...], "failure": [...]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +69,10 @@ class ClaimedJob:
     resource: str | None
     scheduled_time: datetime
     picked_at: datetime
+    #: The job this one ran after (a chain step's previous step), for ``previous_result``.
+    depends_on: uuid.UUID | None = None
+    #: Whether its end sets off more work (see :mod:`flask_ratchet.store.flow`).
+    follow_up: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from ..schema import (
 )
 from ..states import Action, JobStatus, sources, target
 from .dialect import DialectHooks
+from .resources import release_node_permits, release_stale_permits
 
 _UTC = UtcDateTime()
 
@@ -95,6 +96,7 @@ class ClusterStore(DialectHooks):
         its attempts (it keeps killing its workers) goes to the dead-letter queue instead.
         """
         alive = sa.select(node.c.node_id).where(node.c.last_heartbeat >= self.ago_sql(grace))
+        release_stale_permits(self, conn, grace)
         return self._take_back(
             conn,
             (
@@ -106,6 +108,7 @@ class ClusterStore(DialectHooks):
 
     def reclaim_own(self, conn: Connection, node_id: str) -> Recovered:
         """At start-up: RUNNING jobs left by an earlier process with this node id."""
+        release_node_permits(conn, node_id)
         return self._take_back(
             conn,
             (job_queue.c.picked_by == node_id,),

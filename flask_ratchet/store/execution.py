@@ -65,6 +65,8 @@ class Finished:
     traceback: str | None = None
     delay: float = 0.0
     logs: Sequence[LogLine] = field(default_factory=tuple)
+    #: The job's end sets off more work (see :mod:`.flow`).
+    follow_up: bool = False
 
     @property
     def execution_status(self) -> str | None:

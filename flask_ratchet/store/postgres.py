@@ -62,12 +62,13 @@ SET status = :running, picked_by = :node, picked_at = now(), attempts = q.attemp
 FROM picked, ratchet_job j
 WHERE q.job_id = picked.job_id AND j.job_id = q.job_id
 RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_retries,
-          j.backoff, j.backoff_base, j.timeout, j.resource_name, q.scheduled_time, q.picked_at
+          j.backoff, j.backoff_base, j.timeout, j.resource_name, q.scheduled_time, q.picked_at,
+          j.depends_on, j.follow_up
 """
 
 _JOB_COLUMNS = """job_id, task, job_type, priority, payload, params, max_retries, backoff,
         backoff_base, timeout, resource_name, idempotency_key, business_key, depends_on,
-        recurring_id, fire_time"""
+        recurring_id, fire_time, batch_id, follow_up, callbacks"""
 _CONFLICT = """
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, priority, max_retries, first_due_at, business_key"""
@@ -101,7 +102,8 @@ WITH input AS (
         job_id uuid, task text, job_type text, priority smallint, payload text, params text,
         max_retries int, backoff text, backoff_base float8, timeout float8, resource_name text,
         idempotency_key text, business_key text, depends_on uuid, recurring_id text,
-        fire_time timestamptz, run_at timestamptz, delay float8)
+        fire_time timestamptz, batch_id uuid, follow_up boolean, callbacks text,
+        run_at timestamptz, delay float8)
 ), job AS (
     INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
     SELECT {_JOB_COLUMNS}, now(), coalesce(run_at, now() + make_interval(secs => delay)), 0
@@ -113,7 +115,7 @@ WITH job AS (
     INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
     VALUES (:job_id, :task, :job_type, :priority, :payload, :params, :max_retries, :backoff,
         :backoff_base, :timeout, :resource_name, :idempotency_key, :business_key, :depends_on,
-        :recurring_id, :fire_time, now(),
+        :recurring_id, :fire_time, :batch_id, :follow_up, :callbacks, now(),
         coalesce(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)), 0)
     {_CONFLICT}{_AFTER_JOB.format(tags=_ONE_JOBS_TAGS)}"""
 _SUBMIT_STMT = sa.text(_SUBMIT).columns(job_id=sa.Uuid())
@@ -126,7 +128,10 @@ _BOOSTED = "priority + floor(extract(epoch FROM now() - scheduled_time) / (60 * 
 def _claim_sql(boosted: bool) -> sa.TextualSelect:
     sql = _CLAIM.format(levels=_LEVELS, effective=_BOOSTED if boosted else "priority")
     return sa.text(sql).columns(
-        job_id=sa.Uuid(), scheduled_time=UtcDateTime(), picked_at=UtcDateTime()
+        job_id=sa.Uuid(),
+        scheduled_time=UtcDateTime(),
+        picked_at=UtcDateTime(),
+        depends_on=sa.Uuid(),
     )
 
 
@@ -255,6 +260,8 @@ class PostgresStore(SqlJobStore):
                 resource=r.resource_name,
                 scheduled_time=r.scheduled_time,
                 picked_at=r.picked_at,
+                depends_on=r.depends_on,
+                follow_up=r.follow_up,
             )
             for r in rows
         ]

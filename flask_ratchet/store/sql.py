@@ -23,7 +23,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
-from .. import payload
+from .. import events, payload
 from ..errors import DuplicateBusinessKey
 from ..job import Job, Page
 from ..options import Backoff, Priority
@@ -32,6 +32,8 @@ from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, 
 from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
 from .cluster import ClusterStore
 from .execution import ExecutionStore
+from .flow import Ended, FlowStore
+from .resources import ResourceStore
 
 #: Rows per multi-row INSERT; keeps statements well under every driver's parameter limit.
 INSERT_CHUNK = 500
@@ -70,7 +72,7 @@ _JOB_COLUMNS = [
 _JOB_FROM = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
 
 
-class SqlJobStore(ExecutionStore, ClusterStore):
+class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
     """Shared implementation of :class:`~flask_ratchet.store.base.JobStore`."""
 
     # -- dialect hooks beyond DialectHooks -----------------------------------------------------
@@ -255,10 +257,15 @@ class SqlJobStore(ExecutionStore, ClusterStore):
                 updated_at=self.now_sql(),
             )
         )
-        if paused.rowcount == 1:
-            return True
-        # A terminal FAILED job has no hot row: pausing it puts one back, guarded by the cold row.
-        if self._recreate_hot_row(conn, job_id, sorted(allowed & TERMINAL), JobStatus.PAUSED):
+        if paused.rowcount == 1 or self._recreate_hot_row(
+            # A terminal FAILED job has no hot row: pausing it puts one back, guarded by the
+            # cold row.
+            conn,
+            job_id,
+            sorted(allowed & TERMINAL),
+            JobStatus.PAUSED,
+        ):
+            events.record(conn, [events.Event(events.job_paused.name, {"job_id": job_id})])
             return True
         current = conn.execute(
             sa.select(job_queue.c.status).where(job_queue.c.job_id == job_id)
@@ -287,6 +294,7 @@ class SqlJobStore(ExecutionStore, ClusterStore):
             else:  # back to a terminal status: the cold row still holds it
                 stmt = sa.delete(job_queue).where(*guard)
             if conn.execute(stmt).rowcount == 1:
+                events.record(conn, [events.Event(events.job_resumed.name, {"job_id": job_id})])
                 return True
         return False
 
@@ -370,7 +378,8 @@ class SqlJobStore(ExecutionStore, ClusterStore):
         error: str | None = None,
         result: str | None = None,
     ) -> None:
-        """Write a terminal outcome to the cold row and free the business key.
+        """Write a terminal outcome to the cold row, free the business key, and set off what
+        the job's end sets off (:meth:`after_end`).
 
         Call only after the guarded delete of the hot row succeeded: that delete is the swap.
         """
@@ -387,6 +396,13 @@ class SqlJobStore(ExecutionStore, ClusterStore):
             )
         )
         conn.execute(sa.delete(business_key).where(business_key.c.job_id == job_id))
+        announce = {
+            JobStatus.SUCCEEDED: events.job_completed,
+            JobStatus.FAILED: events.job_dead_lettered,
+            JobStatus.CANCELED: events.job_canceled,
+        }[status]
+        events.record(conn, [events.Event(announce.name, {"job_id": job_id, "error": error})])
+        self.after_end(conn, [Ended(job_id, status, result=result, error=error)])
 
     def mark_superseded(self, conn: Connection, job_id: uuid.UUID, by: uuid.UUID) -> None:
         conn.execute(sa.update(job).where(job.c.job_id == job_id).values(superseded_by=by))
@@ -550,6 +566,9 @@ def job_values(new: NewJob) -> dict[str, Any]:
         "depends_on": new.depends_on,
         "recurring_id": new.recurring_id,
         "fire_time": new.fire_time,
+        "batch_id": new.batch_id,
+        "follow_up": new.follow_up,
+        "callbacks": new.callbacks,
     }
 
 

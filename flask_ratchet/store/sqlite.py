@@ -107,6 +107,8 @@ class SqliteStore(SqlJobStore):
                 resource=c.resource_name,
                 scheduled_time=hot[c.job_id].scheduled_time,
                 picked_at=now,
+                depends_on=c.depends_on,
+                follow_up=c.follow_up,
             )
             for c in cold
         ]
@@ -166,6 +168,8 @@ _CLAIMED_COLD_ROWS = sa.select(
     job.c.backoff_base,
     job.c.timeout,
     job.c.resource_name,
+    job.c.depends_on,
+    job.c.follow_up,
 ).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))
 _CLAIM_PLAIN = _claim_statement(boosted=False)
 _CLAIM_BOOSTED = _claim_statement(boosted=True)

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import replace
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import (
     DataError,
     DBAPIError,
@@ -26,9 +26,13 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
+from .. import events
+from ..events import Event
 from ..retry import first_line
+from ..states import JobStatus
 from ..store import SqlJobStore
-from ..store.execution import Finished
+from ..store.execution import Finished, Outcome
+from ..store.flow import Ended, Evaluator, no_predicates
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -45,6 +49,8 @@ class Completer(threading.Thread):
         max_batch: int = 200,
         max_wait: float = 0.005,
         on_written: Callable[[], None] = lambda: None,
+        evaluate: Evaluator = no_predicates,
+        on_events: Callable[[list[Event]], None] = lambda _: None,
     ) -> None:
         super().__init__(name="ratchet-completer", daemon=True)
         self._store = store
@@ -53,6 +59,8 @@ class Completer(threading.Thread):
         self._max_batch = max_batch
         self._max_wait = max_wait
         self._on_written = on_written
+        self._evaluate = evaluate
+        self._on_events = on_events
         self._backlog = 0
         self._count_lock = threading.Lock()
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
@@ -113,7 +121,7 @@ class Completer(threading.Thread):
         while True:
             try:
                 with self._store.begin(self._engine) as conn:
-                    applied = self._store.complete_many(conn, self._node_id, batch)
+                    applied, recorded = self._complete(conn, batch)
                 break
             except SQLAlchemyError as exc:
                 if _refused(exc):
@@ -133,6 +141,38 @@ class Completer(threading.Thread):
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
         self._count(batch, applied)
+        self._announce(batch, applied, recorded)
+
+    def _complete(
+        self, conn: Connection, batch: list[Finished]
+    ) -> tuple[set[uuid.UUID], list[Event]]:
+        """Write ``batch``, and what the end of its linked jobs sets off, in ``conn``'s
+        transaction; return the jobs changed and the events to send after the commit."""
+        applied = self._store.complete_many(conn, self._node_id, batch)
+        ended = [
+            Ended(
+                i.job_id,
+                _ENDS_IN[i.outcome],
+                result=i.result,
+                error=i.error,
+                run_ms=i.duration_ms,
+                wait_ms=i.queue_wait_ms,
+            )
+            for i in batch
+            if i.follow_up and i.outcome.terminal and i.job_id in applied
+        ]
+        if ended:
+            self._store.after_end(conn, ended, self._evaluate)
+        return applied, events.take(conn)
+
+    def _announce(
+        self, batch: list[Finished], applied: set[uuid.UUID], recorded: list[Event]
+    ) -> None:
+        """Hand the committed batch's events to the worker's announcer (built only for signals
+        someone listens to)."""
+        out = [*_outcome_events(batch, applied), *recorded]
+        if out:
+            self._on_events(out)
 
     def _write_refused(self, batch: list[Finished], exc: SQLAlchemyError) -> None:
         """Write a refused batch in halves, down to the outcome the database refuses; store that
@@ -148,7 +188,7 @@ class Completer(threading.Thread):
         reduced = _reduced(item, exc)
         try:
             with self._store.begin(self._engine) as conn:
-                applied = self._store.complete_many(conn, self._node_id, [reduced])
+                applied, recorded = self._complete(conn, [reduced])
         except SQLAlchemyError:
             log.exception(
                 "the outcome of job %s cannot be stored; the job stays RUNNING and will run again "
@@ -162,6 +202,7 @@ class Completer(threading.Thread):
             first_line(exc),
         )
         self._count([reduced], applied)
+        self._announce([reduced], applied, recorded)
 
     def _count(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
         self.written += len(applied)
@@ -196,3 +237,33 @@ def _reduced(item: Finished, exc: SQLAlchemyError) -> Finished:
         kind = type(orig).__name__ + (f" {code}" if code else "")
         error = f"the error could not be stored (the database refused it: {kind})"
     return replace(item, error=error, traceback=None, logs=())
+
+
+_ENDS_IN = {Outcome.SUCCEEDED: JobStatus.SUCCEEDED, Outcome.FAILED: JobStatus.FAILED}
+
+
+def _outcome_events(batch: list[Finished], applied: set[uuid.UUID]) -> list[Event]:
+    """The signals for the outcomes themselves, for the signals someone listens to."""
+    completed = events.wanted(events.job_completed)
+    failed = events.wanted(events.job_failed)
+    retrying = events.wanted(events.job_retrying)
+    dead = events.wanted(events.job_dead_lettered)
+    if not (completed or failed or retrying or dead):
+        return []
+    out: list[Event] = []
+    for item in batch:
+        if item.job_id not in applied or item.outcome == Outcome.RELEASE:
+            continue
+        about = {"job_id": item.job_id, "task": item.task}
+        if item.outcome == Outcome.SUCCEEDED:
+            if completed:
+                out.append(Event(events.job_completed.name, about | {"result": item.result}))
+            continue
+        failure = about | {"attempt": item.attempt, "error": item.error}
+        if failed:
+            out.append(Event(events.job_failed.name, failure))
+        if item.outcome == Outcome.RETRY and retrying:
+            out.append(Event(events.job_retrying.name, failure | {"delay": item.delay}))
+        if item.outcome == Outcome.FAILED and dead:
+            out.append(Event(events.job_dead_lettered.name, failure))
+    return out

@@ -4,6 +4,17 @@ A job runs outside any transaction. What it returns or raises becomes a :class:`
 outcome for the completer. The watchdog ends attempts that run past their timeout (through the
 normal failure path) and stops jobs that were canceled while running; a late return of such a job
 is discarded.
+
+Before a job's code runs it passes two gates, in this order (after the "canceled?" check):
+
+1. its service's circuit breaker (:mod:`flask_ratchet.breaker`, state per worker process), if
+   its task has one: while the breaker is open the job is deferred by the rest of the open window;
+2. a permit of its resource (:mod:`flask_ratchet.store.resources`), if it names one: with every
+   permit out the job is deferred by the resource's ``retry_delay``.
+
+A deferred job goes back to PENDING without spending an attempt (``Outcome.RELEASE``) and
+without an execution row. The permit is given back as soon as the job's code has returned or
+raised; then the breaker learns the outcome. Jobs with neither pay nothing for the gates.
 """
 
 from __future__ import annotations
@@ -17,21 +28,30 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from flask import Flask
+from sqlalchemy.exc import SQLAlchemyError
 
-from .. import payload
+from .. import events, payload
+from ..announce import announce
+from ..breaker import Breakers, BreakerState, CircuitBreaker
 from ..context import JobContext, Supervisor
 from ..context import context_parameter as _context_parameter
 from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed
+from ..events import Event
 from ..options import Backoff
+from ..registry import Task
 from ..retry import decide, describe, format_traceback
 from ..store.base import ClaimedJob
 from ..store.execution import Finished, Outcome
+from ..store.resources import Acquisition, Permit
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from ..extension import RatchetState
+    from ..store import SqlJobStore
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -46,6 +66,22 @@ MAX_WAITING_PER_THREAD = 20
 MAX_WAITING_FLOOR = 200
 #: The run time assumed before any job has finished: one waiting job per thread.
 INITIAL_MEAN_RUN = PREFETCH_HORIZON
+#: A job whose permit could not be asked for (the database did not answer) is due again this
+#: much later, like a job that found no permit free.
+PERMIT_ERROR_DELAY = 1.0
+#: Tries to give a permit back before leaving it to orphan recovery, and the first pause between
+#: them (it doubles): a permit left behind holds a place for up to the orphan grace.
+RELEASE_TRIES = 3
+RELEASE_PAUSE = 0.1
+
+
+class WorkerSide(Supervisor, Protocol):
+    """What the executor needs of its worker: the supervisor of job contexts, and where
+    permits are kept (the worker's own engine and node id)."""
+
+    node_id: str
+    engine: Engine
+    store: SqlJobStore
 
 
 class JobTimeout(BaseException):
@@ -69,6 +105,8 @@ class Run:
     reported: bool = False  # an outcome was handed to the completer: later ones are discarded
     expired: bool = False  # ended by the watchdog (timeout, drain): its thread may still be busy
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: The breaker that let this attempt through and has not heard how it went.
+    breaker: CircuitBreaker | None = None
 
     @property
     def deadline(self) -> float | None:
@@ -83,7 +121,7 @@ class Executor:
         self,
         app: Flask,
         state: RatchetState,
-        supervisor: Supervisor,
+        supervisor: WorkerSide,
         report: Callable[[Finished], None],
         concurrency: int,
         on_free: Callable[[], None],
@@ -109,6 +147,9 @@ class Executor:
         self._mean_run = INITIAL_MEAN_RUN  # moving average of attempts' run time, in seconds
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        #: This process's circuit breakers, by service.
+        self.breakers = Breakers(state.config.circuit_breakers)
+        self._permits = PermitGate(supervisor)
 
     # -- capacity ------------------------------------------------------------------------------
 
@@ -188,6 +229,7 @@ class Executor:
                     task=job.task,
                     attempt=job.attempt,
                     params=payload.loads(job.params) or {},
+                    depends_on=job.depends_on,
                     _supervisor=self._supervisor,
                     # The claim a moment ago was the first "still mine?" check; the next is due
                     # in a second (so a job that waited long for a thread is checked first).
@@ -240,21 +282,51 @@ class Executor:
             call = payload.loads(claimed.payload)
         except TaskNotAllowed as exc:
             return self._failed(run, exc, permanent=True)
+        breaker = self.breakers.get(task.service_name, task.circuit_breaker)
+        if breaker is not None:
+            was = breaker.state
+            wait = breaker.allow()
+            if wait is not None:
+                why = f"the circuit breaker of {breaker.name!r} is {breaker.state}"
+                return self._defer(run, wait, why)
+            if was is BreakerState.OPEN:
+                log.info(
+                    "circuit breaker of %r is half-open: job %s is a trial call",
+                    breaker.name,
+                    claimed.job_id,
+                )
+            run.breaker = breaker
+        held = False
+        if claimed.resource is not None:
+            answer = self._permits.acquire(claimed)
+            if answer is None or answer.permit in (Permit.FULL, Permit.GONE):
+                self._settle_breaker(run, None)  # it did not run: free its trial place
+                if answer is None:
+                    why = f"no permit of {claimed.resource!r} could be asked for"
+                    return self._defer(run, PERMIT_ERROR_DELAY, why)
+                if answer.permit is Permit.GONE:
+                    log.info(
+                        "job %s is no longer this worker's (canceled or recovered elsewhere): "
+                        "not run",
+                        claimed.job_id,
+                    )
+                    return None
+                why = f"all {answer.in_use} permits of {claimed.resource!r} are in use"
+                return self._defer(run, answer.retry_delay, why)
+            held = answer.permit is Permit.GRANTED
+        failure: BaseException | None = None
         try:
-            kwargs = dict(call["kwargs"])
-            name = _context_parameter(task.func)
-            if name is not None and name not in kwargs:
-                kwargs[name] = run.ctx
-            with run.lock:
-                run.in_user_code = True
-            try:
-                value = task.func(*call["args"], **kwargs)
-            finally:
-                self._leave_user_code(run)
+            value = self._call(run, task, call)
         except BaseException as exc:
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
-                raise
-            return self._failed(run, exc)
+            failure = exc
+        finally:
+            if held:
+                self._permits.release(claimed)
+        self._settle_breaker(run, failure is None)
+        if failure is not None:
+            if isinstance(failure, KeyboardInterrupt | SystemExit):
+                raise failure
+            return self._failed(run, failure)
         if run.ctx.is_canceled():
             log.info(
                 "job %s is no longer this worker's (canceled or recovered elsewhere): its "
@@ -269,6 +341,68 @@ class Executor:
         except (PayloadError, PayloadTooLarge) as exc:
             return self._failed(run, exc, permanent=True)
         return self._outcome(run, Outcome.SUCCEEDED, result=result)
+
+    def _call(self, run: Run, task: Task, call: dict[str, Any]) -> Any:
+        """Run the job's own code and return what it returns (or raise what it raises)."""
+        kwargs = dict(call["kwargs"])
+        name = _context_parameter(task.func)
+        if name is not None and name not in kwargs:
+            kwargs[name] = run.ctx
+        if events.wanted(events.job_started):  # past the gates: the attempt really starts
+            claimed = run.claimed
+            announce(
+                self._app,
+                [
+                    Event(
+                        events.job_started.name,
+                        {
+                            "job_id": claimed.job_id,
+                            "task": claimed.task,
+                            "attempt": claimed.attempt,
+                        },
+                    )
+                ],
+                lambda: None,
+            )
+        with run.lock:
+            run.in_user_code = True
+        try:
+            return task.func(*call["args"], **kwargs)
+        finally:
+            self._leave_user_code(run)
+
+    def _defer(self, run: Run, delay: float, why: str) -> Finished:
+        """Hand the job back to PENDING, due in ``delay`` seconds, its attempt not spent."""
+        log.info(
+            "job %s deferred by %.2fs without spending an attempt: %s",
+            run.claimed.job_id,
+            delay,
+            why,
+        )
+        # Not stored with the job (the context captures the line): a job may be deferred many
+        # times over, and the worker's own log has it.
+        run.ctx.take_lines()
+        return self._outcome(run, Outcome.RELEASE, delay=delay)
+
+    def _settle_breaker(self, run: Run, success: bool | None) -> None:
+        """Tell the breaker that let the attempt through how it went (``None``: it never ran).
+        Once only: the watchdog may have reported a timeout while the job's code still runs."""
+        with run.lock:
+            breaker, run.breaker = run.breaker, None
+        if breaker is None:
+            return
+        if success is None:
+            breaker.abandon()
+            return
+        changed = breaker.record(success)
+        if changed is BreakerState.OPEN:
+            log.warning(
+                "circuit breaker of %r opened: its jobs are deferred for %gs",
+                breaker.name,
+                breaker.settings.open_for,
+            )
+        elif changed is BreakerState.CLOSED:
+            log.info("circuit breaker of %r closed: its trial calls succeeded", breaker.name)
 
     def _leave_user_code(self, run: Run) -> None:
         with run.lock:
@@ -307,6 +441,7 @@ class Executor:
             duration_ms=(now - run.started) * 1000 if run.started else None,
             queue_wait_ms=(max(waited, 0.0) + (run.started - run.received)) * 1000,
             logs=run.ctx.take_lines(),
+            follow_up=claimed.follow_up,
             **fields,
         )
 
@@ -338,6 +473,9 @@ class Executor:
                     )
             timeout = JobTimeout(f"ran longer than its timeout of {run.claimed.timeout:g}s")
             self._report(self._failed(run, timeout))
+            # A timeout is a failed call, and a thread stuck for good must not hold a
+            # half-open breaker's trial place for ever.
+            self._settle_breaker(run, False)
             expired.append(run)
         with self._idle:
             self._idle.notify_all()
@@ -388,3 +526,62 @@ class Executor:
         with self._idle:
             self._idle.notify_all()
         return left
+
+
+class PermitGate:
+    """Takes and gives back resource permits for the job threads, each in a short transaction
+    of its own on the worker's engine (never the job's app context's)."""
+
+    def __init__(self, worker: WorkerSide) -> None:
+        self._worker = worker
+        self._unlimited: set[str] = set()  # resources already logged as having no limit
+        self._lock = threading.Lock()
+
+    def acquire(self, claimed: ClaimedJob) -> Acquisition | None:
+        """Ask for a permit of the job's resource; ``None`` if the database did not answer."""
+        worker, resource = self._worker, claimed.resource
+        assert resource is not None
+        try:
+            with worker.store.begin(worker.engine) as conn:
+                answer = worker.store.acquire_permit(conn, claimed.job_id, resource, worker.node_id)
+        except SQLAlchemyError:
+            log.warning(
+                "could not ask for a permit of %r for job %s",
+                resource,
+                claimed.job_id,
+                exc_info=True,
+            )
+            return None
+        if answer.permit is Permit.UNLIMITED and resource not in self._unlimited:
+            with self._lock:
+                first = resource not in self._unlimited
+                self._unlimited.add(resource)
+            if first:
+                log.info(
+                    "resource %r has no limit (set one with configure_resource() or "
+                    "RATCHET_RESOURCES): its jobs run without a permit",
+                    resource,
+                )
+        return answer
+
+    def release(self, claimed: ClaimedJob) -> None:
+        """Give the job's permit back, trying a few times; orphan recovery takes what is left."""
+        worker = self._worker
+        pause = RELEASE_PAUSE
+        for left in reversed(range(RELEASE_TRIES)):
+            try:
+                with worker.store.begin(worker.engine) as conn:
+                    worker.store.release_permit(conn, claimed.job_id, worker.node_id)
+                return
+            except SQLAlchemyError:
+                if not left:
+                    log.warning(
+                        "could not release the permit of %r held by job %s; orphan recovery "
+                        "will release it",
+                        claimed.resource,
+                        claimed.job_id,
+                        exc_info=True,
+                    )
+                    return
+            time.sleep(pause)
+            pause *= 2

@@ -35,6 +35,7 @@ from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
 from ..store.cluster import NodeInfo
 from ..store.execution import Finished, Outcome
+from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
 from .executor import Executor, Run
 from .polling import PollingStrategy
@@ -116,6 +117,11 @@ class Worker:
         except SQLAlchemyError:
             log.warning("could not store progress of job %s", job_id, exc_info=True)
 
+    def result_of(self, job_id: uuid.UUID) -> Any:
+        with self.engine.connect() as conn:
+            found = self.store.get_job(conn, job_id)
+        return None if found is None else found.result
+
     def still_running(self, job_id: uuid.UUID) -> bool:
         try:
             with self.engine.connect() as conn:
@@ -140,7 +146,15 @@ class Worker:
         logging.getLogger().addHandler(capture)
         if job_logger.level == logging.NOTSET:
             job_logger.setLevel(logging.INFO)
-        self.completer = Completer(self.store, self.engine, self.node_id, on_written=self._freed)
+        self.announcer = Announcer(self.app, self.state.wake)
+        self.completer = Completer(
+            self.store,
+            self.engine,
+            self.node_id,
+            on_written=self._freed,
+            evaluate=predicate_evaluator(self.app),
+            on_events=self.announcer.put,
+        )
         self.executor = Executor(
             self.app, self.state, self, self.completer.put, self.concurrency, self._freed
         )
@@ -174,10 +188,12 @@ class Worker:
                 len(mine.requeued) + len(mine.failed),
                 self.node_id,
             )
+        self._write_resource_limits()
         self.heartbeat.beat()
+        self.announcer.start()
         self.completer.start()
         self.heartbeat.start()
-        tasks = [orphan_recovery(self.config), retention(self.config)]
+        tasks = [orphan_recovery(self.config, self.announcer.put), retention(self.config)]
         self.maintenance = Maintenance(
             self.store, self.engine, self.node_id, tasks, self.stop_event
         )
@@ -200,6 +216,20 @@ class Worker:
         self.listener.start()
         self.state.wake_listeners.append(self.wake)
         log.info("worker %s started: concurrency %d", self.node_id, self.concurrency)
+
+    def _write_resource_limits(self) -> None:
+        """Write ``RATCHET_RESOURCES`` before the first claim, so that no job of a configured
+        resource runs unlimited (a limit set with ``configure_resource`` since is overwritten)."""
+        limits = list(self.config.resources.values())
+        if not limits:
+            return
+        with self.store.begin(self.engine) as conn:
+            for limit in limits:
+                self.store.set_resource_limit(conn, limit)
+        log.info(
+            "resource limits: %s",
+            ", ".join(f"{x.name} {x.max_concurrent} at once" for x in limits),
+        )
 
     def _poll(self) -> None:
         boost = self.config.priority_boost_minutes
@@ -300,6 +330,7 @@ class Worker:
             log.warning("drain timeout: releasing %d unfinished jobs to PENDING", len(left))
             self._release(left)
         self.completer.stop()
+        self.announcer.stop()
         self.stop_event.set()
         if self.recurring is not None:
             self.recurring.join(5)  # it stopped firing when the drain began

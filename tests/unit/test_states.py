@@ -21,6 +21,10 @@ def test_the_seed_transitions_and_nothing_else() -> None:
         (Action.CANCEL, P, C),
         (Action.CANCEL, Z, C),
         (Action.CANCEL, R, C),
+        (Action.BATCH_SUCCEED, P, S),
+        (Action.BATCH_SUCCEED, Z, S),
+        (Action.BATCH_FAIL, P, F),
+        (Action.BATCH_FAIL, Z, F),
     }
 
 

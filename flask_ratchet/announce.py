@@ -1,0 +1,63 @@
+"""Sends the events a committed transaction recorded: signals, and job and batch callbacks.
+
+A callback is a registered task (or an allow-listed function) called in this process, inside
+an app context: a job's ``on_success``/``on_failure`` callback gets the job's
+:class:`~flask_ratchet.job.Job` snapshot, a batch's ``on_progress`` callback a
+:class:`~flask_ratchet.job.BatchProgress`. A receiver or callback that raises is logged and
+changes nothing: the outcome it reacts to is already committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask
+
+from . import events
+from .events import Event
+from .flow import BatchCounts
+from .job import BatchProgress
+
+if TYPE_CHECKING:
+    from .extension import RatchetState
+
+log = logging.getLogger("flask_ratchet.events")
+
+
+def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> None:
+    """Send ``items`` (call inside ``app``'s app context); ``wake`` is called once if any of
+    them made jobs due."""
+    woken = False
+    for event in items:
+        try:
+            if event.kind == events.WAKE:
+                if not woken:
+                    woken = True
+                    wake()
+            elif event.kind == events.CALLBACK:
+                _call_back(app, event.data)
+            else:
+                signal = events.SIGNALS[event.kind]
+                if signal.receivers:
+                    signal.send(app, **event.data)
+        except Exception:
+            log.exception("a receiver of %s raised; the job's outcome is unchanged", event.kind)
+
+
+def _call_back(app: Flask, data: dict[str, Any]) -> None:
+    state: RatchetState = app.extensions["ratchet"]
+    task = state.ratchet.registry.for_run(data["task"], state.config.allowed_modules)
+    counts = data.get("counts")
+    if isinstance(counts, BatchCounts):
+        batch_id: uuid.UUID = data["batch_id"]
+        progress = state.ratchet.batch_progress(batch_id) or BatchProgress(
+            batch_id, "", counts.total, counts.succeeded, counts.failed
+        )
+        task.func(progress)
+        return
+    job = state.ratchet.get_job(data["job_id"])
+    if job is not None:
+        task.func(job)

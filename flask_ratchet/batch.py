@@ -1,0 +1,319 @@
+"""Batches: many children under one parent job, counted as they end, with follow-ups.
+
+::
+
+    batch = ratchet.enqueue_batch("import-users").with_max_retries(5)
+    for row in rows:
+        batch.add(import_user, row)
+    handle = batch.on_success(report, "import-users").on_failure(alert).submit()
+    handle.progress()     # BatchProgress(total=…, succeeded=…, failed=…)
+
+    ratchet.streaming_batch("reindex").from_iterable(ids).process(reindex_one) \\
+        .with_chunk_size(500).start()
+
+The parent does no work: it waits until its last child has ended, then SUCCEEDED (every child
+succeeded) or FAILED ("N of M children failed"; a canceled child counts as failed). Then the
+follow-ups whose condition holds run and the others are canceled (see :mod:`flask_ratchet.flow`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from itertools import islice
+from typing import TYPE_CHECKING, Any, Self
+
+from . import payload
+from .flow import NOT_YET, Condition, JobType
+from .ids import uuid7
+from .job import BatchProgress
+from .options import Backoff, JobOptions, Priority, validate_options
+from .store.base import NewJob
+from .store.flow import Link, NewBatch
+from .submit import JobBuilder, make_builder
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection
+
+    from .extension import RatchetState
+
+#: The task name a batch's parent job carries (it never runs).
+BATCH_TASK = "flask_ratchet:batch"
+_NO_ARGUMENTS = '{"args": [], "kwargs": {}}'
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHandle:
+    """A submitted batch: ``id`` is its parent job's id."""
+
+    id: uuid.UUID
+    total: int
+    _state: RatchetState
+
+    def progress(self) -> BatchProgress:
+        """The batch's counts and metrics now."""
+        found = self._state.ratchet.batch_progress(self.id)
+        if found is None:  # archived or deleted since
+            raise LookupError(f"batch {self.id} no longer exists")
+        return found
+
+
+@dataclass(frozen=True, slots=True)
+class _FollowUp:
+    builder: JobBuilder
+    kind: Condition
+    threshold: float | None = None
+
+
+class BatchBuilder:
+    """Children, options for all of them, and follow-ups; then :meth:`submit`."""
+
+    def __init__(self, state: RatchetState, name: str) -> None:
+        if not isinstance(name, str) or not name or len(name) > 255:
+            raise ValueError(
+                f"a batch name must be a non-empty string of at most 255 characters, got {name!r}"
+            )
+        self._state = state
+        self._name = name
+        self._children: list[JobBuilder] = []
+        self._changes: dict[str, Any] = {}
+        self._follow_ups: list[_FollowUp] = []
+        self._progress_task: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<BatchBuilder {self._name!r} {len(self._children)} children>"
+
+    # -- children and their options ------------------------------------------------------------
+
+    def add(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Self:
+        """Add the child ``fn(*args, **kwargs)`` (checked now, like ``enqueue``)."""
+        self._children.append(make_builder(self._state, fn, args, kwargs))
+        return self
+
+    def with_options(self, **options: Any) -> Self:
+        """Options for every child (``priority``, ``max_retries``, ``backoff``,
+        ``backoff_base``, ``timeout``, ``resource``, ``tags``, ``params``), over each task's
+        own defaults; tags and params are added to the task's."""
+        self._changes |= validate_options(**options)
+        return self
+
+    def with_priority(self, priority: Priority | int) -> Self:
+        return self.with_options(priority=priority)
+
+    def with_max_retries(self, max_retries: int) -> Self:
+        return self.with_options(max_retries=max_retries)
+
+    def with_backoff(self, backoff: Backoff | str, base: timedelta | float | None = None) -> Self:
+        if base is None:
+            return self.with_options(backoff=backoff)
+        return self.with_options(backoff=backoff, backoff_base=base)
+
+    def with_timeout(self, timeout: timedelta | float) -> Self:
+        return self.with_options(timeout=timeout)
+
+    def with_tags(self, *tags: str) -> Self:
+        return self.with_options(tags=(*self._changes.get("tags", ()), *tags))
+
+    def with_resource(self, name: str) -> Self:
+        return self.with_options(resource=name)
+
+    def _child_options(self, own: JobOptions) -> JobOptions:
+        changes = dict(self._changes)
+        if "tags" in changes:
+            changes["tags"] = (*own.tags, *changes["tags"])
+        if "params" in changes:
+            changes["params"] = {**own.params, **changes["params"]}
+        return own.merged(**changes) if changes else own
+
+    # -- follow-ups ----------------------------------------------------------------------------
+
+    def on_progress(self, fn: Callable[..., Any] | str) -> Self:
+        """Call ``fn(progress)`` (a registered task, with a
+        :class:`~flask_ratchet.job.BatchProgress`) in the worker as children end."""
+        config = self._state.config
+        self._progress_task = self._state.ratchet.registry.for_submit(
+            fn, config.allowed_modules
+        ).name
+        return self
+
+    def on_success(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Self:
+        """Run ``fn(*args, **kwargs)`` once every child SUCCEEDED."""
+        return self._follow_up(Condition.BATCH_SUCCESS, None, fn, args, kwargs)
+
+    def on_failure(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Self:
+        """Run ``fn(*args, **kwargs)`` once the batch ended with a child failed or canceled."""
+        return self._follow_up(Condition.BATCH_FAILURE, None, fn, args, kwargs)
+
+    def when_success_rate(
+        self, rate: float, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
+    ) -> Self:
+        """Run ``fn(*args, **kwargs)`` once the batch ended with at least ``rate`` (0 to 1) of
+        its children SUCCEEDED."""
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
+            raise ValueError(f"a success rate must be a number from 0 to 1, got {rate!r}")
+        return self._follow_up(Condition.SUCCESS_RATE, float(rate), fn, args, kwargs)
+
+    def when_failure_count(
+        self, count: int, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
+    ) -> Self:
+        """Run ``fn(*args, **kwargs)`` once the batch ended with at least ``count`` children
+        failed or canceled."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"a failure count must be a whole number >= 1, got {count!r}")
+        return self._follow_up(Condition.FAILURE_COUNT, float(count), fn, args, kwargs)
+
+    def _follow_up(
+        self,
+        kind: Condition,
+        threshold: float | None,
+        fn: Callable[..., Any] | str,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> Self:
+        builder = make_builder(self._state, fn, args, kwargs)
+        self._follow_ups.append(_FollowUp(builder, kind, threshold))
+        return self
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _parent(self) -> NewJob:
+        options = JobOptions(max_retries=0).merged(
+            **{k: v for k, v in self._changes.items() if k in ("priority", "tags")}
+        )
+        return NewJob(
+            job_id=uuid7(),
+            task=BATCH_TASK,
+            payload=_NO_ARGUMENTS,
+            params=None,
+            options=options,
+            run_at=NOT_YET,
+            job_type=JobType.BATCH,
+            follow_up=True,
+        )
+
+    def _child(self, builder: JobBuilder, batch_id: uuid.UUID) -> NewJob:
+        builder._options = self._child_options(builder._options)
+        return builder.build_linked(job_type=JobType.BATCH_CHILD, batch_id=batch_id)
+
+    def _follow_up_jobs(self, batch_id: uuid.UUID) -> tuple[list[NewJob], list[Link]]:
+        jobs, links = [], []
+        for f in self._follow_ups:
+            new = f.builder.build_linked(
+                job_type=JobType.STEP, depends_on=batch_id, run_at=NOT_YET, delay=0.0
+            )
+            jobs.append(new)
+            links.append(Link(new.job_id, batch_id, f.kind, threshold=f.threshold))
+        return jobs, links
+
+    def submit(self) -> BatchHandle:
+        """Write the parent, every child and the follow-ups in one transaction (joining the
+        current one, like ``submit()``)."""
+        parent = self._parent()
+        children = [self._child(b, parent.job_id) for b in self._children]
+        follow_ups, links = self._follow_up_jobs(parent.job_id)
+        store = self._state.store
+        new_batch = NewBatch(parent.job_id, self._name, len(children), self._progress_task)
+
+        def write(conn: Connection) -> None:
+            store.insert_jobs(conn, [parent, *children, *follow_ups])
+            store.insert_batch(conn, new_batch)
+            store.insert_links(conn, links)
+            if not children:
+                _settle_empty(conn, self._state, parent.job_id, self._name)
+
+        self._state.write_jobs(write, wake=lambda _: True)
+        return BatchHandle(parent.job_id, len(children), self._state)
+
+
+class StreamingBatchBuilder(BatchBuilder):
+    """A batch whose children come from an iterable, inserted chunk by chunk as it is read, all
+    in one transaction: memory stays flat however many items there are, and if the iterable
+    raises, nothing at all is written."""
+
+    def __init__(self, state: RatchetState, name: str) -> None:
+        super().__init__(state, name)
+        self._items: Iterable[Any] | None = None
+        self._process: Callable[..., Any] | str | None = None
+        self._chunk_size = 500
+
+    def from_iterable(self, items: Iterable[Any]) -> Self:
+        """The items: each becomes one child, ``process(item)``."""
+        self._items = items
+        return self
+
+    def process(self, fn: Callable[..., Any] | str) -> Self:
+        """The task each item is passed to."""
+        self._state.ratchet.registry.for_submit(fn, self._state.config.allowed_modules)
+        self._process = fn
+        return self
+
+    def with_chunk_size(self, size: int) -> Self:
+        """Children inserted per statement (default 500)."""
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 10_000:
+            raise ValueError(f"a chunk size must be a whole number from 1 to 10000, got {size!r}")
+        self._chunk_size = size
+        return self
+
+    def add(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Self:
+        raise TypeError("a streaming batch takes its children from from_iterable()/process()")
+
+    def start(self) -> BatchHandle:
+        """Read the iterable to its end, writing children as it goes, in one transaction."""
+        if self._items is None or self._process is None:
+            raise ValueError("call from_iterable(items) and process(fn) before start()")
+        state, store = self._state, self._state.store
+        config = state.config
+        task = state.ratchet.registry.for_submit(self._process, config.allowed_modules)
+        options = self._child_options(task.options)
+        parent = self._parent()
+        follow_ups, links = self._follow_up_jobs(parent.job_id)
+        items = iter(self._items)
+
+        def write(conn: Connection) -> int:
+            store.insert_jobs(conn, [parent, *follow_ups])
+            store.insert_batch(conn, NewBatch(parent.job_id, self._name, 0, self._progress_task))
+            store.insert_links(conn, links)
+            total = 0
+            while chunk := list(islice(items, self._chunk_size)):
+                jobs = [
+                    NewJob(
+                        job_id=uuid7(),
+                        task=task.name,
+                        payload=payload.encode_arguments(
+                            task.name, (item,), {}, config.max_payload_bytes
+                        ),
+                        params=None,
+                        options=options,
+                        job_type=JobType.BATCH_CHILD,
+                        batch_id=parent.job_id,
+                        follow_up=True,
+                    )
+                    for item in chunk
+                ]
+                if options.params:
+                    params = payload.encode_value(
+                        "params", options.params, config.max_payload_bytes
+                    )
+                    jobs = [replace(j, params=params) for j in jobs]
+                store.insert_jobs(conn, jobs)
+                total += len(jobs)
+            store.set_batch_total(conn, parent.job_id, total)
+            if not total:
+                _settle_empty(conn, state, parent.job_id, self._name)
+            return total
+
+        total = state.write_jobs(write, wake=lambda _: True)
+        return BatchHandle(parent.job_id, total, state)
+
+
+def _settle_empty(conn: Connection, state: RatchetState, batch_id: uuid.UUID, name: str) -> None:
+    """A batch without children has ended as soon as it exists."""
+    from . import events
+
+    recorded: list[events.Event] = []
+    ended = state.store.settle_batch(conn, batch_id, name, recorded)
+    events.record(conn, recorded)
+    if ended is not None:
+        state.store.after_end(conn, [ended])

@@ -1,0 +1,142 @@
+"""What links jobs to each other: batches, chains and workflow branches. Pure: no IO.
+
+A *dependent* job (a chain step, a workflow branch, a batch follow-up) is written with the job it
+waits for, PENDING but due at :data:`NOT_YET`, so that no claim ever sees it, with a condition
+(``ratchet_workflow_condition``) on how its parent must end. When the parent ends, each condition
+is decided once: a dependent that matches becomes due now, every other one is canceled, and its
+own dependents are decided in turn (that is the cascade). See :mod:`flask_ratchet.store.flow`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from .states import JobStatus
+
+#: The due time of a job that waits for its parent: later than any real schedule, so the claim
+#: (``scheduled_time <= now``) and the poller's next-due time pass it by.
+NOT_YET = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+class JobType(StrEnum):
+    """What a job is, beyond its task (``ratchet_job.job_type``)."""
+
+    SINGLE = "SINGLE"  # a job on its own, or the first step of a chain
+    BATCH = "BATCH"  # a batch's parent: does no work, ends when its last child has ended
+    BATCH_CHILD = "BATCH_CHILD"
+    STEP = "STEP"  # a dependent: a chain step, a workflow branch, a batch follow-up
+
+
+class Condition(StrEnum):
+    """How a dependent's parent must end for the dependent to run."""
+
+    THEN = "THEN"  # a chain step: the previous step succeeded
+    ON_SUCCESS = "ON_SUCCESS"  # a branch: the parent succeeded
+    ON_FAILURE = "ON_FAILURE"  # a branch: the parent failed for good (not canceled)
+    WHEN = "WHEN"  # a branch: the parent succeeded and a predicate of its result holds
+    BATCH_SUCCESS = "BATCH_SUCCESS"  # every child of the batch succeeded
+    BATCH_FAILURE = "BATCH_FAILURE"  # some child failed or was canceled
+    SUCCESS_RATE = "SUCCESS_RATE"  # the batch ended with at least this share succeeded
+    FAILURE_COUNT = "FAILURE_COUNT"  # the batch ended with at least this many failed
+
+
+class Decision(StrEnum):
+    """What became of a dependent when its parent ended."""
+
+    TRIGGERED = "TRIGGERED"  # due now
+    SKIPPED = "SKIPPED"  # canceled: its condition did not hold
+    ERROR = "ERROR"  # canceled: routing failed (a predicate raised)
+
+
+BATCH_CONDITIONS = frozenset(
+    {
+        Condition.BATCH_SUCCESS,
+        Condition.BATCH_FAILURE,
+        Condition.SUCCESS_RATE,
+        Condition.FAILURE_COUNT,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchCounts:
+    """A batch's children by how they ended; also the batch parent's result."""
+
+    total: int
+    succeeded: int
+    failed: int
+
+    @property
+    def ended(self) -> int:
+        return self.succeeded + self.failed
+
+    @property
+    def success_rate(self) -> float:
+        return self.succeeded / self.total if self.total else 1.0
+
+    def to_json(self) -> str:
+        return json.dumps({"total": self.total, "succeeded": self.succeeded, "failed": self.failed})
+
+    @classmethod
+    def from_json(cls, text: str | None) -> BatchCounts | None:
+        if not text:
+            return None
+        data = json.loads(text)
+        if not isinstance(data, dict) or "total" not in data:
+            return None
+        return cls(int(data["total"]), int(data["succeeded"]), int(data["failed"]))
+
+
+def holds(
+    kind: Condition,
+    parent: JobStatus,
+    *,
+    threshold: float | None = None,
+    counts: BatchCounts | None = None,
+    predicate: bool = False,
+) -> bool:
+    """Whether a dependent of ``kind`` runs after its parent ended as ``parent``.
+
+    ``predicate`` is the value of a WHEN branch's predicate (evaluated by the caller, only when
+    the parent succeeded); ``counts`` are the batch's, for the batch conditions.
+    """
+    if parent == JobStatus.CANCELED:
+        return False  # canceling a job cancels everything downstream of it
+    succeeded = parent == JobStatus.SUCCEEDED
+    if kind in (Condition.THEN, Condition.ON_SUCCESS, Condition.BATCH_SUCCESS):
+        return succeeded
+    if kind in (Condition.ON_FAILURE, Condition.BATCH_FAILURE):
+        return parent == JobStatus.FAILED
+    if kind == Condition.WHEN:
+        return succeeded and predicate
+    if counts is None or threshold is None:
+        return False
+    if kind == Condition.SUCCESS_RATE:
+        return counts.success_rate >= threshold
+    if kind == Condition.FAILURE_COUNT:
+        return counts.failed >= threshold
+    raise ValueError(f"unknown condition {kind!r}")
+
+
+def batch_outcome(counts: BatchCounts) -> tuple[JobStatus, str | None]:
+    """The status a batch parent settles in, and its error: FAILED if any child did not succeed."""
+    if counts.failed:
+        return JobStatus.FAILED, f"{counts.failed} of {counts.total} children failed"
+    return JobStatus.SUCCEEDED, None
+
+
+def predicate_error(predicate: str, exc: BaseException) -> str:
+    """The routing error stored when a WHEN predicate raises."""
+    return (
+        f"predicate {predicate} raised {type(exc).__name__}: {exc}; routing failed and every "
+        "branch of this job was canceled"
+    )
+
+
+def decoded(result: str | None) -> Any:
+    """A stored JSON result as Python (None when there is none)."""
+    return None if result is None else json.loads(result)

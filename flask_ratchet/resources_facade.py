@@ -1,0 +1,107 @@
+"""The resource-limit part of the :class:`~flask_ratchet.Ratchet` facade. No SQL, no threads.
+
+A *resource* is anything jobs of many tasks share and must not overload: a payment API, a
+licence server, a slow database. A job names one (``@ratchet.task(resource="payment-api")`` or
+``.with_resource("payment-api")``); before it runs, the worker takes a permit of that resource in
+the database, and with ``max_concurrent`` permits out the job is deferred by ``retry_delay``
+without spending an attempt. The limit holds across every worker process on the database.
+
+Limits live in ``ratchet_resource_limit``: set them with :meth:`ResourcesFacade.configure_resource`
+or the config key ``RATCHET_RESOURCES``, which every worker writes when it starts. A resource
+without a limit row has no limit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from .options import RESOURCE_MAX_LENGTH
+
+if TYPE_CHECKING:
+    from .extension import RatchetState
+
+#: A resource's ``retry_delay`` when its config entry gives none.
+DEFAULT_RETRY_DELAY = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceLimit:
+    """At most ``max_concurrent`` jobs hold a permit of ``name`` at once; a job that finds none
+    free is due again ``retry_delay`` seconds later."""
+
+    name: str
+    max_concurrent: int
+    retry_delay: float
+
+
+def resource_limit(
+    name: Any, max_concurrent: Any, retry_delay: Any = DEFAULT_RETRY_DELAY
+) -> ResourceLimit:
+    """Validate a limit given by a user (``retry_delay`` in seconds or a ``timedelta``).
+
+    :raises ValueError: naming the bad value.
+    """
+    if not isinstance(name, str) or not name or len(name) > RESOURCE_MAX_LENGTH:
+        raise ValueError(
+            f"a resource name must be a non-empty string of at most {RESOURCE_MAX_LENGTH} "
+            f"characters, got {name!r}"
+        )
+    if (
+        isinstance(max_concurrent, bool)
+        or not isinstance(max_concurrent, int)
+        or max_concurrent < 1
+    ):
+        raise ValueError(
+            f"max_concurrent of resource {name!r} must be a whole number >= 1, "
+            f"got {max_concurrent!r}"
+        )
+    delay = retry_delay.total_seconds() if isinstance(retry_delay, timedelta) else retry_delay
+    if (
+        isinstance(delay, bool)
+        or not isinstance(delay, int | float)
+        or not math.isfinite(delay)
+        or delay <= 0
+    ):
+        # Zero is refused too: a job due again at once would be claimed and deferred in a loop.
+        raise ValueError(
+            f"retry_delay of resource {name!r} must be a positive number of seconds or a "
+            f"timedelta, got {retry_delay!r}"
+        )
+    return ResourceLimit(name, max_concurrent, float(delay))
+
+
+class ResourcesFacade:
+    """Resource limits: how many jobs may use a shared resource at once."""
+
+    @property
+    def state(self) -> RatchetState:
+        raise NotImplementedError
+
+    def configure_resource(
+        self,
+        name: str,
+        max_concurrent: int,
+        retry_delay: timedelta | float = DEFAULT_RETRY_DELAY,
+    ) -> ResourceLimit:
+        """Set (or change) the limit of the resource ``name``, effective for the next permit.
+
+        ::
+
+            ratchet.configure_resource("payment-api", max_concurrent=4,
+                                       retry_delay=timedelta(seconds=2))
+
+        Joins the request's transaction (or ``ratchet.transaction()``) like job operations do.
+        Lowering a limit takes no permit back: jobs holding one finish, and new ones wait until
+        the count is under the new limit.
+
+        :raises ValueError: for a bad name, ``max_concurrent < 1`` or a delay that is not
+            positive; nothing is written.
+        """
+        limit = resource_limit(name, max_concurrent, retry_delay)
+        state = self.state
+        with state.connection() as conn:
+            state.store.set_resource_limit(conn, limit)
+        return limit

@@ -1,0 +1,197 @@
+"""Resource limits and permits: how many jobs may use a shared resource at once, cluster-wide.
+
+A permit is a row in ``ratchet_resource_permit`` (one per running job that holds one); the limit
+is a row in ``ratchet_resource_limit``. Taking a permit is one short transaction that the database
+serialises per resource:
+
+- PostgreSQL: ``SELECT … FOR UPDATE`` on the limit row, then count the resource's permits and
+  insert one if fewer than ``max_concurrent`` are out. Under READ COMMITTED (the worker's engine)
+  each statement after the lock sees every permit committed before the lock was granted, so two
+  workers can never both see the last free permit.
+- SQLite: the store's write transactions start with ``BEGIN IMMEDIATE`` (one writer at a time),
+  so the count and the insert are serialised by the database file's write lock.
+
+A permit is released (deleted) by the worker right after the job's code returns or raises. What
+a worker could not release (it died, or the delete failed) is released by orphan recovery:
+permits of nodes that are no longer alive, and permits of jobs that are no longer RUNNING on the
+permit's node, once they are older than the orphan grace. A node also drops its own permits when
+it starts (they belong to an earlier process with its node id).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..resources_facade import ResourceLimit
+from ..schema import job_queue, node, resource_limit, resource_permit
+from ..states import JobStatus
+from .dialect import DialectHooks
+
+
+class Permit(StrEnum):
+    """What :meth:`ResourceStore.acquire_permit` answered."""
+
+    GRANTED = "GRANTED"  # a permit row is held: release it after the run
+    UNLIMITED = "UNLIMITED"  # the resource has no limit row: run, there is nothing to release
+    FULL = "FULL"  # every permit is out: defer the job by the limit's retry_delay
+    GONE = "GONE"  # the job is no longer RUNNING on this node (canceled, recovered): skip it
+
+
+@dataclass(frozen=True, slots=True)
+class Acquisition:
+    """The answer to one permit request."""
+
+    permit: Permit
+    #: FULL: seconds until the job should try again.
+    retry_delay: float = 0.0
+    #: Permits of the resource out after the request (this job's included if GRANTED).
+    in_use: int = 0
+
+
+class ResourceStore(DialectHooks):
+    """Resource limits and permits. Mixed into the dialect stores."""
+
+    def set_resource_limit(self, conn: Connection, limit: ResourceLimit) -> None:
+        """Create or change a resource's limit (a row that already says so is left alone)."""
+        stmt = self.dialect_insert(resource_limit).values(
+            resource_name=limit.name,
+            max_concurrent=limit.max_concurrent,
+            retry_delay=limit.retry_delay,
+            updated_at=self.now_sql(),
+        )
+        conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["resource_name"],
+                set_={
+                    "max_concurrent": stmt.excluded.max_concurrent,
+                    "retry_delay": stmt.excluded.retry_delay,
+                    "updated_at": stmt.excluded.updated_at,
+                },
+                # Every worker writes RATCHET_RESOURCES when it starts: most of those writes
+                # change nothing and need not lock the row or bump updated_at.
+                where=sa.or_(
+                    resource_limit.c.max_concurrent != stmt.excluded.max_concurrent,
+                    resource_limit.c.retry_delay != stmt.excluded.retry_delay,
+                ),
+            )
+        )
+
+    def get_resource_limit(self, conn: Connection, name: str) -> ResourceLimit | None:
+        """The limit of resource ``name``, or ``None`` if it has none."""
+        row = conn.execute(
+            sa.select(resource_limit.c.max_concurrent, resource_limit.c.retry_delay).where(
+                resource_limit.c.resource_name == name
+            )
+        ).first()
+        return None if row is None else ResourceLimit(name, row.max_concurrent, row.retry_delay)
+
+    def permits_in_use(self, conn: Connection, name: str) -> int:
+        """How many permits of resource ``name`` are out."""
+        return int(
+            conn.execute(
+                sa.select(sa.func.count())
+                .select_from(resource_permit)
+                .where(resource_permit.c.resource_name == name)
+            ).scalar_one()
+        )
+
+    def acquire_permit(
+        self, conn: Connection, job_id: uuid.UUID, resource: str, node_id: str
+    ) -> Acquisition:
+        """Take a permit of ``resource`` for ``job_id``, which ``node_id`` is running.
+
+        Run it in a transaction of its own (``begin``) and commit at once: on PostgreSQL the
+        limit row stays locked, and every other request for the resource waits, until then.
+        """
+        limit = conn.execute(
+            sa.select(resource_limit.c.max_concurrent, resource_limit.c.retry_delay)
+            .where(resource_limit.c.resource_name == resource)
+            .with_for_update()  # nothing on SQLite, whose BEGIN IMMEDIATE already serialises
+        ).first()
+        if limit is None:
+            return Acquisition(Permit.UNLIMITED)
+        # This job's own permit does not count: it can only be left over from an earlier
+        # attempt whose release failed (the job runs once at a time), and is taken over below.
+        others = int(
+            conn.execute(
+                sa.select(sa.func.count())
+                .select_from(resource_permit)
+                .where(
+                    resource_permit.c.resource_name == resource,
+                    resource_permit.c.job_id != job_id,
+                )
+            ).scalar_one()
+        )
+        if others >= limit.max_concurrent:
+            return Acquisition(Permit.FULL, retry_delay=limit.retry_delay, in_use=others)
+        # Guarded like every other write: only while the job is RUNNING on this node.
+        running = sa.exists().where(
+            job_queue.c.job_id == job_id,
+            job_queue.c.status == JobStatus.RUNNING,
+            job_queue.c.picked_by == node_id,
+        )
+        stmt = self.dialect_insert(resource_permit).from_select(
+            ["job_id", "resource_name", "node_id", "acquired_at"],
+            sa.select(
+                sa.literal(job_id, sa.Uuid()),
+                sa.literal(resource, sa.String()),
+                sa.literal(node_id, sa.String()),
+                self.now_sql(),
+            ).where(running),
+        )
+        taken = conn.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["job_id"],
+                set_={
+                    "resource_name": stmt.excluded.resource_name,
+                    "node_id": stmt.excluded.node_id,
+                    "acquired_at": stmt.excluded.acquired_at,
+                },
+            ).returning(resource_permit.c.job_id)
+        ).first()
+        if taken is None:
+            return Acquisition(Permit.GONE, in_use=others)
+        return Acquisition(Permit.GRANTED, in_use=others + 1)
+
+    def release_permit(self, conn: Connection, job_id: uuid.UUID, node_id: str) -> bool:
+        """Give back ``job_id``'s permit, if ``node_id`` holds it; False if it held none."""
+        result = conn.execute(
+            sa.delete(resource_permit).where(
+                resource_permit.c.job_id == job_id, resource_permit.c.node_id == node_id
+            )
+        )
+        return bool(result.rowcount == 1)
+
+
+def release_stale_permits(store: DialectHooks, conn: Connection, grace: float) -> int:
+    """Orphan recovery: delete permits taken over ``grace`` seconds ago whose node is not alive
+    (no heartbeat for ``grace``, or no node row) or whose job is no longer RUNNING on that node
+    (its worker could not release it). Returns how many were deleted.
+
+    The age test spares a permit taken a moment ago, as orphan recovery spares a job claimed a
+    moment ago.
+    """
+    alive = sa.select(node.c.node_id).where(node.c.last_heartbeat >= store.ago_sql(grace))
+    still_running = sa.exists().where(
+        job_queue.c.job_id == resource_permit.c.job_id,
+        job_queue.c.status == JobStatus.RUNNING,
+        job_queue.c.picked_by == resource_permit.c.node_id,
+    )
+    result = conn.execute(
+        sa.delete(resource_permit).where(
+            resource_permit.c.acquired_at < store.ago_sql(grace),
+            sa.or_(resource_permit.c.node_id.not_in(alive), sa.not_(still_running)),
+        )
+    )
+    return int(result.rowcount)
+
+
+def release_node_permits(conn: Connection, node_id: str) -> int:
+    """At start-up: delete permits an earlier process with this node id left behind."""
+    result = conn.execute(sa.delete(resource_permit).where(resource_permit.c.node_id == node_id))
+    return int(result.rowcount)

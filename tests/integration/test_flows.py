@@ -1,0 +1,337 @@
+"""Chains, workflow branches, batches and callbacks, run by an in-process burst worker on both
+databases (the multi-process runs are in tests/acceptance/test_flows.py)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+
+from flask_ratchet import JobStatus, events
+from flask_ratchet.flow import NOT_YET
+from flask_ratchet.schema import batch, job, job_queue, workflow_condition
+from flask_ratchet.worker.runner import Worker
+from tests.apps import add, db, ratchet
+from tests.flow_tasks import (
+    FlowNote,
+    batch_item,
+    broken,
+    callback,
+    callback_raises,
+    follow_up,
+    is_big,
+    is_small,
+    predicate_raises,
+    produce,
+    progress_seen,
+    step,
+)
+
+
+@pytest.fixture(autouse=True)
+def notes(app: Flask) -> None:
+    app.config["FLOW_NOTES"] = True  # the signal receivers of tests.flow_tasks record
+
+
+def work(app: Flask) -> None:
+    """Run an in-process worker until nothing is due."""
+    worker = Worker(app, concurrency=4, burst=True)
+    thread = threading.Thread(target=worker.run, name="test-worker")
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the burst worker did not finish"
+
+
+def status(job_id: uuid.UUID) -> JobStatus:
+    found = ratchet.get_job(job_id)
+    assert found is not None
+    return found.status
+
+
+def noted(kind: str) -> list[tuple[str, Any]]:
+    with db.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(FlowNote.job_id, FlowNote.value).where(FlowNote.kind == kind)
+        ).all()
+    return [(r.job_id, json.loads(r.value)) for r in rows]
+
+
+def decisions(parent: uuid.UUID) -> dict[uuid.UUID, tuple[str | None, str | None]]:
+    with db.engine.connect() as conn:
+        rows = conn.execute(
+            sa.select(
+                workflow_condition.c.job_id,
+                workflow_condition.c.decision,
+                workflow_condition.c.error,
+            ).where(workflow_condition.c.parent_id == parent)
+        )
+        return {r.job_id: (r.decision, r.error) for r in rows}
+
+
+# -- chains ----------------------------------------------------------------------------------------
+
+
+def test_a_chain_runs_in_order_and_passes_each_result_on(app: Flask) -> None:
+    handle = ratchet.enqueue(step, "a").then(step, "b").then(step, "c").submit()
+    a, b, c = handle.ids
+    assert handle.id == a and handle.last == c
+    assert [status(i) for i in handle.ids] == [JobStatus.PENDING] * 3
+    with db.engine.connect() as conn:  # the later steps wait: never due until released
+        due = {r.job_id: r.scheduled_time for r in conn.execute(sa.select(job_queue))}
+    assert due[b] == NOT_YET and due[c] == NOT_YET
+    work(app)
+    assert [status(i) for i in handle.ids] == [JobStatus.SUCCEEDED] * 3
+    seen = {json.loads(json.dumps(v))["label"]: v["previous"] for _, v in noted("step")}
+    assert seen == {"a": None, "b": "a-done", "c": "b-done"}
+    assert ratchet.get_job(b).depends_on == a  # type: ignore[union-attr]
+    assert [j for j, _ in noted("signal:chain_completed")] == [str(c)]
+    assert noted("signal:chain_failed") == []
+
+
+def test_a_step_that_fails_for_good_cancels_every_step_after_it(app: Flask) -> None:
+    handle = ratchet.enqueue(step, "a").then(broken, "b").then(step, "c").then(step, "d").submit()
+    _a, b, c, d = handle.ids
+    work(app)
+    assert [status(i) for i in handle.ids] == [
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.CANCELED,
+        JobStatus.CANCELED,
+    ]
+    assert [j for j, _ in noted("signal:chain_failed")] == [str(b)]  # once, at the cause
+    assert {j for j, _ in noted("signal:job_canceled")} == {str(c), str(d)}
+    assert [v["label"] for _, v in noted("step")] == ["a"]
+
+
+def test_canceling_a_step_cancels_the_steps_after_it_and_nothing_before(app: Flask) -> None:
+    got: list[dict[str, Any]] = []
+
+    def receive(sender: Flask, **data: Any) -> None:
+        got.append(data)
+
+    handle = ratchet.enqueue(add, 1, 1).then(add, 2, 2).then(add, 3, 3).submit()
+    _a, b, c = handle.ids
+    with events.job_canceled.connected_to(receive):
+        assert ratchet.cancel_job(b)
+    assert [status(i) for i in handle.ids] == [
+        JobStatus.PENDING,
+        JobStatus.CANCELED,
+        JobStatus.CANCELED,
+    ]
+    assert {(d["job_id"], d.get("cascade", False)) for d in got} == {(b, False), (c, True)}
+    assert decisions(b) == {c: ("SKIPPED", None)}
+    assert not ratchet.cancel_job(c)  # already canceled: an illegal transition, False
+
+
+def test_canceling_the_first_step_cancels_the_whole_chain(app: Flask) -> None:
+    handle = ratchet.enqueue(add, 1, 1).then(add, 2, 2).then(add, 3, 3).submit()
+    assert ratchet.cancel_job(handle.id)
+    assert [status(i) for i in handle.ids] == [JobStatus.CANCELED] * 3
+
+
+def test_a_chain_rolled_back_with_its_transaction_leaves_nothing(app: Flask) -> None:
+    with pytest.raises(RuntimeError), ratchet.transaction():
+        ratchet.enqueue(add, 1, 1).then(add, 2, 2).submit()
+        raise RuntimeError("the caller's transaction fails")
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM ratchet_job")).scalar() == 0
+        assert (
+            conn.execute(sa.text("SELECT count(*) FROM ratchet_workflow_condition")).scalar() == 0
+        )
+
+
+def test_bad_flows_are_refused_before_anything_is_written(app: Flask) -> None:
+    from flask_ratchet.errors import TaskNotAllowed
+
+    with pytest.raises(TaskNotAllowed):
+        ratchet.enqueue(add, 1, 1).when(lambda r: True, add, 2, 2)
+    with pytest.raises(ValueError, match="idempotency keys are not supported"):
+        ratchet.enqueue(add, 1, 1).with_idempotency_key("k").then(add, 2, 2).submit()
+    with pytest.raises(TypeError, match="not JSON"):
+        ratchet.enqueue(add, 1, 1).then(add, object(), 2)
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM ratchet_job")).scalar() == 0
+
+
+# -- workflow branches -----------------------------------------------------------------------------
+
+
+def test_branches_of_a_success_run_and_the_rest_are_canceled(app: Flask) -> None:
+    handle = (
+        ratchet.enqueue(produce, 20)
+        .then_on_success(follow_up, "shipped")
+        .then_on_failure(follow_up, "refunded")
+        .when(is_big, follow_up, "big")
+        .when(is_small, follow_up, "small")
+        .submit()
+    )
+    root, shipped, refunded, big, small = handle.ids
+    work(app)
+    assert status(root) == JobStatus.SUCCEEDED
+    assert status(shipped) == status(big) == JobStatus.SUCCEEDED
+    assert status(refunded) == status(small) == JobStatus.CANCELED
+    assert sorted(v for _, v in noted("follow-up")) == ["big", "shipped"]
+    assert decisions(root) == {
+        shipped: ("TRIGGERED", None),
+        refunded: ("SKIPPED", None),
+        big: ("TRIGGERED", None),
+        small: ("SKIPPED", None),
+    }
+    triggered = {j: v["condition"] for j, v in noted("signal:branch_triggered")}
+    assert triggered == {str(shipped): "ON_SUCCESS", str(big): "WHEN"}
+
+
+def test_a_failure_runs_the_failure_branch_only(app: Flask) -> None:
+    handle = (
+        ratchet.enqueue(broken, "charge")
+        .then_on_success(follow_up, "shipped")
+        .then_on_failure(follow_up, "refunded")
+        .when(is_big, follow_up, "big")
+        .submit()
+    )
+    root, shipped, refunded, big = handle.ids
+    work(app)
+    assert status(root) == JobStatus.FAILED
+    assert status(refunded) == JobStatus.SUCCEEDED
+    assert status(shipped) == status(big) == JobStatus.CANCELED
+    assert [v for _, v in noted("follow-up")] == ["refunded"]
+
+
+def test_a_raising_predicate_fails_routing_and_cancels_every_branch(app: Flask) -> None:
+    handle = (
+        ratchet.enqueue(produce, 5)
+        .then_on_success(follow_up, "shipped")
+        .when(predicate_raises, follow_up, "never")
+        .submit()
+    )
+    root, shipped, never = handle.ids
+    work(app)
+    assert status(root) == JobStatus.SUCCEEDED  # the job itself is done; its routing failed
+    assert status(shipped) == status(never) == JobStatus.CANCELED
+    found = decisions(root)
+    assert {d for d, _ in found.values()} == {"ERROR"}
+    error = found[never][1]
+    assert error is not None and "predicate tests.flow_tasks:predicate_raises raised" in error
+    assert "ValueError: cannot judge this result" in error
+    assert ratchet.get_job(never).error == error  # type: ignore[union-attr]
+    assert noted("follow-up") == []
+
+
+# -- callbacks -------------------------------------------------------------------------------------
+
+
+def test_callbacks_run_on_success_and_on_failure_and_a_raising_one_changes_nothing(
+    app: Flask,
+) -> None:
+    ok = ratchet.enqueue(add, 1, 2).on_success(callback).on_success(callback_raises).submit()
+    bad = ratchet.enqueue(broken, "x").on_failure(callback).on_success(callback).submit()
+    work(app)
+    assert status(ok.id) == JobStatus.SUCCEEDED
+    assert status(bad.id) == JobStatus.FAILED
+    assert sorted(noted("callback")) == sorted([(str(ok.id), "SUCCEEDED"), (str(bad.id), "FAILED")])
+
+
+# -- batches ---------------------------------------------------------------------------------------
+
+
+def test_a_batch_counts_its_children_and_runs_the_matching_follow_ups(app: Flask) -> None:
+    builder = ratchet.enqueue_batch("import-users").with_tags("import")
+    for i in range(1, 41):
+        builder.add(batch_item, i, 10)  # 10, 20, 30, 40 fail
+    handle = (
+        builder.on_success(follow_up, "all good")
+        .on_failure(follow_up, "some failed")
+        .when_failure_count(4, follow_up, "four failed")
+        .when_success_rate(0.95, follow_up, "95%")
+        .on_progress(progress_seen)
+        .submit()
+    )
+    assert handle.total == 40
+    assert status(handle.id) == JobStatus.PENDING
+    work(app)
+    progress = handle.progress()
+    assert (progress.total, progress.succeeded, progress.failed) == (40, 36, 4)
+    assert progress.finished and progress.wall_ms is not None and progress.child_run_ms > 0
+    parent = ratchet.get_job(handle.id)
+    assert parent is not None and parent.status == JobStatus.FAILED
+    assert parent.error == "4 of 40 children failed"
+    assert parent.result == {"total": 40, "succeeded": 36, "failed": 4}
+    assert sorted(v for _, v in noted("follow-up")) == ["four failed", "some failed"]
+    assert [j for j, _ in noted("signal:batch_completed")] == [str(handle.id)]
+    assert noted("progress")  # the progress callback ran as children ended
+    tagged = ratchet.find_jobs(tag="import", limit=100).items  # the children and the parent
+    children = [c for c in tagged if c.task == "tests.flow_tasks:batch_item"]
+    assert len(children) == 40 and {c.max_retries for c in children} == {0}
+
+
+def test_canceling_a_batch_cancels_its_children_and_settles_it_once(app: Flask) -> None:
+    builder = ratchet.enqueue_batch("doomed")
+    for i in range(5):
+        builder.add(batch_item, i)
+    handle = builder.on_failure(follow_up, "failed").submit()
+    assert ratchet.cancel_job(handle.id)
+    progress = handle.progress()
+    assert progress.finished and (progress.succeeded, progress.failed) == (0, 5)
+    assert status(handle.id) == JobStatus.CANCELED
+    with db.engine.connect() as conn:
+        live = conn.execute(sa.text("SELECT count(*) FROM ratchet_job_queue")).scalar()
+    assert live == 0  # children and follow-up all canceled
+
+
+def test_an_empty_batch_succeeds_at_once(app: Flask) -> None:
+    handle = ratchet.enqueue_batch("nothing").on_success(follow_up, "empty").submit()
+    assert status(handle.id) == JobStatus.SUCCEEDED
+    work(app)
+    assert [v for _, v in noted("follow-up")] == ["empty"]
+
+
+def test_a_batch_child_canceled_by_hand_counts_as_failed(app: Flask) -> None:
+    builder = ratchet.enqueue_batch("one-canceled")
+    first = None
+    for i in range(3):
+        builder.add(batch_item, i)
+    handle = builder.submit()
+    with db.engine.connect() as conn:
+        first = conn.execute(
+            sa.text("SELECT job_id FROM ratchet_job WHERE job_type = 'BATCH_CHILD' LIMIT 1")
+        ).scalar()
+    assert ratchet.cancel_job(uuid.UUID(str(first)))
+    work(app)
+    progress = handle.progress()
+    assert (progress.succeeded, progress.failed, progress.finished) == (2, 1, True)
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.select(batch.c.finished_at)).scalar() is not None
+
+
+def test_the_recovery_sweep_settles_a_batch_whose_children_ended_unseen(app: Flask) -> None:
+    builder = ratchet.enqueue_batch("stranded")
+    for i in range(3):
+        builder.add(batch_item, i)
+    handle = builder.on_failure(follow_up, "swept").submit()
+    state = ratchet.state
+    with state.store.begin(state.engine) as conn:
+        # Children ended without their batch hearing of it (as if written by hand).
+        ids = list(
+            conn.execute(
+                sa.select(job.c.job_id).where(job.c.batch_id == handle.id).order_by(job.c.job_id)
+            ).scalars()
+        )
+        conn.execute(sa.delete(job_queue).where(job_queue.c.job_id.in_(ids)))
+        conn.execute(
+            sa.update(job).where(job.c.job_id.in_(ids)).values(terminal_status="SUCCEEDED")
+        )
+        conn.execute(sa.update(job).where(job.c.job_id == ids[0]).values(terminal_status="FAILED"))
+    assert not handle.progress().finished
+    with state.store.begin(state.engine) as conn:
+        assert state.store.settle_stranded_batches(conn) == 1
+        assert state.store.settle_stranded_batches(conn) == 0  # once
+    progress = handle.progress()
+    assert (progress.succeeded, progress.failed, progress.finished) == (2, 1, True)
+    assert status(handle.id) == JobStatus.FAILED
+    work(app)
+    assert [v for _, v in noted("follow-up")] == ["swept"]

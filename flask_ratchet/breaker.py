@@ -366,6 +366,15 @@ class Breakers:
                     self._by_service[service] = breaker
         return breaker
 
+    def reset(self, service: str) -> bool:
+        """Reset the breaker of ``service`` (an operator's request); False if it has none here."""
+        with self._lock:
+            breaker = self._by_service.get(service)
+        if breaker is None:
+            return False
+        breaker.reset()
+        return True
+
     def snapshots(self) -> dict[str, BreakerSnapshot]:
         """Every breaker made so far, by service."""
         with self._lock:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import asdict
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..breaker import Breakers
 from ..store import SqlJobStore
 from ..store.cluster import NodeInfo
 
@@ -19,7 +24,11 @@ SKEW_WARNING = 1.0
 
 
 class Heartbeat(threading.Thread):
-    """Upserts this node's row every ``interval`` seconds and warns once about clock skew."""
+    """Upserts this node's row every ``interval`` seconds and warns once about clock skew.
+
+    With each beat it publishes the state of this process's circuit breakers (the console
+    shows them) and applies the breaker resets operators asked for since the last beat.
+    """
 
     def __init__(
         self,
@@ -28,6 +37,7 @@ class Heartbeat(threading.Thread):
         info: NodeInfo,
         interval: float,
         stop: threading.Event,
+        breakers: Breakers | None = None,
     ) -> None:
         super().__init__(name="ratchet-heartbeat", daemon=True)
         self._store = store
@@ -37,11 +47,15 @@ class Heartbeat(threading.Thread):
         self._stop_event = stop
         self.skew_warned = False
         self.beats = 0
+        self._breakers = breakers
+        self._resets_seen: datetime | None = None
 
     def beat(self) -> None:
         """One heartbeat, now."""
         with self._store.begin(self._engine) as conn:
-            db_now = self._store.heartbeat(conn, self.info)
+            db_now = self._store.heartbeat(conn, self.info, self._published())
+            if self._breakers is not None:
+                self._apply_resets(conn, db_now, self._breakers)
         self.beats += 1
         skew = abs((datetime.now(UTC) - db_now).total_seconds())
         if skew > SKEW_WARNING and not self.skew_warned:
@@ -51,6 +65,20 @@ class Heartbeat(threading.Thread):
                 "database's clock, but fix the node's time (NTP)",
                 skew,
             )
+
+    def _published(self) -> str | None:
+        if self._breakers is None:
+            return None
+        snapshots = self._breakers.snapshots()
+        return json.dumps({"breakers": {k: asdict(v) for k, v in snapshots.items()}})
+
+    def _apply_resets(self, conn: Any, db_now: datetime, breakers: Breakers) -> None:
+        # Resets asked for before this process started do not concern it: its breakers are new.
+        since = self._resets_seen or db_now
+        services, self._resets_seen = self._store.breaker_resets(conn, since)
+        for service in services:
+            if breakers.reset(service):
+                log.info("circuit breaker of %r reset by an operator", service)
 
     def run(self) -> None:
         while not self._stop_event.wait(self._interval):

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection
 from ..options import Priority
 from ..schema import (
     UtcDateTime,
+    audit,
     business_key,
     dlq_alert,
     execution,
@@ -34,6 +35,8 @@ from .dialect import DialectHooks
 from .resources import release_node_permits, release_stale_permits
 
 _UTC = UtcDateTime()
+#: The audit action by which an operator resets a circuit breaker; workers read it.
+BREAKER_RESET = "reset-breaker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,9 +63,11 @@ class ClusterStore(DialectHooks):
 
     # -- nodes ---------------------------------------------------------------------------------
 
-    def heartbeat(self, conn: Connection, info: NodeInfo) -> datetime:
-        """Record that ``info.node_id`` is alive; return the database's time."""
+    def heartbeat(self, conn: Connection, info: NodeInfo, state: str | None = None) -> datetime:
+        """Record that ``info.node_id`` is alive, with what it reports of its ``state`` (JSON:
+        its circuit breakers); return the database's time."""
         stmt = self.dialect_insert(node).values(
+            info=state,
             node_id=info.node_id,
             host=info.host,
             pid=info.pid,
@@ -73,9 +78,24 @@ class ClusterStore(DialectHooks):
         )
         beat = stmt.on_conflict_do_update(
             index_elements=["node_id"],
-            set_={"last_heartbeat": stmt.excluded.last_heartbeat, "pid": stmt.excluded.pid},
+            set_={
+                "last_heartbeat": stmt.excluded.last_heartbeat,
+                "pid": stmt.excluded.pid,
+                "info": stmt.excluded.info,
+            },
         ).returning(node.c.last_heartbeat)
         return conn.execute(beat).scalar_one()  # type: ignore[no-any-return]
+
+    def breaker_resets(self, conn: Connection, since: datetime) -> tuple[list[str], datetime]:
+        """Services whose circuit breakers an operator reset after ``since`` (audit rows of the
+        ``reset-breaker`` action), and the time to ask from next."""
+        rows = conn.execute(
+            sa.select(audit.c.at, audit.c.target)
+            .where(audit.c.action == BREAKER_RESET, audit.c.at > since)
+            .order_by(audit.c.at)
+        ).all()
+        latest = rows[-1].at if rows else since
+        return [r.target for r in rows], latest
 
     def remove_node(self, conn: Connection, node_id: str) -> None:
         """A node that shut down cleanly says so."""

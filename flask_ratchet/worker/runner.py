@@ -166,7 +166,12 @@ class Worker:
             self.concurrency,
         )
         self.heartbeat = Heartbeat(
-            self.store, self.engine, info, self.config.heartbeat_interval, self.stop_event
+            self.store,
+            self.engine,
+            info,
+            self.config.heartbeat_interval,
+            self.stop_event,
+            breakers=self.executor.breakers,
         )
         try:
             self._start(url)

@@ -1,0 +1,60 @@
+"""Circuit breakers in the database: published with each heartbeat, reset through the audit log."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import sqlalchemy as sa
+from flask import Flask
+
+from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
+from flask_ratchet.maintenance.heartbeat import Heartbeat
+from flask_ratchet.schema import node
+from flask_ratchet.store.cluster import BREAKER_RESET, NodeInfo
+from flask_ratchet.store.console_writes import record_audit
+from tests.apps import ratchet
+
+SETTINGS = BreakerSettings(window=4, failure_rate=0.5, open_for=60, half_open_calls=1, min_calls=4)
+
+
+def published(service: str) -> dict[str, object]:
+    state = ratchet.state
+    with state.engine.connect() as conn:
+        info = conn.execute(sa.select(node.c.info).where(node.c.node_id == "n-breakers")).scalar()
+    return json.loads(info)["breakers"][service]  # type: ignore[no-any-return]
+
+
+def test_breakers_are_published_and_an_operator_reset_reaches_the_worker(app: Flask) -> None:
+    breakers = Breakers()
+    breaker = breakers.get("stripe", SETTINGS)
+    assert breaker is not None
+    for _ in range(4):
+        assert breaker.allow() is None
+        breaker.record(success=False)
+    assert breaker.state == BreakerState.OPEN
+    state = ratchet.state
+    info = NodeInfo("n-breakers", "host", 1, "test", 2)
+    beat = Heartbeat(state.store, state.engine, info, 60, threading.Event(), breakers=breakers)
+    beat.beat()
+    assert published("stripe")["state"] == "OPEN"
+    assert published("stripe")["times_opened"] == 1
+    with state.store.begin(state.engine) as conn:
+        record_audit(
+            conn,
+            at=state.store.now(conn),
+            actor="ops",
+            role="admin",
+            action=BREAKER_RESET,
+            scope="breaker",
+            target="stripe",
+            requested=1,
+            changed=1,
+        )
+    beat.beat()  # reads the reset: the breaker closes
+    assert breaker.state == BreakerState.CLOSED
+    beat.beat()
+    assert published("stripe")["state"] == "CLOSED"
+    breaker.record(success=False)
+    beat.beat()  # the same reset is not applied twice
+    assert published("stripe")["failures"] == 1

@@ -5,12 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import Any
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..breaker import Breakers
@@ -72,7 +70,7 @@ class Heartbeat(threading.Thread):
         snapshots = self._breakers.snapshots()
         return json.dumps({"breakers": {k: asdict(v) for k, v in snapshots.items()}})
 
-    def _apply_resets(self, conn: Any, db_now: datetime, breakers: Breakers) -> None:
+    def _apply_resets(self, conn: Connection, db_now: datetime, breakers: Breakers) -> None:
         # Resets asked for before this process started do not concern it: its breakers are new.
         since = self._resets_seen or db_now
         services, self._resets_seen = self._store.breaker_resets(conn, since)

@@ -25,6 +25,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from .. import events, payload
 from ..errors import DuplicateBusinessKey
+from ..flow import JobType
 from ..job import Job, Page
 from ..options import Backoff, Priority
 from ..schema import business_key, execution, job, job_queue, job_tag
@@ -344,7 +345,12 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
             job.c.terminal_error if to == JobStatus.PAUSED else sa.null(),
             sa.literal(0),
             self.now_sql(),
-        ).where(job.c.job_id == job_id, job.c.terminal_status.in_(from_terminal))
+        ).where(
+            job.c.job_id == job_id,
+            job.c.terminal_status.in_(from_terminal),
+            # A batch's parent has no work of its own to run again: retry its children.
+            job.c.job_type != JobType.BATCH,
+        )
         stmt = (
             self.dialect_insert(job_queue)
             .from_select(

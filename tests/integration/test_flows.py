@@ -335,3 +335,12 @@ def test_the_recovery_sweep_settles_a_batch_whose_children_ended_unseen(app: Fla
     assert status(handle.id) == JobStatus.FAILED
     work(app)
     assert [v for _, v in noted("follow-up")] == ["swept"]
+
+
+def test_a_failed_batch_parent_cannot_be_retried_or_paused(app: Flask) -> None:
+    handle = ratchet.enqueue_batch("refused").add(broken, "x").submit()
+    work(app)
+    assert status(handle.id) == JobStatus.FAILED
+    assert not ratchet.retry_job(handle.id)  # no work of its own: retry its children instead
+    assert not ratchet.pause_job(handle.id)
+    assert status(handle.id) == JobStatus.FAILED

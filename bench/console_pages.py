@@ -6,7 +6,10 @@ Builds a database ``ratchet_console_bench`` on the server of ``--pg`` (default
 ``$RATCHET_TEST_DATABASE_URL``): ``--jobs`` jobs over the last week (70 % SUCCEEDED, 10 % FAILED,
 5 % CANCELED, 1 % PAUSED, 0.1 % RUNNING on four nodes, the rest PENDING), 20 tasks, tags on a
 tenth of them, a business key on each, 60,000 executions in the last hour and a dead-letter alert
-per failed job of the last day; then ``ANALYZE``. Each page is requested ``--runs`` times through
+per failed job of the last day; and flows: 2,000 batches over the week (1,999 of 5 children,
+ended, and the newest of 10,000 children, running, with two follow-ups waiting), a chain of 20
+steps with three branches half way, and a job whose two branches failed routing; then
+``ANALYZE``. Each page is requested ``--runs`` times through
 ``app.test_client()`` (the whole Flask request: auth, queries, template) after one warm-up, and
 the median and the slowest are printed. Nothing is asserted.
 """
@@ -86,6 +89,143 @@ FROM generate_series(0, 3) AS i;
 """
 
 
+#: Batches, a chain with branches and a routing error (the console's batch and flow pages).
+FLOWS = """
+CREATE FUNCTION pg_temp.uuid7(t timestamptz) RETURNS uuid LANGUAGE sql VOLATILE AS $f$
+SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid()) PLACING
+  substring(int8send((extract(epoch FROM t) * 1000)::bigint) FROM 3) FROM 1 FOR 6),
+  52, 1), 53, 1), 'hex')::uuid
+$f$;
+
+CREATE TEMP TABLE bgen AS
+SELECT b, pg_temp.uuid7(t) AS batch_id, t AS created_at, b = :batches AS big
+FROM (SELECT b, CASE WHEN b = :batches THEN now() - interval '1 hour'
+                     ELSE now() - (:batches - b) * (interval '7 days' / :batches) END AS t
+      FROM generate_series(1, :batches) AS b) AS s;
+
+INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, max_retries, backoff,
+  backoff_base, created_at, first_due_at, terminal_status, terminal_error, result, attempts,
+  finished_at, follow_up)
+SELECT batch_id, 'flask_ratchet:batch', 'BATCH', 2, '{"args": [], "kwargs": {}}', 0,
+       'EXPONENTIAL', 10, created_at,
+       CASE WHEN big THEN '9999-12-31T00:00:00+00'::timestamptz ELSE created_at END,
+       CASE WHEN big THEN NULL WHEN b % 10 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END,
+       CASE WHEN NOT big AND b % 10 = 0 THEN '1 of 5 children failed' END,
+       CASE WHEN NOT big THEN '{"total": 5}' END, 0,
+       CASE WHEN NOT big THEN created_at + interval '1 minute' END, true
+FROM bgen;
+
+INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts, max_retries,
+  version, updated_at)
+SELECT batch_id, 'PENDING', '9999-12-31T00:00:00+00', 2, 0, 0, 0, now() FROM bgen WHERE big;
+
+INSERT INTO ratchet_batch (batch_id, name, total, succeeded, failed, child_run_ms, child_wait_ms,
+  created_at, finished_at)
+SELECT batch_id, 'import-' || b, CASE WHEN big THEN 10000 ELSE 5 END,
+       CASE WHEN big THEN 6000 WHEN b % 10 = 0 THEN 4 ELSE 5 END,
+       CASE WHEN big THEN 500 WHEN b % 10 = 0 THEN 1 ELSE 0 END,
+       CASE WHEN big THEN 6500 ELSE 5 END * 12.5, CASE WHEN big THEN 6500 ELSE 5 END * 40.0,
+       created_at, CASE WHEN NOT big THEN created_at + interval '1 minute' END
+FROM bgen;
+
+CREATE TEMP TABLE cgen AS
+SELECT g.batch_id, c, pg_temp.uuid7(g.created_at + c * interval '10 milliseconds') AS job_id,
+       g.created_at + c * interval '10 milliseconds' AS created_at,
+       CASE WHEN NOT g.big THEN (CASE WHEN g.b % 10 = 0 AND c = 5 THEN 'FAILED'
+                                      ELSE 'SUCCEEDED' END)
+            WHEN c <= 6500 THEN (CASE WHEN c % 13 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END)
+            WHEN c <= 6600 THEN 'RUNNING' ELSE 'PENDING' END AS status
+FROM bgen AS g, generate_series(1, CASE WHEN g.big THEN 10000 ELSE 5 END) AS c;
+
+INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, max_retries, backoff,
+  backoff_base, created_at, first_due_at, terminal_status, terminal_error, attempts, finished_at,
+  batch_id, follow_up)
+SELECT job_id, 'app.tasks:import_row', 'BATCH_CHILD', 2,
+       '{"args": [' || c || '], "kwargs": {}}', 3, 'EXPONENTIAL', 10, created_at, created_at,
+       CASE WHEN status IN ('SUCCEEDED', 'FAILED') THEN status END,
+       CASE WHEN status = 'FAILED' THEN 'ValueError: row ' || c || ' is malformed' END,
+       CASE WHEN status IN ('SUCCEEDED', 'FAILED') THEN 1 ELSE 0 END,
+       CASE WHEN status IN ('SUCCEEDED', 'FAILED') THEN created_at + interval '1 second' END,
+       batch_id, true
+FROM cgen;
+
+INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts, max_retries,
+  picked_by, picked_at, version, updated_at)
+SELECT job_id, status, created_at, 2, CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END, 3,
+       CASE WHEN status = 'RUNNING' THEN 'node-' || (c % 4) END,
+       CASE WHEN status = 'RUNNING' THEN now() END, 0, now()
+FROM cgen WHERE status IN ('PENDING', 'RUNNING');
+
+CREATE TEMP TABLE fspec (s int, parent int, kind text, threshold float, status text,
+  decision text, task text);
+
+INSERT INTO fspec VALUES
+  (1, NULL, NULL, NULL, 'SUCCEEDED', NULL, 'app.flows:fetch'),
+  (21, 5, 'ON_SUCCESS', NULL, 'SUCCEEDED', 'TRIGGERED', 'app.flows:notify'),
+  (22, 5, 'ON_FAILURE', NULL, 'CANCELED', 'SKIPPED', 'app.flows:refund'),
+  (23, 5, 'WHEN', NULL, 'CANCELED', 'SKIPPED', 'app.flows:notify_sales'),
+  (24, NULL, NULL, NULL, 'SUCCEEDED', NULL, 'app.flows:charge'),
+  (25, 24, 'ON_SUCCESS', NULL, 'CANCELED', 'ERROR', 'app.flows:ship'),
+  (26, 24, 'WHEN', NULL, 'CANCELED', 'ERROR', 'app.flows:notify_sales');
+
+INSERT INTO fspec
+SELECT s, s - 1, 'THEN', NULL,
+       CASE WHEN s <= 10 THEN 'SUCCEEDED' WHEN s = 11 THEN 'RUNNING' ELSE 'PENDING' END,
+       CASE WHEN s <= 11 THEN 'TRIGGERED' END, 'app.flows:step_' || s
+FROM generate_series(2, 20) AS s;
+
+CREATE TEMP TABLE fgen AS
+SELECT f.*, pg_temp.uuid7(now() - interval '30 minutes' + f.s * interval '1 millisecond') AS job_id
+FROM fspec AS f
+UNION ALL
+SELECT k + 100, NULL, CASE k WHEN 1 THEN 'BATCH_SUCCESS' ELSE 'SUCCESS_RATE' END,
+       CASE k WHEN 2 THEN 0.95 END, 'PENDING', NULL, 'app.flows:report',
+       pg_temp.uuid7(now() - interval '1 hour' + k * interval '1 millisecond')
+FROM generate_series(1, 2) AS k;
+
+ALTER TABLE fgen ADD COLUMN parent_id uuid;
+
+UPDATE fgen SET parent_id = p.job_id FROM fgen AS p WHERE p.s = fgen.parent;
+
+UPDATE fgen SET parent_id = (SELECT batch_id FROM bgen WHERE big) WHERE s > 100;
+
+INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, max_retries, backoff,
+  backoff_base, created_at, first_due_at, terminal_status, terminal_error, attempts, finished_at,
+  depends_on, follow_up)
+SELECT job_id, task, CASE WHEN parent_id IS NULL THEN 'SINGLE' ELSE 'STEP' END, 2,
+       '{"args": [' || s || '], "kwargs": {}}', 3, 'EXPONENTIAL', 10,
+       now() - interval '30 minutes',
+       CASE WHEN status = 'PENDING' THEN '9999-12-31T00:00:00+00'::timestamptz
+            ELSE now() - interval '30 minutes' END,
+       CASE WHEN status IN ('SUCCEEDED', 'CANCELED') THEN status END,
+       CASE WHEN decision = 'ERROR' THEN 'predicate app.flows:is_big raised KeyError: ''n''; '
+            || 'routing failed and every branch of this job was canceled' END,
+       CASE WHEN status = 'SUCCEEDED' THEN 1 ELSE 0 END,
+       CASE WHEN status IN ('SUCCEEDED', 'CANCELED') THEN now() - interval '20 minutes' END,
+       parent_id, true
+FROM fgen;
+
+INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts, max_retries,
+  picked_by, picked_at, version, updated_at)
+SELECT job_id, status,
+       CASE WHEN status = 'PENDING' THEN '9999-12-31T00:00:00+00'::timestamptz ELSE now() END,
+       2, CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END, 3,
+       CASE WHEN status = 'RUNNING' THEN 'node-1' END,
+       CASE WHEN status = 'RUNNING' THEN now() END, 0, now()
+FROM fgen WHERE status IN ('PENDING', 'RUNNING');
+
+INSERT INTO ratchet_workflow_condition (job_id, parent_id, kind, predicate, threshold, decision,
+  error, decided_at)
+SELECT job_id, parent_id, kind, CASE WHEN kind = 'WHEN' THEN 'app.flows:is_big' END, threshold,
+       decision,
+       CASE WHEN decision = 'ERROR' THEN 'predicate app.flows:is_big raised KeyError: ''n''; '
+            || 'routing failed and every branch of this job was canceled' END,
+       CASE WHEN decision IS NOT NULL THEN now() - interval '20 minutes' END
+FROM fgen WHERE parent_id IS NOT NULL;
+"""
+BATCHES = 2_000
+
+
 def build(url: str, n: int) -> None:
     engine = sa.create_engine(url)
     migrate.upgrade(engine)
@@ -94,6 +234,9 @@ def build(url: str, n: int) -> None:
         for statement in FILL.split(";\n"):
             if statement.strip():
                 conn.execute(sa.text(statement), {"n": n})
+        for statement in FLOWS.split(";\n\n"):
+            if statement.strip():
+                conn.execute(sa.text(statement), {"batches": BATCHES})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")
     engine.dispose()
@@ -115,6 +258,7 @@ def pages(url: str) -> list[tuple[str, str]]:
             "SELECT job_id FROM ratchet_job ORDER BY job_id LIMIT 1 "
             "OFFSET (SELECT count(*) / 2 FROM ratchet_job)"
         ).scalar_one()
+        flows = _flow_pages(conn)
     engine.dispose()
     return [
         ("overview", "/ratchet/"),
@@ -153,6 +297,48 @@ def pages(url: str) -> list[tuple[str, str]]:
             "/ratchet/jobs/bulk?action=retry&task=app.tasks:task_3",
         ),
         ("bulk confirmation, cancel PENDING", "/ratchet/jobs/bulk?action=cancel&status=PENDING"),
+        *flows,
+    ]
+
+
+def _flow_pages(conn: sa.Connection) -> list[tuple[str, str]]:
+    """The batch and flow pages to time (none in a database kept from before flows)."""
+
+    def one(sql: str) -> object:
+        return conn.exec_driver_sql(sql).scalar()
+
+    big = one(
+        "SELECT batch_id FROM ratchet_batch WHERE finished_at IS NULL "
+        "ORDER BY batch_id DESC LIMIT 1"
+    )
+    if big is None:
+        return []
+    mid_batch = one("SELECT batch_id FROM ratchet_batch ORDER BY batch_id LIMIT 1 OFFSET 1000")
+    child = one(
+        f"SELECT job_id FROM ratchet_job WHERE batch_id = '{big}' ORDER BY job_id "
+        "LIMIT 1 OFFSET 5000"
+    )
+    step = one("SELECT job_id FROM ratchet_job WHERE task = 'app.flows:step_15'")
+    error = one(
+        "SELECT job_id FROM ratchet_workflow_condition WHERE decision = 'ERROR' "
+        "ORDER BY job_id LIMIT 1"
+    )
+    return [
+        ("batches", "/ratchet/batches"),
+        ("batches, 200 a page", "/ratchet/batches?size=200"),
+        ("batches, page after a cursor", f"/ratchet/batches?cursor=b.{mid_batch}"),
+        ("batches, running", "/ratchet/batches?state=running"),
+        ("batches, finished", "/ratchet/batches?state=finished"),
+        ("batch of 10,000 children", f"/ratchet/batches/{big}"),
+        ("batch, 200 children a page", f"/ratchet/batches/{big}?size=200"),
+        ("batch, children after a cursor", f"/ratchet/batches/{big}?cursor=c.{child}"),
+        ("batch, FAILED children", f"/ratchet/batches/{big}?status=FAILED"),
+        ("batch, RUNNING children", f"/ratchet/batches/{big}?status=RUNNING"),
+        ("batch, CANCELED children (none)", f"/ratchet/batches/{big}?status=CANCELED"),
+        ("job detail, batch parent", f"/ratchet/jobs/{big}"),
+        ("job detail, batch child", f"/ratchet/jobs/{child}"),
+        ("job detail, chain step 15 of 20", f"/ratchet/jobs/{step}"),
+        ("job detail, branch with routing error", f"/ratchet/jobs/{error}"),
     ]
 
 

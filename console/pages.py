@@ -16,8 +16,10 @@ from sqlalchemy.engine import Connection
 
 from flask_ratchet.cron import CronError, next_fire_times
 from flask_ratchet.extension import RatchetState
+from flask_ratchet.flow import NOT_YET
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
-from flask_ratchet.states import Action, JobStatus, allowed
+from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
+from flask_ratchet.store import console_flows as flows
 from flask_ratchet.store import console_queries as queries
 from flask_ratchet.store import console_reports as reports
 
@@ -113,7 +115,8 @@ def jobs_new() -> str:
 
 
 def job_detail(job_id: str) -> str:
-    """One job: facts, arguments, progress, executions, logs, alerts, neighbours, actions."""
+    """One job: facts, arguments, progress, executions, logs, alerts, neighbours, actions, and
+    the batch, chain or workflow it is part of."""
     key = _job_id_or_404(job_id)
     s = state()
     job = s.ratchet.get_job(key)
@@ -121,6 +124,7 @@ def job_detail(job_id: str) -> str:
         abort(404)
     with s.connection() as conn:
         extras = reports.job_extras(conn, key)
+        flow = flows.job_flow(conn, key)
     actions = [
         name
         for name, action in (
@@ -133,7 +137,135 @@ def job_detail(job_id: str) -> str:
     ]
     if job.is_terminal:
         actions.append("delete")
-    return render_template("ratchet/job.html", job=job, extras=extras, actions=actions)
+    return render_template(
+        "ratchet/job.html",
+        job=job,
+        extras=extras,
+        actions=actions,
+        flow=flow,
+        flow_live=_flow_live(flow),
+        flow_limits={
+            "nodes": flows.MAX_NODES,
+            "width": flows.MAX_WIDTH,
+            "depth": flows.MAX_DEPTH,
+            "up": flows.MAX_UP,
+        },
+        # A dependent (or a batch's parent) is due at NOT_YET until what it waits for has ended,
+        # and keeps that date as its first due time if it ends without being released.
+        not_due=job.scheduled_at >= NOT_YET,
+    )
+
+
+def _flow_live(flow: flows.JobFlow | None) -> bool:
+    """Whether anything in a job's flow may still change: its batch runs, or a job is live."""
+    if flow is None:
+        return False
+    if flow.batch is not None and not flow.batch.progress.finished:
+        return True
+    todo = [flow.tree] if flow.tree is not None else []
+    while todo:
+        node = todo.pop()
+        if node.status not in TERMINAL:
+            return True
+        todo += node.children
+    return False
+
+
+def batches() -> str:
+    """Batches, newest first: progress, counts and metrics; live while one shown is running."""
+    wanted = _one_of("state", flows.BATCH_STATES)
+    size = _page_size()
+    cursor = _cursor()
+    s = state()
+    with s.connection() as conn:
+        now = s.store.now(conn)
+        try:
+            page = flows.list_batches(conn, wanted, size, cursor)
+        except ValueError:
+            abort(400, "bad cursor")
+    return render_template(
+        "ratchet/batches.html",
+        page=page,
+        args=_page_args(state=wanted, size=size),
+        cursor=cursor,
+        live=any(not row.progress.finished for row in page.rows),
+        now=now,
+        states=flows.BATCH_STATES,
+        size=size,
+        sizes=filters.PAGE_SIZES,
+        window=flows.BATCH_WINDOW,
+    )
+
+
+def batch_detail(batch_id: str) -> str:
+    """One batch: progress, metrics, follow-ups, and its children (keyset pages, by status)."""
+    key = _job_id_or_404(batch_id)
+    wanted = _one_of("status", tuple(JobStatus.__members__))
+    size = _page_size()
+    cursor = _cursor()
+    s = state()
+    with s.connection() as conn:
+        now = s.store.now(conn)
+        found = flows.batch_row(conn, key)
+        if found is None:
+            abort(404)
+        follow_ups, more_follow_ups = flows.follow_ups(conn, key)
+        try:
+            children = flows.batch_children(
+                conn, key, JobStatus(wanted) if wanted else None, size, cursor
+            )
+        except ValueError:
+            abort(400, "bad cursor")
+    return render_template(
+        "ratchet/batch.html",
+        b=found,
+        follow_ups=follow_ups,
+        more_follow_ups=more_follow_ups,
+        children=children,
+        args=_page_args(status=wanted, size=size),
+        cursor=cursor,
+        live=not found.progress.finished,
+        now=now,
+        statuses=list(JobStatus),
+        size=size,
+        sizes=filters.PAGE_SIZES,
+        window=flows.CHILD_WINDOW,
+    )
+
+
+def _one_of(name: str, choices: tuple[str, ...]) -> str | None:
+    """The query-string value ``name``, one of ``choices`` or absent; 400 otherwise."""
+    value = request.args.get(name, "").strip()
+    if not value:
+        return None
+    if value not in choices:
+        abort(400, f"{name} must be one of {', '.join(choices)}")
+    return value
+
+
+def _page_size() -> int:
+    value = request.args.get("size", "")
+    if not value:
+        return filters.DEFAULT_PAGE_SIZE
+    if not value.isdigit() or int(value) not in filters.PAGE_SIZES:
+        abort(400, f"size must be one of {', '.join(map(str, filters.PAGE_SIZES))}")
+    return int(value)
+
+
+def _cursor() -> str | None:
+    """The cursor as sent (the store checks it belongs to its list), or 400 if far too long."""
+    cursor = request.args.get("cursor") or None
+    if cursor is not None and len(cursor) > 100:
+        abort(400, "bad cursor")
+    return cursor
+
+
+def _page_args(size: int, **values: str | None) -> dict[str, str]:
+    """A page's validated parameters, to rebuild its links: no empty ones, no default size."""
+    args = {k: v for k, v in values.items() if v}
+    if size != filters.DEFAULT_PAGE_SIZE:
+        args["size"] = str(size)
+    return args
 
 
 def dead_letters() -> str:
@@ -211,8 +343,14 @@ def recurring_cancel() -> str:
 
 def list_url(args: dict[str, str], **changes: str | None) -> str:
     """The job list's URL with ``args`` changed (``None`` removes a parameter)."""
+    return page_url("ratchet_console.jobs", args, **changes)
+
+
+def page_url(endpoint: str, args: dict[str, str], **changes: Any) -> str:
+    """The URL of the console page ``endpoint`` with ``args`` changed (``None`` removes a
+    parameter; path parameters such as ``batch_id`` go in ``changes``)."""
     merged: dict[str, Any] = {**args, **changes}
-    return url_for("ratchet_console.jobs", **{k: v for k, v in merged.items() if v})
+    return url_for(endpoint, **{k: v for k, v in merged.items() if v})
 
 
 def _job_id_or_404(text: str) -> uuid.UUID:

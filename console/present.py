@@ -1,4 +1,5 @@
-"""How values look on the page: masked JSON, durations, times, counts, and the throughput chart.
+"""How values look on the page: masked JSON, durations, times, counts, the throughput chart,
+batch bars and flow conditions.
 
 Pure functions, registered as Jinja filters by :mod:`.views`. Nothing here marks text as safe:
 Jinja's autoescape escapes everything these return.
@@ -13,6 +14,8 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from flask_ratchet.job import BatchProgress
+from flask_ratchet.store.console_flows import WaitsOn
 from flask_ratchet.store.console_queries import Count
 from flask_ratchet.store.console_reports import Minute
 
@@ -224,3 +227,93 @@ def in_zone(value: datetime | None, zone: str) -> str:
     except (ValueError, LookupError):
         tz = ZoneInfo("UTC")
     return value.astimezone(tz).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+# -- batches and flows -------------------------------------------------------------------------
+
+#: A share of a batch's bar that is not zero is drawn at least this wide (percent), so one failed
+#: child among ten thousand still shows.
+MIN_SHARE = 0.6
+
+
+@dataclass(frozen=True, slots=True)
+class BatchBar:
+    """A batch's progress bar in percent of its width: succeeded, then failed, then the rest."""
+
+    ok: float
+    failed: float
+    remaining: int
+    label: str
+
+    @property
+    def failed_x(self) -> float:
+        return self.ok
+
+
+def batch_bar(progress: BatchProgress) -> BatchBar:
+    """Lay out ``progress`` as a bar (drawn by the templates as SVG: no style attribute)."""
+    total = progress.total
+    remaining = max(total - progress.ended, 0)
+    label = (
+        f"{progress.succeeded:,} succeeded, {progress.failed:,} failed, "
+        f"{remaining:,} to go, of {total:,}"
+    )
+    if total <= 0:
+        return BatchBar(0.0, 0.0, 0, "no children")
+    failed = _share(progress.failed, total)
+    ok = min(_share(progress.succeeded, total), 100.0 - failed)
+    return BatchBar(ok, failed, remaining, label)
+
+
+def _share(part: int, total: int) -> float:
+    if part <= 0:
+        return 0.0
+    return round(min(100.0, max(MIN_SHARE, 100.0 * part / total)), 2)
+
+
+def wall_time(progress: BatchProgress, now: datetime) -> float | None:
+    """Seconds from a batch's submission to its end, or to ``now`` while it runs."""
+    if progress.created_at is None:
+        return None
+    end = progress.finished_at or now
+    return max(0.0, (end - progress.created_at).total_seconds())
+
+
+def overhead(progress: BatchProgress) -> str:
+    """Wall time less the children's summed run time, with a minus sign (``-3 m 05 s``) when
+    they ran in parallel (the wall time was shorter than running them one after another); an
+    em dash until the batch has ended."""
+    ms = progress.overhead_ms
+    if ms is None:
+        return NONE
+    return f"\N{MINUS SIGN}{duration(-ms / 1000)}" if ms < 0 else duration(ms / 1000)
+
+
+#: What each condition kind means, for a tooltip (see :class:`flask_ratchet.flow.Condition`).
+CONDITION_MEANING = {
+    "THEN": "the next step of a chain: runs once its parent succeeded",
+    "ON_SUCCESS": "a branch: runs if its parent succeeded",
+    "ON_FAILURE": "a branch: runs if its parent failed for good (not if canceled)",
+    "WHEN": "a branch: runs if its parent succeeded and the predicate of its result holds",
+    "BATCH_SUCCESS": "runs once every child of the batch succeeded",
+    "BATCH_FAILURE": "runs once the batch ended with a child failed or canceled",
+    "SUCCESS_RATE": "runs once the batch ended with at least this share of children succeeded",
+    "FAILURE_COUNT": "runs once the batch ended with at least this many children failed",
+}
+
+
+def condition(waits_on: WaitsOn) -> str:
+    """``THEN``, ``WHEN app:is_big(result)``, ``SUCCESS_RATE ≥ 95%``, ``FAILURE_COUNT ≥ 4``."""
+    kind, threshold = waits_on.kind, waits_on.threshold
+    if kind == "WHEN" and waits_on.predicate:
+        return f"WHEN {waits_on.predicate}(result)"
+    if kind == "SUCCESS_RATE" and threshold is not None:
+        return f"SUCCESS_RATE ≥ {threshold * 100:g}%"
+    if kind == "FAILURE_COUNT" and threshold is not None:
+        return f"FAILURE_COUNT ≥ {threshold:g}"
+    return kind
+
+
+def condition_meaning(kind: str) -> str:
+    """A sentence on what a condition kind means ("" for a kind this console does not know)."""
+    return CONDITION_MEANING.get(kind, "")

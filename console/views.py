@@ -44,6 +44,7 @@ def _template_globals() -> dict[str, Any]:
         "htmx_config": HTMX_CONFIG,
         "changed_event": "ratchet-changed",
         "list_url": pages.list_url,
+        "page_url": pages.page_url,
         "terminal_statuses": (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED),
     }
 
@@ -64,6 +65,11 @@ def register(bp: Blueprint) -> None:
         "short_id",
         "audit_filter",
         "in_zone",
+        "batch_bar",
+        "wall_time",
+        "overhead",
+        "condition",
+        "condition_meaning",
     ):
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
 
@@ -75,6 +81,8 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/nodes", "nodes", pages.nodes)
     bp.add_url_rule("/recurring", "recurring", pages.recurring)
     bp.add_url_rule("/recurring/cancel", "confirm_recurring_cancel", pages.recurring_cancel)
+    bp.add_url_rule("/batches", "batches", pages.batches)
+    bp.add_url_rule("/batches/<batch_id>", "batch", pages.batch_detail)
 
     bp.add_url_rule("/jobs/<job_id>/<action>", "act_one", actions.one, methods=["POST"])
     bp.add_url_rule("/jobs/selected", "act_selected", actions.selected, methods=["POST"])

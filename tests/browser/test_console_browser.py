@@ -1,7 +1,8 @@
 """The console in a real browser: headless Chromium against a live server and a real worker.
 
 Opens the overview, filters the job list, opens a failed job, presses Retry and watches the
-status change once the worker has run it; then opens the recurring masters and pauses one. A
+status change once the worker has run it; then opens the recurring masters and pauses one, and
+looks at the batches and at one batch, whose bar fills as the worker runs its children. A
 screenshot of each page is saved under ``tests/browser/screenshots/<database>/`` (ignored by git)
 for review.
 
@@ -159,6 +160,11 @@ def test_operator_retries_a_failed_job_in_the_browser(
             .submit()
             .id
         )
+        # Every child succeeds, so that the failed-job counts above stay as they are.
+        batch = ratchet.enqueue_batch("nightly import")
+        for i in range(6):
+            batch.add(add, i, i)
+        batch_id = batch.on_success(add, 0, 0).on_failure(add, 9, 9).submit().id
     worker = workers.start("--concurrency", "4")
     wait_until(lambda: status_of(app, refused) == JobStatus.FAILED, 60, "the worker to fail a job")
 
@@ -256,4 +262,20 @@ def test_operator_retries_a_failed_job_in_the_browser(
     assert paused is not None and paused.status == RecurringStatus.PAUSED
     assert csp_violations(browser) == []
     shoot(browser, shots, "11-recurring-paused")
+
+    # Batches: the list (it refreshes itself while the batch runs), then the batch's own page.
+    browser.find_element(By.LINK_TEXT, "Batches").click()
+    wait_until(lambda: browser.title == "Batches · Ratchet", 10, "the batches page")
+    row = f'tr[data-batch="{batch_id}"]'
+    wait_until(
+        lambda: "6 succeeded" in text_of(browser, row), 60, "the batch list to show it finished"
+    )
+    assert browser.find_elements(By.CSS_SELECTOR, f"{row} svg.batch-bar rect.ok")
+    shoot(browser, shots, "12-batches")
+    browser.find_element(By.CSS_SELECTOR, f"{row} a.batch-name").click()
+    wait_until(lambda: browser.title == "Batch nightly import · Ratchet", 10, "the batch page")
+    assert text_of(browser, "h1 .pill") == "SUCCEEDED"
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#batch-live .decision-triggered")) == 1
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "13-batch")
     assert worker.poll() is None, workers.output(worker)

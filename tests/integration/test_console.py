@@ -221,6 +221,7 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
     add_alert(failed, "tests.apps:add", "boom")
     nightly = master("nightly")
     ratchet.run_recurring_now(nightly)
+    batch = ratchet.enqueue_batch("nightly-import").add(add, 1, 2).submit().id
     gets = [
         "/ratchet/",
         "/ratchet/jobs",
@@ -238,6 +239,10 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
         "/ratchet/recurring?canceled=1",
         f"/ratchet/recurring/cancel?id={nightly}",
         f"/ratchet/jobs?recurring={nightly}",
+        "/ratchet/batches",
+        "/ratchet/batches?state=running",
+        f"/ratchet/batches/{batch}",
+        f"/ratchet/jobs/{batch}",
     ]
     # Every GET route of the blueprint (but its static files) is in the list above.
     routes = {

@@ -73,6 +73,8 @@ class ClaimedJob:
     depends_on: uuid.UUID | None = None
     #: Whether its end sets off more work (see :mod:`flask_ratchet.store.flow`).
     follow_up: bool = False
+    #: The batch it is a child of.
+    batch_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)

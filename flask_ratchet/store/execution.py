@@ -65,8 +65,9 @@ class Finished:
     traceback: str | None = None
     delay: float = 0.0
     logs: Sequence[LogLine] = field(default_factory=tuple)
-    #: The job's end sets off more work (see :mod:`.flow`).
+    #: The job's end sets off more work (see :mod:`.flow`); a batch child's batch.
     follow_up: bool = False
+    batch_id: uuid.UUID | None = None
 
     @property
     def execution_status(self) -> str | None:

@@ -65,6 +65,9 @@ class Ended:
     run_ms: float | None = None
     wait_ms: float | None = None
     cascade: bool = False  # canceled because an upstream job ended
+    #: The batch of a child, when the caller knows it (a batch child has nothing else to
+    #: follow up: no dependents, no callbacks), which spares looking the job up.
+    batch_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,7 +201,12 @@ class FlowStore(DialectHooks):
         events to send once it commits (:func:`flask_ratchet.events.record`)."""
         frontier = list(ended)
         while frontier:
-            links = self._links(conn, [e.job_id for e in frontier])
+            links = {
+                e.job_id: _Link(JobType.BATCH_CHILD, e.batch_id, None, None)
+                for e in frontier
+                if e.batch_id is not None
+            }
+            links |= self._links(conn, [e.job_id for e in frontier if e.job_id not in links])
             mine = [e for e in frontier if e.job_id in links]
             if not mine:
                 return
@@ -215,6 +223,8 @@ class FlowStore(DialectHooks):
     def _links(self, conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, _Link]:
         """The ended jobs that have follow-ups, with what they are linked to."""
         out: dict[uuid.UUID, _Link] = {}
+        if not ids:
+            return out
         for part in chunks(ids, _CHUNK):
             rows = conn.execute(
                 sa.select(
@@ -395,7 +405,8 @@ class FlowStore(DialectHooks):
     ) -> list[Ended]:
         """Decide the dependents of ``ended``: release those whose condition holds, cancel the
         rest. Return the dependents that were canceled (their own dependents are next)."""
-        by_id = {e.job_id: e for e in ended}
+        # A batch child never has dependents: only the others are looked up.
+        by_id = {e.job_id: e for e in ended if links[e.job_id].job_type != JobType.BATCH_CHILD}
         pending: dict[uuid.UUID, list[Any]] = defaultdict(list)
         for part in chunks(list(by_id), _CHUNK):
             rows = conn.execute(
@@ -407,7 +418,7 @@ class FlowStore(DialectHooks):
             for r in rows:
                 pending[r.parent_id].append(r)
         canceled: list[Ended] = []
-        for parent in ended:
+        for parent in by_id.values():
             parent_id = parent.job_id
             conditions = pending.get(parent_id, [])
             decisions = _route(parent, conditions, evaluate)

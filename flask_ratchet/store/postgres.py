@@ -63,7 +63,7 @@ FROM picked, ratchet_job j
 WHERE q.job_id = picked.job_id AND j.job_id = q.job_id
 RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_retries,
           j.backoff, j.backoff_base, j.timeout, j.resource_name, q.scheduled_time, q.picked_at,
-          j.depends_on, j.follow_up
+          j.depends_on, j.follow_up, j.batch_id
 """
 
 _JOB_COLUMNS = """job_id, task, job_type, priority, payload, params, max_retries, backoff,
@@ -132,6 +132,7 @@ def _claim_sql(boosted: bool) -> sa.TextualSelect:
         scheduled_time=UtcDateTime(),
         picked_at=UtcDateTime(),
         depends_on=sa.Uuid(),
+        batch_id=sa.Uuid(),
     )
 
 
@@ -262,6 +263,7 @@ class PostgresStore(SqlJobStore):
                 picked_at=r.picked_at,
                 depends_on=r.depends_on,
                 follow_up=r.follow_up,
+                batch_id=r.batch_id,
             )
             for r in rows
         ]

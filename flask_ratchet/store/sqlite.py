@@ -109,6 +109,7 @@ class SqliteStore(SqlJobStore):
                 picked_at=now,
                 depends_on=c.depends_on,
                 follow_up=c.follow_up,
+                batch_id=c.batch_id,
             )
             for c in cold
         ]
@@ -170,6 +171,7 @@ _CLAIMED_COLD_ROWS = sa.select(
     job.c.resource_name,
     job.c.depends_on,
     job.c.follow_up,
+    job.c.batch_id,
 ).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))
 _CLAIM_PLAIN = _claim_statement(boosted=False)
 _CLAIM_BOOSTED = _claim_statement(boosted=True)

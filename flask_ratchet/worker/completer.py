@@ -157,6 +157,7 @@ class Completer(threading.Thread):
                 error=i.error,
                 run_ms=i.duration_ms,
                 wait_ms=i.queue_wait_ms,
+                batch_id=i.batch_id,
             )
             for i in batch
             if i.follow_up and i.outcome.terminal and i.job_id in applied

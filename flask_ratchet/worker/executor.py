@@ -442,6 +442,7 @@ class Executor:
             queue_wait_ms=(max(waited, 0.0) + (run.started - run.received)) * 1000,
             logs=run.ctx.take_lines(),
             follow_up=claimed.follow_up,
+            batch_id=claimed.batch_id,
             **fields,
         )
 

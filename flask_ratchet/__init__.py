@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from . import events
+from .batch import BatchBuilder, BatchHandle, StreamingBatchBuilder
+from .breaker import BreakerSettings
+from .chain import FlowBuilder, FlowHandle
 from .context import JobContext
 from .cron import CronError
 from .errors import (
@@ -16,7 +20,7 @@ from .errors import (
     TaskNotAllowed,
 )
 from .extension import Ratchet
-from .job import Job, JobHandle, Page
+from .job import BatchProgress, Job, JobHandle, Page
 from .options import Backoff, Priority
 from .recurring import Misfire, RecurringJob, RecurringStatus
 from .states import JobStatus
@@ -26,10 +30,16 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "Backoff",
+    "BatchBuilder",
+    "BatchHandle",
+    "BatchProgress",
+    "BreakerSettings",
     "ConfigError",
     "CronError",
     "DoNotRetry",
     "DuplicateBusinessKey",
+    "FlowBuilder",
+    "FlowHandle",
     "IllegalTransition",
     "Job",
     "JobBuilder",
@@ -47,6 +57,8 @@ __all__ = [
     "RecurringJob",
     "RecurringJobBuilder",
     "RecurringStatus",
+    "StreamingBatchBuilder",
     "TaskNotAllowed",
     "__version__",
+    "events",
 ]

@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from flask import Flask
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Mapped, mapped_column
 
 from flask_ratchet import DoNotRetry, JobContext, events
@@ -30,10 +31,19 @@ class FlowNote(db.Model):  # type: ignore[name-defined,misc]
 
 
 def note(kind: str, job_id: Any, value: Any = None) -> None:
-    db.session.add(
-        FlowNote(kind=kind, job_id=str(job_id), value=json.dumps(value), pid=os.getpid())
-    )
-    db.session.commit()
+    """Record a note; a SQLite file busy with several workers' writes is retried, not lost."""
+    for attempt in range(10):
+        db.session.add(
+            FlowNote(kind=kind, job_id=str(job_id), value=json.dumps(value), pid=os.getpid())
+        )
+        try:
+            db.session.commit()
+            return
+        except OperationalError:
+            db.session.rollback()
+            if attempt == 9:
+                raise
+            time.sleep(0.1 * (attempt + 1))
 
 
 @ratchet.task

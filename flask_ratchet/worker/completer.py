@@ -51,6 +51,7 @@ class Completer(threading.Thread):
         on_written: Callable[[], None] = lambda: None,
         evaluate: Evaluator = no_predicates,
         on_events: Callable[[list[Event]], None] = lambda _: None,
+        more_coming: Callable[[], bool] = lambda: True,
     ) -> None:
         super().__init__(name="ratchet-completer", daemon=True)
         self._store = store
@@ -61,6 +62,7 @@ class Completer(threading.Thread):
         self._on_written = on_written
         self._evaluate = evaluate
         self._on_events = on_events
+        self._more_coming = more_coming
         self._backlog = 0
         self._count_lock = threading.Lock()
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
@@ -96,7 +98,10 @@ class Completer(threading.Thread):
                     return
                 continue
             batch = [first]
-            deadline = time.monotonic() + self._max_wait
+            # Wait for company only if other jobs are under way: a lone outcome (a quiet
+            # worker, the step of a chain) is written at once.
+            wait = self._max_wait if self._more_coming() else 0.0
+            deadline = time.monotonic() + wait
             while len(batch) < self._max_batch:
                 try:
                     item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))

@@ -178,6 +178,11 @@ class Executor:
         return self.capacity - self._busy
 
     @property
+    def busy(self) -> int:
+        """Jobs taken and not finished (waiting, running, or timed out and not returned)."""
+        return self._busy
+
+    @property
     def utilization(self) -> float:
         """The busy share of threads (0 to 1)."""
         return min(1.0, self._busy / self.concurrency)

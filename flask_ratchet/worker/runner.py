@@ -154,6 +154,8 @@ class Worker:
             on_written=self._freed,
             evaluate=predicate_evaluator(self.app),
             on_events=self.announcer.put,
+            # The job whose outcome is being written may still count as busy: more than one.
+            more_coming=lambda: self.executor.busy > 1,
         )
         self.executor = Executor(
             self.app, self.state, self, self.completer.put, self.concurrency, self._freed

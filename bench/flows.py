@@ -24,8 +24,8 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import db, fresh_pg, make_app, noop, ratchet
-from bench.worker import _seconds, reset, worker
+from bench.enqueue_claim import db, make_app, noop, ratchet
+from bench.worker import _seconds, bench_stores, reset, worker
 
 
 def rss() -> int:
@@ -136,16 +136,7 @@ def main() -> None:
     n = args.children
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        stores = []
-        if args.store in ("postgresql", "both"):
-            stores.append(("PostgreSQL", fresh_pg(args.pg, "ratchet_bench_flows")))
-        if args.store in ("sqlite", "both"):
-            lite = f"sqlite:///{Path(tmp) / 'bench.db'}"
-            app = make_app(lite)
-            with app.app_context():
-                ratchet.state.ensure_schema()
-                db.engine.dispose()
-            stores.append(("SQLite", lite))
+        stores = bench_stores(args.store, args.pg, "ratchet_bench_flows", Path(tmp))
         for label, url in stores:
             rows.append(
                 (

@@ -135,6 +135,22 @@ def pickup(url: str, n: int = 200, spacing: float = 0.02) -> list[float]:
     return latencies
 
 
+def bench_stores(which: str, pg: str, pg_name: str, tmp: Path) -> list[tuple[str, str]]:
+    """The databases a benchmark runs on (``which``: postgresql, sqlite or both), fresh and
+    migrated: (label, URL) pairs."""
+    stores = []
+    if which in ("postgresql", "both"):
+        stores.append(("PostgreSQL", fresh_pg(pg, pg_name)))
+    if which in ("sqlite", "both"):
+        lite = f"sqlite:///{tmp / 'bench.db'}"
+        app = make_app(lite)
+        with app.app_context():
+            ratchet.state.ensure_schema()
+            db.engine.dispose()
+        stores.append(("SQLite", lite))
+    return stores
+
+
 def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(p * len(values)))]
 
@@ -147,16 +163,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        stores = []
-        if args.store in ("postgresql", "both"):
-            stores.append(("PostgreSQL", fresh_pg(args.pg, "ratchet_bench_worker")))
-        if args.store in ("sqlite", "both"):
-            lite = f"sqlite:///{Path(tmp) / 'bench.db'}"
-            app = make_app(lite)
-            with app.app_context():
-                ratchet.state.ensure_schema()
-                db.engine.dispose()
-            stores.append(("SQLite", lite))
+        stores = bench_stores(args.store, args.pg, "ratchet_bench_worker", Path(tmp))
         for label, url in stores:
             for concurrency in (1, 10):
                 rate, wall = drain(url, args.jobs, concurrency)

@@ -29,6 +29,7 @@ from ..job import BatchProgress
 from ..schema import batch, job, job_queue, workflow_condition
 from ..states import LIVE, JobStatus
 from .console_queries import JOBS_WITH_HOT_ROW, const
+from .flow import progress_of
 
 #: The batch list's state filter looks at this many batches (newest first) per page at most:
 #: ``finished_at`` has no index, and batches are few next to jobs.
@@ -307,22 +308,7 @@ def _status(live: str | None, ended: str | None) -> JobStatus:
 
 
 def _batch_row(r: Any) -> BatchRow:
-    return BatchRow(_progress(r), _status(r.live_status, r.terminal_status))
-
-
-def _progress(r: Any) -> BatchProgress:
-    return BatchProgress(
-        batch_id=r.batch_id,
-        name=r.name,
-        total=r.total,
-        succeeded=r.succeeded,
-        failed=r.failed,
-        finished=r.finished_at is not None,
-        child_run_ms=r.child_run_ms,
-        child_wait_ms=r.child_wait_ms,
-        created_at=r.created_at,
-        finished_at=r.finished_at,
-    )
+    return BatchRow(progress_of(r), _status(r.live_status, r.terminal_status))
 
 
 def _child_row(r: Any) -> ChildRow:
@@ -394,7 +380,7 @@ def _node(r: Any) -> FlowNode:
         status=status,
         waiting=r.scheduled_time is not None and r.scheduled_time >= NOT_YET,
         waits_on=waits_on,
-        batch=_progress(r) if r.batch_id is not None else None,
+        batch=progress_of(r) if r.batch_id is not None else None,
     )
 
 

@@ -176,20 +176,7 @@ class FlowStore(DialectHooks):
     def batch_progress(self, conn: Connection, batch_id: uuid.UUID) -> BatchProgress | None:
         """A batch's counts and metrics, or None if there is no such batch."""
         row = conn.execute(sa.select(batch).where(batch.c.batch_id == batch_id)).first()
-        if row is None:
-            return None
-        return BatchProgress(
-            batch_id=row.batch_id,
-            name=row.name,
-            total=row.total,
-            succeeded=row.succeeded,
-            failed=row.failed,
-            finished=row.finished_at is not None,
-            child_run_ms=row.child_run_ms,
-            child_wait_ms=row.child_wait_ms,
-            created_at=row.created_at,
-            finished_at=row.finished_at,
-        )
+        return None if row is None else progress_of(row)
 
     def after_end(
         self,
@@ -476,6 +463,22 @@ class FlowStore(DialectHooks):
         conn.execute(
             sa.update(job).where(job.c.job_id == job_id).values(first_due_at=self.now_sql())
         )
+
+
+def progress_of(row: Any) -> BatchProgress:
+    """A ``ratchet_batch`` row as a :class:`BatchProgress`."""
+    return BatchProgress(
+        batch_id=row.batch_id,
+        name=row.name,
+        total=row.total,
+        succeeded=row.succeeded,
+        failed=row.failed,
+        finished=row.finished_at is not None,
+        child_run_ms=row.child_run_ms,
+        child_wait_ms=row.child_wait_ms,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+    )
 
 
 @dataclass(frozen=True, slots=True)

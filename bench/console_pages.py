@@ -8,10 +8,12 @@ Builds a database ``ratchet_console_bench`` on the server of ``--pg`` (default
 tenth of them, a business key on each, 60,000 executions in the last hour and a dead-letter alert
 per failed job of the last day; and flows: 2,000 batches over the week (1,999 of 5 children,
 ended, and the newest of 10,000 children, running, with two follow-ups waiting), a chain of 20
-steps with three branches half way, and a job whose two branches failed routing; then
-``ANALYZE``. Each page is requested ``--runs`` times through
-``app.test_client()`` (the whole Flask request: auth, queries, template) after one warm-up, and
-the median and the slowest are printed. Nothing is asserted.
+steps with three branches half way, and a job whose two branches failed routing; and resources
+and breakers: a resource on one job in twenty (five resources, four with a limit, permits up to
+each limit among the RUNNING jobs), and on each node 32 circuit breakers, some OPEN or HALF_OPEN,
+with a reset asked for one service; then ``ANALYZE``. Each page is requested ``--runs`` times
+through ``app.test_client()`` (the whole Flask request: auth, queries, template) after one
+warm-up, and the median and the slowest are printed. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -43,11 +45,14 @@ FROM (SELECT g, now() - (:n - g) * (interval '7 days' / :n) AS t
       FROM generate_series(1, :n) AS g) AS s;
 
 INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, params, max_retries, backoff,
-  backoff_base, business_key, created_at, first_due_at, terminal_status, terminal_error,
-  attempts, finished_at)
+  backoff_base, resource_name, business_key, created_at, first_due_at, terminal_status,
+  terminal_error, attempts, finished_at)
 SELECT job_id, 'app.tasks:task_' || (g % 20), 'SINGLE', g % 5,
        '{"args": [' || g || ', "user-' || g || '@example.com"], "kwargs": {}}', NULL, 3,
-       'EXPONENTIAL', 10, 'order-' || g, created_at, created_at,
+       'EXPONENTIAL', 10,
+       CASE WHEN g % 20 = 19 THEN (ARRAY['payment-api', 'geo-api', 'licence-server', 'mailer',
+         'unlimited-export'])[(g / 1000) % 5 + 1] END,
+       'order-' || g, created_at, created_at,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED', 'CANCELED') THEN status END,
        CASE WHEN status = 'FAILED' THEN 'ConnectionError: upstream ' || (g % 7) || ' refused' END,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED') THEN 1 ELSE 0 END,
@@ -225,6 +230,43 @@ FROM fgen WHERE parent_id IS NOT NULL;
 """
 BATCHES = 2_000
 
+#: Resource limits, permits of the RUNNING jobs up to each limit, breakers in every node's info
+#: (the services' states differ per node), and a reset asked for one of them.
+RESOURCES = """
+INSERT INTO ratchet_resource_limit (resource_name, max_concurrent, retry_delay, updated_at)
+VALUES ('payment-api', 8, 2, now()), ('geo-api', 4, 5, now()), ('licence-server', 2, 30, now()),
+       ('mailer', 50, 1, now());
+
+INSERT INTO ratchet_resource_permit (job_id, resource_name, node_id, acquired_at)
+SELECT job_id, resource_name, picked_by, now()
+FROM (SELECT q.job_id, j.resource_name, q.picked_by, l.max_concurrent,
+             row_number() OVER (PARTITION BY j.resource_name ORDER BY q.job_id) AS k
+      FROM ratchet_job_queue AS q
+      JOIN ratchet_job AS j ON j.job_id = q.job_id
+      JOIN ratchet_resource_limit AS l ON l.resource_name = j.resource_name
+      WHERE q.status = 'RUNNING') AS r
+WHERE k <= max_concurrent;
+
+UPDATE ratchet_node SET info = (
+  SELECT json_build_object('breakers', json_object_agg(s.name, json_build_object(
+    'state', CASE WHEN s.name = 'stripe' AND ratchet_node.node_id <> 'node-3' THEN 'OPEN'
+                  WHEN s.name = 'geo' AND ratchet_node.node_id = 'node-2' THEN 'HALF_OPEN'
+                  ELSE 'CLOSED' END,
+    'calls', CASE WHEN s.name IN ('stripe', 'geo') THEN 0 ELSE 20 END,
+    'failures', CASE WHEN s.name IN ('stripe', 'geo') THEN 0 ELSE s.i % 5 END,
+    'failure_rate', CASE WHEN s.name IN ('stripe', 'geo') THEN 0 ELSE (s.i % 5) / 20.0 END,
+    'open_for_left', CASE WHEN s.name = 'stripe' THEN 42.5 ELSE 0 END,
+    'trials_running', CASE WHEN s.name = 'geo' AND ratchet_node.node_id = 'node-2' THEN 1
+                           ELSE 0 END,
+    'trials_succeeded', 0,
+    'times_opened', CASE WHEN s.name IN ('stripe', 'geo') THEN 3 ELSE 0 END)))::text
+  FROM (SELECT i, 'service-' || i AS name FROM generate_series(1, 30) AS i
+        UNION ALL SELECT 31, 'stripe' UNION ALL SELECT 32, 'geo') AS s);
+
+INSERT INTO ratchet_audit (audit_id, at, actor, role, action, scope, target, requested, changed)
+VALUES (gen_random_uuid(), now(), 'bench', 'admin', 'reset-breaker', 'breaker', 'geo', 4, 4);
+"""
+
 
 def build(url: str, n: int) -> None:
     engine = sa.create_engine(url)
@@ -237,6 +279,9 @@ def build(url: str, n: int) -> None:
         for statement in FLOWS.split(";\n\n"):
             if statement.strip():
                 conn.execute(sa.text(statement), {"batches": BATCHES})
+        for statement in RESOURCES.split(";\n\n"):
+            if statement.strip():
+                conn.execute(sa.text(statement))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")
     engine.dispose()
@@ -298,6 +343,10 @@ def pages(url: str) -> list[tuple[str, str]]:
         ),
         ("bulk confirmation, cancel PENDING", "/ratchet/jobs/bulk?action=cancel&status=PENDING"),
         *flows,
+        ("resources", "/ratchet/resources"),
+        ("resource limit page", "/ratchet/resources/limit?name=payment-api"),
+        ("breakers", "/ratchet/breakers"),
+        ("breaker reset confirmation", "/ratchet/breakers/reset?service=stripe"),
     ]
 
 
@@ -346,6 +395,9 @@ def measure(url: str, runs: int) -> None:
     app = Flask(__name__)
     app.config["SQLALCHEMY_DATABASE_URI"] = url
     app.config["RATCHET_CONSOLE_AUTH"] = lambda request: "admin"
+    # The seeded nodes beat once, when the data was built: with this interval they stay live
+    # (three intervals) while the breakers page is timed, however long the build took.
+    app.config["RATCHET_HEARTBEAT_INTERVAL"] = 3600
     SQLAlchemy(app)
     Ratchet(app)
     client = app.test_client()

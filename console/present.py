@@ -1,5 +1,5 @@
 """How values look on the page: masked JSON, durations, times, counts, the throughput chart,
-batch bars and flow conditions.
+batch bars, flow conditions, waiting counts and failure rates.
 
 Pure functions, registered as Jinja filters by :mod:`.views`. Nothing here marks text as safe:
 Jinja's autoescape escapes everything these return.
@@ -18,6 +18,7 @@ from flask_ratchet.job import BatchProgress
 from flask_ratchet.store.console_flows import WaitsOn
 from flask_ratchet.store.console_queries import Count
 from flask_ratchet.store.console_reports import Minute
+from flask_ratchet.store.console_resources import WAITING_CAP, Waiting
 
 MASK = "••••••"
 #: What an absent value shows.
@@ -317,3 +318,24 @@ def condition(waits_on: WaitsOn) -> str:
 def condition_meaning(kind: str) -> str:
     """A sentence on what a condition kind means ("" for a kind this console does not know)."""
     return CONDITION_MEANING.get(kind, "")
+
+
+# -- resources and circuit breakers -------------------------------------------------------------
+
+
+def waiting(value: Waiting) -> str:
+    """``12``; ``12+`` when not every PENDING job was looked at (a lower bound); ``1,000+``
+    past :data:`~flask_ratchet.store.console_resources.WAITING_CAP`."""
+    if value.count > WAITING_CAP:
+        return f"{WAITING_CAP:,}+"
+    return f"{value.count:,}" if value.complete else f"{value.count:,}+"
+
+
+def percent(rate: float) -> str:
+    """``50 %``, ``12.5 %``, ``0 %``: a share from 0 to 1 to three significant digits."""
+    return f"{rate * 100:.3g} %"
+
+
+def seconds(value: float) -> str:
+    """``2 s``, ``0.5 s``, ``90 s``: a setting in seconds, as it would be typed."""
+    return f"{value:g} s"

@@ -1,7 +1,8 @@
 """Wiring: the console's URLs, guards, and what its templates may call.
 
 Pages live in :mod:`.pages` (GET, read only), actions in :mod:`.actions` (POST, admin only),
-and the checks every request passes in :mod:`.security`.
+those of resource limits and circuit breakers in :mod:`.resource_pages` and
+:mod:`.resource_actions`, and the checks every request passes in :mod:`.security`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from werkzeug.exceptions import HTTPException
 
 from flask_ratchet.states import JobStatus
 
-from . import actions, errors, pages, present, security
+from . import actions, errors, pages, present, resource_actions, resource_pages, security
 
 #: Reflected into the page head so htmx never injects a style element (the CSP forbids it) and
 #: never evaluates strings as code. Attributes are not inherited: a form inside a live region
@@ -70,6 +71,9 @@ def register(bp: Blueprint) -> None:
         "overhead",
         "condition",
         "condition_meaning",
+        "waiting",
+        "percent",
+        "seconds",
     ):
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
 
@@ -83,9 +87,19 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/recurring/cancel", "confirm_recurring_cancel", pages.recurring_cancel)
     bp.add_url_rule("/batches", "batches", pages.batches)
     bp.add_url_rule("/batches/<batch_id>", "batch", pages.batch_detail)
+    bp.add_url_rule("/resources", "resources", resource_pages.resources)
+    bp.add_url_rule("/resources/limit", "resource_limit", resource_pages.resource_limit)
+    bp.add_url_rule("/breakers", "breakers", resource_pages.breakers)
+    bp.add_url_rule("/breakers/reset", "confirm_breaker_reset", resource_pages.breaker_reset)
 
     bp.add_url_rule("/jobs/<job_id>/<action>", "act_one", actions.one, methods=["POST"])
     bp.add_url_rule("/jobs/selected", "act_selected", actions.selected, methods=["POST"])
     bp.add_url_rule("/jobs/bulk", "confirm_bulk", actions.confirm_filter, methods=["GET"])
     bp.add_url_rule("/jobs/bulk", "act_bulk", actions.on_filter, methods=["POST"])
     bp.add_url_rule("/recurring/<action>", "act_recurring", actions.recurring_one, methods=["POST"])
+    bp.add_url_rule(
+        "/resources/limit", "act_resource_limit", resource_actions.set_limit, methods=["POST"]
+    )
+    bp.add_url_rule(
+        "/breakers/reset", "act_breaker_reset", resource_actions.reset_breaker, methods=["POST"]
+    )

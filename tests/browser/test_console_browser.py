@@ -2,9 +2,9 @@
 
 Opens the overview, filters the job list, opens a failed job, presses Retry and watches the
 status change once the worker has run it; then opens the recurring masters and pauses one, and
-looks at the batches and at one batch, whose bar fills as the worker runs its children. A
-screenshot of each page is saved under ``tests/browser/screenshots/<database>/`` (ignored by git)
-for review.
+looks at the batches and at one batch, whose bar fills as the worker runs its children, and at
+the resource limits and circuit breakers pages. A screenshot of each page is saved under
+``tests/browser/screenshots/<database>/`` (ignored by git) for review.
 
 Chromium and its driver are Debian's ``chromium`` and ``chromium-driver`` (``make browser-deps``
 installs them). Without them this test fails: it never skips.
@@ -278,4 +278,14 @@ def test_operator_retries_a_failed_job_in_the_browser(
     assert len(browser.find_elements(By.CSS_SELECTOR, "#batch-live .decision-triggered")) == 1
     assert csp_violations(browser) == []
     shoot(browser, shots, "13-batch")
+
+    # Resource limits and circuit breakers: a look at each page.
+    browser.find_element(By.LINK_TEXT, "Resources").click()
+    wait_until(lambda: browser.title == "Resources · Ratchet", 10, "the resources page")
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "14-resources")
+    browser.find_element(By.LINK_TEXT, "Breakers").click()
+    wait_until(lambda: browser.title == "Breakers · Ratchet", 10, "the breakers page")
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "15-breakers")
     assert worker.poll() is None, workers.output(worker)

@@ -243,6 +243,10 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
         "/ratchet/batches?state=running",
         f"/ratchet/batches/{batch}",
         f"/ratchet/jobs/{batch}",
+        "/ratchet/resources",
+        "/ratchet/resources/limit?name=payment-api",
+        "/ratchet/breakers",
+        "/ratchet/breakers/reset?service=stripe",
     ]
     # Every GET route of the blueprint (but its static files) is in the list above.
     routes = {

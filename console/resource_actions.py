@@ -1,0 +1,146 @@
+"""Set a resource's limit, and reset a service's circuit breakers in every worker.
+
+POST only; :mod:`.security` has already checked the role, the CSRF token and the origin. Each
+action writes its change and its audit row in the request's transaction and commits them
+together. A limit goes through the library's own ``ratchet.configure_resource``, so a value it
+refuses is answered with its error and nothing is written. A breaker reset *is* an audit row:
+each worker reads the ``reset-breaker`` rows newer than its start at its next heartbeat and
+resets its own breaker of that service (see ``maintenance/heartbeat.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from flask import abort, g, render_template, request, url_for
+from sqlalchemy.engine import Connection
+from werkzeug.wrappers import Response
+
+from flask_ratchet.resources_facade import ResourceLimit
+from flask_ratchet.store import console_resources as held
+from flask_ratchet.store.cluster import BREAKER_RESET
+from flask_ratchet.store.console_writes import record_audit
+
+from . import filters
+from .htmx import CHANGED_EVENT, fragment, is_htmx
+from .pages import state
+from .resource_pages import live_after
+from .security import actor
+
+#: The audit action of a limit set from the console.
+SET_LIMIT = "set-limit"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitOutcome:
+    """A limit set: what it is now and what it was (``None``: the resource had none)."""
+
+    limit: ResourceLimit
+    before: ResourceLimit | None
+    #: The heading of the page shown without JavaScript.
+    action: str = "set limit"
+
+    @property
+    def changed(self) -> bool:
+        return self.before != self.limit
+
+
+@dataclass(frozen=True, slots=True)
+class ResetOutcome:
+    """A breaker reset: asked of ``workers`` live workers at ``at`` (none: nothing to reset)."""
+
+    service: str
+    workers: int
+    at: datetime
+    interval: float
+    action: str = "reset breaker"
+
+
+def _audit(
+    conn: Connection, at: datetime, action: str, scope: str, target: str, n: int, changed: int
+) -> None:
+    """One ``ratchet_audit`` row for this request's actor and role."""
+    record_audit(
+        conn,
+        at=at,
+        actor=actor(),
+        role=str(g.ratchet_role),
+        action=action,
+        scope=scope,
+        target=target,
+        requested=n,
+        changed=changed,
+    )
+
+
+def _spelled(text: str) -> int | float | str:
+    """Form text as the number it spells, or the text itself: ``configure_resource`` then
+    names exactly what was typed in its error (``got 'abc'``, ``got 2.5``, ``got nan``)."""
+    text = text.strip()
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _answer(template: str, back: str, **context: object) -> Response | str:
+    """A notice for htmx (and the event that refreshes live parts), or a page without JS."""
+    if is_htmx():
+        return fragment(render_template(template, **context), trigger=CHANGED_EVENT)
+    return render_template("ratchet/done.html", notice=template, back=back, **context)
+
+
+def set_limit() -> Response | str:
+    """POST …/resources/limit with ``name``, ``max_concurrent`` and ``retry_delay`` (seconds):
+    create or change a resource's limit through ``ratchet.configure_resource``, and audit it.
+
+    A value it refuses is a 400 whose message is its error (a notice under htmx); nothing is
+    written then, not even an audit row, as for any other malformed request.
+    """
+    name = request.form.get("name", "")
+    # Any: whatever was typed goes to configure_resource, which checks it.
+    wanted_max: Any = _spelled(request.form.get("max_concurrent", ""))
+    wanted_delay: Any = _spelled(request.form.get("retry_delay", ""))
+    s = state()
+    with s.connection() as conn:
+        before = s.store.get_resource_limit(conn, name)
+        try:
+            limit = s.ratchet.configure_resource(name, wanted_max, wanted_delay)
+        except ValueError as exc:
+            abort(400, str(exc))
+        outcome = LimitOutcome(limit, before)
+        _audit(conn, s.store.now(conn), SET_LIMIT, "resource", name, 1, int(outcome.changed))
+    s.db.session.commit()
+    return _answer(
+        "ratchet/_limit_notice.html", url_for("ratchet_console.resources"), outcome=outcome
+    )
+
+
+def reset_breaker() -> Response | str:
+    """POST …/breakers/reset with ``service``: reset its circuit breaker in every worker, by
+    writing the ``reset-breaker`` audit row the workers read at their next heartbeat.
+
+    Refused, with nothing written, when no live worker reports a breaker for the service: the
+    row would be a reset order all the same, for whichever worker made one later.
+    """
+    service = request.form.get("service", "")
+    if not service or len(service) > filters.MAX_TEXT:
+        abort(400, f"service must be a service's name of 1 to {filters.MAX_TEXT} characters")
+    s = state()
+    with s.connection() as conn:
+        now = s.store.now(conn)
+        found = held.service_breakers(conn, now, live_after(s), service)
+        workers = len(found.nodes)
+        if workers:
+            # Requested of and passed on to every live worker that reports the breaker; each
+            # applies it at its next heartbeat, which the page then shows.
+            _audit(conn, now, BREAKER_RESET, "breaker", service, workers, workers)
+    s.db.session.commit()
+    outcome = ResetOutcome(service, workers, now, s.config.heartbeat_interval)
+    return _answer(
+        "ratchet/_breaker_notice.html", url_for("ratchet_console.breakers"), outcome=outcome
+    )

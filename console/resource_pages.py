@@ -1,0 +1,93 @@
+"""The resource limits and circuit breakers pages. GET only, and reads only.
+
+Their changes (a limit, a breaker reset) are POSTed to :mod:`.resource_actions`. Like the other
+pages, each is one template whose live part htmx re-fetches with ``hx-select`` from the same URL.
+"""
+
+from __future__ import annotations
+
+from flask import abort, render_template, request
+
+from flask_ratchet.extension import RatchetState
+from flask_ratchet.options import RESOURCE_MAX_LENGTH
+from flask_ratchet.resources_facade import DEFAULT_RETRY_DELAY
+from flask_ratchet.store import console_resources as held
+
+from . import filters
+from .pages import state
+
+
+def live_after(s: RatchetState) -> float:
+    """Seconds since its last heartbeat within which a node counts as live (as on the
+    overview): three missed heartbeats make it silent."""
+    return 3 * s.config.heartbeat_interval
+
+
+def resources() -> str:
+    """Every resource with a limit, permits out or live jobs naming it: its limit, permits in
+    use and who holds them, and its waiting jobs."""
+    s = state()
+    with s.connection() as conn:
+        now = s.store.now(conn)
+        report = held.resources(conn)
+        live = held.live_node_ids(conn, now, live_after(s))
+    return render_template(
+        "ratchet/resources.html",
+        report=report,
+        live=live,
+        now=now,
+        window=held.WAITING_WINDOW,
+        max_resources=held.MAX_RESOURCES,
+        name_max=RESOURCE_MAX_LENGTH,
+        default_delay=DEFAULT_RETRY_DELAY,
+    )
+
+
+def resource_limit() -> str:
+    """GET …/resources/limit?name=…: one resource and the form that sets its limit (for a name
+    nothing uses yet, the form that gives it one)."""
+    name = request.args.get("name", "")
+    if not name or len(name) > RESOURCE_MAX_LENGTH:
+        abort(404)
+    s = state()
+    with s.connection() as conn:
+        now = s.store.now(conn)
+        row = held.resource(conn, name)
+        live = held.live_node_ids(conn, now, live_after(s))
+    return render_template(
+        "ratchet/resource_limit.html",
+        r=row,
+        live=live,
+        window=held.WAITING_WINDOW,
+        default_delay=DEFAULT_RETRY_DELAY,
+    )
+
+
+def breakers() -> str:
+    """Every service's circuit breaker in each live worker, and its worst state."""
+    s = state()
+    with s.connection() as conn:
+        now = s.store.now(conn)
+        report = held.breakers(conn, now, live_after(s))
+    return render_template(
+        "ratchet/breakers.html",
+        report=report,
+        now=now,
+        interval=s.config.heartbeat_interval,
+        max_services=held.MAX_SERVICES,
+    )
+
+
+def breaker_reset() -> str:
+    """GET …/breakers/reset?service=…: what resetting a service's breakers means, on which
+    workers; asks to confirm."""
+    service = request.args.get("service", "")
+    if not service or len(service) > filters.MAX_TEXT:
+        abort(404)
+    s = state()
+    with s.connection() as conn:
+        now = s.store.now(conn)
+        found = held.service_breakers(conn, now, live_after(s), service)
+    return render_template(
+        "ratchet/breaker_reset.html", svc=found, interval=s.config.heartbeat_interval
+    )

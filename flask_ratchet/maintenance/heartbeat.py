@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from dataclasses import asdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -17,6 +18,8 @@ from ..store.cluster import NodeInfo
 
 log = logging.getLogger("flask_ratchet.worker")
 
+#: How far back each heartbeat looks for breaker resets (longer than any console request).
+RESET_LOOKBACK = timedelta(minutes=5)
 #: A node clock this far from the database's is worth a warning.
 SKEW_WARNING = 1.0
 
@@ -46,7 +49,8 @@ class Heartbeat(threading.Thread):
         self.skew_warned = False
         self.beats = 0
         self._breakers = breakers
-        self._resets_seen: datetime | None = None
+        self._started: datetime | None = None
+        self._applied: dict[uuid.UUID, datetime] = {}  # resets applied, by audit row
 
     def beat(self) -> None:
         """One heartbeat, now."""
@@ -72,9 +76,16 @@ class Heartbeat(threading.Thread):
 
     def _apply_resets(self, conn: Connection, db_now: datetime, breakers: Breakers) -> None:
         # Resets asked for before this process started do not concern it: its breakers are new.
-        since = self._resets_seen or db_now
-        services, self._resets_seen = self._store.breaker_resets(conn, since)
-        for service in services:
+        if self._started is None:
+            self._started = db_now
+        # An audit row carries its transaction's start time and may commit later than rows
+        # stamped after it: look back a while, and apply each row once, by its id.
+        since = max(self._started, db_now - RESET_LOOKBACK)
+        self._applied = {k: at for k, at in self._applied.items() if at >= since}
+        for audit_id, service in self._store.breaker_resets(conn, since):
+            if audit_id in self._applied:
+                continue
+            self._applied[audit_id] = db_now
             if breakers.reset(service):
                 log.info("circuit breaker of %r reset by an operator", service)
 

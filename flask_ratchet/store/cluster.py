@@ -86,16 +86,15 @@ class ClusterStore(DialectHooks):
         ).returning(node.c.last_heartbeat)
         return conn.execute(beat).scalar_one()  # type: ignore[no-any-return]
 
-    def breaker_resets(self, conn: Connection, since: datetime) -> tuple[list[str], datetime]:
-        """Services whose circuit breakers an operator reset after ``since`` (audit rows of the
-        ``reset-breaker`` action), and the time to ask from next."""
+    def breaker_resets(self, conn: Connection, since: datetime) -> list[tuple[uuid.UUID, str]]:
+        """Circuit-breaker resets operators asked for at or after ``since``: (audit row id,
+        service) of each ``reset-breaker`` audit row."""
         rows = conn.execute(
-            sa.select(audit.c.at, audit.c.target)
-            .where(audit.c.action == BREAKER_RESET, audit.c.at > since)
+            sa.select(audit.c.audit_id, audit.c.target)
+            .where(audit.c.action == BREAKER_RESET, audit.c.at >= since)
             .order_by(audit.c.at)
-        ).all()
-        latest = rows[-1].at if rows else since
-        return [r.target for r in rows], latest
+        )
+        return [(r.audit_id, r.target) for r in rows]
 
     def remove_node(self, conn: Connection, node_id: str) -> None:
         """A node that shut down cleanly says so."""

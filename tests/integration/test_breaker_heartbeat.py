@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from flask import Flask
@@ -58,3 +60,43 @@ def test_breakers_are_published_and_an_operator_reset_reaches_the_worker(app: Fl
     breaker.record(success=False)
     beat.beat()  # the same reset is not applied twice
     assert published("stripe")["failures"] == 1
+
+
+def reset(at: datetime, service: str = "stripe") -> None:
+    state = ratchet.state
+    with state.store.begin(state.engine) as conn:
+        record_audit(
+            conn,
+            at=at,
+            actor="ops",
+            role="admin",
+            action=BREAKER_RESET,
+            scope="breaker",
+            target=service,
+            requested=1,
+            changed=1,
+        )
+
+
+def test_a_reset_that_commits_after_a_later_stamped_one_is_still_applied(app: Flask) -> None:
+    """An audit row carries its transaction's start: a reset can commit after another one
+    stamped later than it, and must not be missed."""
+    breakers = Breakers()
+    breaker = breakers.get("stripe", SETTINGS)
+    assert breaker is not None
+    state = ratchet.state
+    info = NodeInfo("n-breakers", "host", 1, "test", 2)
+    beat = Heartbeat(state.store, state.engine, info, 60, threading.Event(), breakers=breakers)
+    beat.beat()
+    with state.store.begin(state.engine) as conn:
+        now = state.store.now(conn)
+    time.sleep(0.5)
+    reset(now + timedelta(seconds=0.3), service="other")  # the later-stamped one commits first
+    beat.beat()
+    for _ in range(4):
+        assert breaker.allow() is None
+        breaker.record(success=False)
+    assert breaker.state == BreakerState.OPEN
+    reset(now + timedelta(seconds=0.1))  # stamped earlier, committed later
+    beat.beat()
+    assert breaker.state == BreakerState.CLOSED

@@ -332,6 +332,8 @@ def test_setting_a_limit_is_validated_audited_and_shown(console: Console) -> Non
     paid = row_of(page, "data-resource", "payment-api")
     assert "0 / 5" in paid and '<td class="nowrap">1 s</td>' in paid
     assert 'data-action="set-limit"' in page.text  # the form for a new resource
+    overview = console.get("/ratchet/").text  # recent actions name the resource
+    assert "resource <a" in overview and "<code>payment-api</code>" in overview
 
 
 # -- circuit breakers --------------------------------------------------------------------------

@@ -49,7 +49,7 @@ class Heartbeat(threading.Thread):
         self.skew_warned = False
         self.beats = 0
         self._breakers = breakers
-        self._started: datetime | None = None
+        self._first_beat: datetime | None = None
         self._applied: dict[uuid.UUID, datetime] = {}  # resets applied, by audit row
 
     def beat(self) -> None:
@@ -76,11 +76,11 @@ class Heartbeat(threading.Thread):
 
     def _apply_resets(self, conn: Connection, db_now: datetime, breakers: Breakers) -> None:
         # Resets asked for before this process started do not concern it: its breakers are new.
-        if self._started is None:
-            self._started = db_now
+        if self._first_beat is None:
+            self._first_beat = db_now
         # An audit row carries its transaction's start time and may commit later than rows
         # stamped after it: look back a while, and apply each row once, by its id.
-        since = max(self._started, db_now - RESET_LOOKBACK)
+        since = max(self._first_beat, db_now - RESET_LOOKBACK)
         self._applied = {k: at for k, at in self._applied.items() if at >= since}
         for audit_id, service in self._store.breaker_resets(conn, since):
             if audit_id in self._applied:

@@ -22,6 +22,7 @@ from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
 from flask_ratchet.store import console_flows as flows
 from flask_ratchet.store import console_queries as queries
 from flask_ratchet.store import console_reports as reports
+from flask_ratchet.store.console_history import job_history
 
 from . import filters
 from .present import chart
@@ -125,6 +126,7 @@ def job_detail(job_id: str) -> str:
     with s.connection() as conn:
         extras = reports.job_extras(conn, key)
         flow = flows.job_flow(conn, key)
+        history = job_history(conn, job, extras.executions)
     actions = [
         name
         for name, action in (
@@ -141,6 +143,7 @@ def job_detail(job_id: str) -> str:
         "ratchet/job.html",
         job=job,
         extras=extras,
+        history=history,
         actions=actions,
         flow=flow,
         flow_live=_flow_live(flow),

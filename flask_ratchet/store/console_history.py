@@ -1,0 +1,128 @@
+"""A job's status history for the console, put together from what is already recorded.
+
+Nothing is written for it: the hot path stays as it is. The history is the job's submission,
+each attempt's start and end (``ratchet_execution``), the operators' actions on it
+(``ratchet_audit``: on the job alone, on selected jobs, or on a filter that changed it), the
+decision that released or skipped it (``ratchet_workflow_condition``), and how it ended. Changes
+made through the API outside the console (``ratchet.pause_job`` in an app, say) show only by
+their effects.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..flow import NOT_YET, Decision
+from ..job import Job
+from ..schema import audit, workflow_condition
+
+#: Operators' actions read per job page, oldest first from the job's creation.
+AUDIT_LIMIT = 200
+_SAME_MOMENT = timedelta(seconds=5)
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One step of a job's life: when, the status it led to (if one), and what happened."""
+
+    at: datetime
+    status: str | None
+    what: str
+    detail: str | None = None
+
+
+def job_history(conn: Connection, found: Job, executions: list[Any]) -> list[HistoryEntry]:
+    """``found``'s history, oldest first (``executions`` as the job page already read them)."""
+    out = [HistoryEntry(found.created_at, "PENDING", "submitted")]
+    if found.scheduled_at == NOT_YET:
+        out.append(HistoryEntry(found.created_at, None, "waiting for the job it depends on"))
+    elif found.scheduled_at > found.created_at and not found.is_terminal:
+        out.append(
+            HistoryEntry(found.created_at, None, f"due at {found.scheduled_at:%Y-%m-%d %H:%M:%S}")
+        )
+    out += _decision(conn, found.id)
+    for e in executions:
+        out.append(HistoryEntry(e.started_at, "RUNNING", f"attempt {e.attempt} started", e.node_id))
+        if e.finished_at is not None:
+            out.append(
+                HistoryEntry(
+                    e.finished_at, e.status, f"attempt {e.attempt} {e.status.lower()}", e.error
+                )
+            )
+    actions = _operator_actions(conn, found)
+    out += actions
+    if found.is_terminal and found.finished_at is not None:
+        end = HistoryEntry(found.finished_at, str(found.status), f"ended {found.status}")
+        # An operator's cancel is the end itself (its audit row may be stamped a moment later).
+        if not any(a.status == end.status and abs(a.at - end.at) < _SAME_MOMENT for a in actions):
+            out.append(end)
+    # Stable: entries of the same instant keep the order they were added in.
+    return sorted(out, key=lambda entry: entry.at)
+
+
+def _decision(conn: Connection, job_id: uuid.UUID) -> list[HistoryEntry]:
+    row = conn.execute(
+        sa.select(workflow_condition).where(workflow_condition.c.job_id == job_id)
+    ).first()
+    if row is None or row.decided_at is None:
+        return []
+    what = {
+        Decision.TRIGGERED: f"released: {row.kind} held",
+        Decision.SKIPPED: f"skipped: {row.kind} did not hold",
+        Decision.ERROR: "skipped: routing failed",
+    }.get(row.decision, str(row.decision))
+    return [HistoryEntry(row.decided_at, None, what, row.error)]
+
+
+def _operator_actions(conn: Connection, found: Job) -> list[HistoryEntry]:
+    text = str(found.id)
+    rows = conn.execute(
+        sa.select(audit)
+        .where(
+            audit.c.at >= found.created_at,
+            audit.c.action.in_(("retry", "cancel", "pause", "resume")),
+            sa.or_(
+                sa.and_(audit.c.scope == "job", audit.c.target == text),
+                # Selected jobs and filters list the ids as JSON text: a cheap pre-filter,
+                # confirmed below.
+                sa.and_(audit.c.scope.in_(("selected", "filter")), audit.c.target.contains(text)),
+            ),
+        )
+        .order_by(audit.c.at)
+        .limit(AUDIT_LIMIT)
+    )
+    out = []
+    for row in rows:
+        if row.scope == "job":
+            done = row.changed > 0
+            what = f"{row.action} by {row.actor}" + ("" if done else " (refused)")
+        elif text in _ids(row.scope, row.target):
+            # A filter action lists the jobs it changed; a selection, the jobs it was asked for.
+            done = row.scope == "filter"
+            what = f"{row.action} by {row.actor}, " + (
+                "on a filter" if done else f"{row.changed} of {row.requested} selected jobs"
+            )
+        else:
+            continue
+        out.append(HistoryEntry(row.at, _AFTER.get(row.action) if done else None, what))
+    return out
+
+
+#: The status an operator's action leads to (resume: the one the job was paused from).
+_AFTER = {"retry": "PENDING", "cancel": "CANCELED", "pause": "PAUSED"}
+
+
+def _ids(scope: str, target: str) -> list[str]:
+    try:
+        data = json.loads(target)
+    except ValueError:
+        return []
+    ids = data.get("changed", []) if scope == "filter" and isinstance(data, dict) else data
+    return [str(i) for i in ids] if isinstance(ids, list) else []

@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from blinker import NamedSignal
 from flask import Flask
 
 from . import events
@@ -40,11 +41,21 @@ def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> No
             elif event.kind == events.CALLBACK:
                 _call_back(app, event.data)
             else:
-                signal = events.SIGNALS[event.kind]
-                if signal.receivers:
-                    signal.send(app, **event.data)
+                _send(app, events.SIGNALS[event.kind], event.data)
         except Exception:
-            log.exception("a receiver of %s raised; the job's outcome is unchanged", event.kind)
+            log.exception("a callback for %s raised; the job's outcome is unchanged", event.kind)
+
+
+def _send(app: Flask, signal: NamedSignal, data: dict[str, Any]) -> None:
+    """Send to each receiver on its own: one that raises does not keep the others from hearing
+    (``signal.send`` stops at the first exception)."""
+    if not signal.receivers:
+        return
+    for receiver in signal.receivers_for(app):
+        try:
+            receiver(app, **data)
+        except Exception:
+            log.exception("a receiver of %s raised; the job's outcome is unchanged", signal.name)
 
 
 def _call_back(app: Flask, data: dict[str, Any]) -> None:

@@ -25,6 +25,8 @@ from datetime import timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Self
 
+from sqlalchemy.exc import DBAPIError
+
 from . import payload
 from .flow import NOT_YET, Condition, JobType
 from .ids import uuid7
@@ -271,7 +273,7 @@ class StreamingBatchBuilder(BatchBuilder):
         follow_ups, links = self._follow_up_jobs(parent.job_id)
         items = iter(self._items)
 
-        def write(conn: Connection) -> int:
+        def stream(conn: Connection) -> int:
             store.insert_jobs(conn, [parent, *follow_ups])
             store.insert_batch(conn, NewBatch(parent.job_id, self._name, 0, self._progress_task))
             store.insert_links(conn, links)
@@ -303,6 +305,17 @@ class StreamingBatchBuilder(BatchBuilder):
             if not total:
                 _settle_empty(conn, state, parent.job_id, self._name)
             return total
+
+        def write(conn: Connection) -> int:
+            try:
+                return stream(conn)
+            except DBAPIError:
+                raise  # the database's own error: the caller's transaction cannot commit anyway
+            except BaseException:
+                # Joined to a caller's transaction, a rollback is the caller's to make (or not):
+                # take back everything this call wrote.
+                store.discard_batch(conn, parent.job_id, [f.job_id for f in follow_ups])
+                raise
 
         total = state.write_jobs(write, wake=lambda _: True)
         return BatchHandle(parent.job_id, total, state)

@@ -144,3 +144,10 @@ def slow_item(i: int, fail_every: int) -> int:
         raise DoNotRetry(f"item {i} refused")
     note("item", JobContext.current().job_id, i)
     return i
+
+
+@ratchet.task
+def is_big_and_noted(result: Any) -> bool:
+    """A predicate that writes: it must not run inside the worker's write transaction."""
+    note("predicate", "-", result)
+    return bool(result["n"] > 10)

@@ -38,18 +38,19 @@ from ..flow import (
     predicate_error,
 )
 from ..job import BatchProgress
-from ..schema import batch, business_key, job, job_queue, workflow_condition
+from ..schema import batch, business_key, job, job_queue, job_tag, workflow_condition
 from ..states import Action, JobStatus, sources, target
 from .base import chunks
 from .dialect import DialectHooks
 
 log = logging.getLogger("flask_ratchet")
 
-#: ``evaluate(predicate task name, parent's result) -> bool``; may raise.
-Evaluator = Callable[[str, Any], bool]
+#: ``evaluate(parent job id, predicate task name, parent's result) -> bool``; may raise. The
+#: worker evaluates predicates before its write transaction and looks the values up here.
+Evaluator = Callable[[uuid.UUID, str, Any], bool]
 
 
-def no_predicates(name: str, result: Any) -> bool:
+def no_predicates(parent_id: uuid.UUID, name: str, result: Any) -> bool:
     """The evaluator outside a worker: predicates only run where the parent succeeded."""
     raise RuntimeError(f"predicate {name} can only be evaluated by a worker")
 
@@ -169,6 +170,22 @@ class FlowStore(DialectHooks):
             )
         )
 
+    def discard_batch(
+        self, conn: Connection, batch_id: uuid.UUID, others: Sequence[uuid.UUID]
+    ) -> None:
+        """Delete a batch this transaction was writing, with its children and ``others`` (its
+        parent's follow-ups): a streamed batch whose source failed inside a caller's
+        transaction must leave nothing in it."""
+        children = sa.select(job.c.job_id).where(job.c.batch_id == batch_id).scalar_subquery()
+        ids = [batch_id, *others]
+        for table in (business_key, job_tag, job_queue):
+            conn.execute(sa.delete(table).where(table.c.job_id.in_(children)))
+            conn.execute(sa.delete(table).where(table.c.job_id.in_(ids)))
+        conn.execute(sa.delete(workflow_condition).where(workflow_condition.c.job_id.in_(ids)))
+        conn.execute(sa.delete(batch).where(batch.c.batch_id == batch_id))
+        conn.execute(sa.delete(job).where(job.c.batch_id == batch_id))
+        conn.execute(sa.delete(job).where(job.c.job_id.in_(ids)))
+
     def set_batch_total(self, conn: Connection, batch_id: uuid.UUID, total: int) -> None:
         """Set the child count of a batch whose children were streamed in."""
         conn.execute(sa.update(batch).where(batch.c.batch_id == batch_id).values(total=total))
@@ -177,6 +194,70 @@ class FlowStore(DialectHooks):
         """A batch's counts and metrics, or None if there is no such batch."""
         row = conn.execute(sa.select(batch).where(batch.c.batch_id == batch_id)).first()
         return None if row is None else progress_of(row)
+
+    # -- lock order and batch counts outside the completer ---------------------------------------
+
+    def pending_predicates(
+        self, conn: Connection, parent_ids: Sequence[uuid.UUID]
+    ) -> list[tuple[uuid.UUID, str]]:
+        """(parent id, predicate) of the undecided WHEN branches of these jobs."""
+        rows = conn.execute(
+            sa.select(workflow_condition.c.parent_id, workflow_condition.c.predicate)
+            .where(
+                workflow_condition.c.parent_id.in_(list(parent_ids)),
+                workflow_condition.c.kind == Condition.WHEN,
+                workflow_condition.c.decision.is_(None),
+            )
+            .distinct()
+        )
+        return [(r.parent_id, r.predicate) for r in rows]
+
+    def lock_batches(self, conn: Connection, batch_ids: Sequence[uuid.UUID]) -> None:
+        """Lock batch rows, in id order, before any job row: every writer that may count into
+        or settle a batch takes its locks in this order, so none waits for another in a cycle
+        (PostgreSQL; SQLite's writers are serialised anyway)."""
+        if batch_ids:
+            conn.execute(
+                sa.select(batch.c.batch_id)
+                .where(batch.c.batch_id.in_(sorted(set(batch_ids))))
+                .order_by(batch.c.batch_id)
+                .with_for_update()
+            ).all()
+
+    def lock_batches_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
+        """:meth:`lock_batches` for the batches these jobs are children or parents of."""
+        mine = conn.execute(
+            sa.select(sa.func.coalesce(job.c.batch_id, job.c.job_id)).where(
+                job.c.job_id.in_(list(job_ids)),
+                sa.or_(job.c.batch_id.is_not(None), job.c.job_type == JobType.BATCH),
+            )
+        ).scalars()
+        self.lock_batches(conn, list(mine))
+
+    def uncount_child(self, conn: Connection, job_id: uuid.UUID) -> None:
+        """A FAILED child is live again (retried, or paused): its failure no longer counts in
+        its batch, while the batch is unsettled (a settled batch keeps its counts)."""
+        parent = conn.execute(sa.select(job.c.batch_id).where(job.c.job_id == job_id)).scalar()
+        if parent is not None:
+            conn.execute(
+                sa.update(batch)
+                .where(batch.c.batch_id == parent, batch.c.finished_at.is_(None))
+                .values(failed=batch.c.failed - 1)
+            )
+
+    def recount_child(self, conn: Connection, job_id: uuid.UUID, status: JobStatus) -> None:
+        """A paused FAILED child resumed to FAILED: it counts in its batch again (and may be
+        the batch's last)."""
+        parent = conn.execute(sa.select(job.c.batch_id).where(job.c.job_id == job_id)).scalar()
+        if parent is None:
+            return
+        out: list[Event] = []
+        child = Ended(job_id, status, batch_id=parent)
+        link = {job_id: _Link(JobType.BATCH_CHILD, parent, None, None)}
+        settled = self._count_children(conn, [child], link, out)
+        events.record(conn, out)
+        if settled:
+            self.after_end(conn, settled)
 
     def after_end(
         self,
@@ -199,7 +280,7 @@ class FlowStore(DialectHooks):
                 return
             out: list[Event] = []
             later = self._count_children(conn, mine, links, out)
-            later += self._cascade_batches(conn, mine, links)
+            later += self._cascade_batches(conn, mine, links, out)
             later += self._decide(conn, mine, links, evaluate, out)
             _callbacks(mine, links, out)
             events.record(conn, out)
@@ -360,10 +441,14 @@ class FlowStore(DialectHooks):
         return settled
 
     def _cascade_batches(
-        self, conn: Connection, ended: list[Ended], links: dict[uuid.UUID, _Link]
+        self,
+        conn: Connection,
+        ended: list[Ended],
+        links: dict[uuid.UUID, _Link],
+        out: list[Event],
     ) -> list[Ended]:
         """A batch parent that was canceled cancels its children that have not ended."""
-        out: list[Ended] = []
+        canceled: list[Ended] = []
         for e in ended:
             if links[e.job_id].job_type != JobType.BATCH or e.status != JobStatus.CANCELED:
                 continue
@@ -377,8 +462,9 @@ class FlowStore(DialectHooks):
             for child in list(live):
                 status = self.end_live(conn, child, Action.CANCEL)
                 if status is not None:
-                    out.append(Ended(child, status, cascade=True))
-        return out
+                    canceled.append(Ended(child, status, cascade=True, batch_id=e.job_id))
+                    out.append(Event(events.job_canceled.name, {"job_id": child, "cascade": True}))
+        return canceled
 
     # -- dependents ----------------------------------------------------------------------------
 
@@ -397,23 +483,23 @@ class FlowStore(DialectHooks):
         pending: dict[uuid.UUID, list[Any]] = defaultdict(list)
         for part in chunks(list(by_id), _CHUNK):
             rows = conn.execute(
-                sa.select(workflow_condition).where(
-                    workflow_condition.c.parent_id.in_(list(part)),
-                    workflow_condition.c.decision.is_(None),
-                )
+                sa.select(workflow_condition).where(workflow_condition.c.parent_id.in_(list(part)))
             )
             for r in rows:
                 pending[r.parent_id].append(r)
         canceled: list[Ended] = []
         for parent in by_id.values():
             parent_id = parent.job_id
-            conditions = pending.get(parent_id, [])
+            every = pending.get(parent_id, [])
+            # Decided ones were decided when the job first ended (it was retried since).
+            conditions = [c for c in every if c.decision is None]
             decisions = _route(parent, conditions, evaluate)
             for cond, (decision, error) in zip(conditions, decisions, strict=True):
                 if not self._claim_decision(conn, cond.job_id, decision, error):
                     continue  # decided by another transaction
                 if decision == Decision.TRIGGERED:
-                    self._release(conn, cond.job_id)
+                    if not self._release(conn, cond.job_id):
+                        continue  # canceled by hand meanwhile: nothing to announce
                     out.append(
                         Event(
                             events.branch_triggered.name,
@@ -429,7 +515,7 @@ class FlowStore(DialectHooks):
                 status = self.end_live(conn, cond.job_id, Action.CANCEL, error=error)
                 if status is not None:
                     canceled.append(Ended(cond.job_id, status, error=error, cascade=True))
-            _chain_events(parent, links[parent_id], conditions, out)
+            _chain_events(parent, links[parent_id], every, out)
         for e in canceled:
             out.append(Event(events.job_canceled.name, {"job_id": e.job_id, "cascade": True}))
         return canceled
@@ -444,10 +530,10 @@ class FlowStore(DialectHooks):
         )
         return bool(done.rowcount == 1)
 
-    def _release(self, conn: Connection, job_id: uuid.UUID) -> None:
+    def _release(self, conn: Connection, job_id: uuid.UUID) -> bool:
         """Make a waiting dependent due now (also when an operator paused it meanwhile: it
         keeps its status and is due once resumed)."""
-        conn.execute(
+        released = conn.execute(
             sa.update(job_queue)
             .where(
                 job_queue.c.job_id == job_id,
@@ -460,9 +546,12 @@ class FlowStore(DialectHooks):
                 updated_at=self.now_sql(),
             )
         )
+        if released.rowcount != 1:
+            return False
         conn.execute(
             sa.update(job).where(job.c.job_id == job_id).values(first_due_at=self.now_sql())
         )
+        return True
 
 
 def progress_of(row: Any) -> BatchProgress:
@@ -501,7 +590,7 @@ def _route(
         result = decoded(parent.result)
         for cond in branches:
             try:
-                values[cond.job_id] = bool(evaluate(cond.predicate, result))
+                values[cond.job_id] = bool(evaluate(parent.job_id, cond.predicate, result))
             except Exception as exc:
                 error = predicate_error(cond.predicate, exc)
                 log.error("job %s: %s", parent.job_id, error)

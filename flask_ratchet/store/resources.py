@@ -115,19 +115,15 @@ class ResourceStore(DialectHooks):
         ).first()
         if limit is None:
             return Acquisition(Permit.UNLIMITED)
-        # This job's own permit does not count: it can only be left over from an earlier
-        # attempt whose release failed (the job runs once at a time), and is taken over below.
-        others = int(
-            conn.execute(
-                sa.select(sa.func.count())
-                .select_from(resource_permit)
-                .where(
-                    resource_permit.c.resource_name == resource,
-                    resource_permit.c.job_id != job_id,
-                )
-            ).scalar_one()
-        )
-        if others >= limit.max_concurrent:
+        # Every permit counts, this job's own too: one left by an earlier attempt means that
+        # attempt's thread may still be inside the resource (it timed out, or was canceled,
+        # while blocked), and the new attempt waits until it gives the permit back.
+        held = conn.execute(
+            sa.select(resource_permit.c.job_id).where(resource_permit.c.resource_name == resource)
+        ).scalars()
+        holders = set(held)
+        others = len(holders)
+        if others >= limit.max_concurrent or job_id in holders:
             return Acquisition(Permit.FULL, retry_delay=limit.retry_delay, in_use=others)
         # Guarded like every other write: only while the job is RUNNING on this node.
         running = sa.exists().where(
@@ -145,14 +141,9 @@ class ResourceStore(DialectHooks):
             ).where(running),
         )
         taken = conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["job_id"],
-                set_={
-                    "resource_name": stmt.excluded.resource_name,
-                    "node_id": stmt.excluded.node_id,
-                    "acquired_at": stmt.excluded.acquired_at,
-                },
-            ).returning(resource_permit.c.job_id)
+            stmt.on_conflict_do_nothing(index_elements=["job_id"]).returning(
+                resource_permit.c.job_id
+            )
         ).first()
         if taken is None:
             return Acquisition(Permit.GONE, in_use=others)
@@ -170,22 +161,18 @@ class ResourceStore(DialectHooks):
 
 def release_stale_permits(store: DialectHooks, conn: Connection, grace: float) -> int:
     """Orphan recovery: delete permits taken over ``grace`` seconds ago whose node is not alive
-    (no heartbeat for ``grace``, or no node row) or whose job is no longer RUNNING on that node
-    (its worker could not release it). Returns how many were deleted.
+    (no heartbeat for ``grace``, or no node row). Returns how many were deleted.
 
-    The age test spares a permit taken a moment ago, as orphan recovery spares a job claimed a
-    moment ago.
+    A live node's permits are its own to give back, even for a job that is no longer RUNNING
+    there: its thread may still be inside the resource (a timeout or cancel while it was
+    blocked). The age test spares a permit taken a moment ago, as orphan recovery spares a job
+    claimed a moment ago.
     """
     alive = sa.select(node.c.node_id).where(node.c.last_heartbeat >= store.ago_sql(grace))
-    still_running = sa.exists().where(
-        job_queue.c.job_id == resource_permit.c.job_id,
-        job_queue.c.status == JobStatus.RUNNING,
-        job_queue.c.picked_by == resource_permit.c.node_id,
-    )
     result = conn.execute(
         sa.delete(resource_permit).where(
             resource_permit.c.acquired_at < store.ago_sql(grace),
-            sa.or_(resource_permit.c.node_id.not_in(alive), sa.not_(still_running)),
+            resource_permit.c.node_id.not_in(alive),
         )
     )
     return int(result.rowcount)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+from blinker import NamedSignal
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
@@ -198,6 +199,8 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
     # -- status changes ------------------------------------------------------------------------
 
     def cancel(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        # The batch row before any job row, as the completer does: one lock order, no deadlock.
+        self.lock_batches_of(conn, [job_id])
         gone = conn.execute(
             sa.delete(job_queue)
             .where(job_queue.c.job_id == job_id, job_queue.c.status.in_(sources(Action.CANCEL)))
@@ -258,14 +261,14 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                 updated_at=self.now_sql(),
             )
         )
-        if paused.rowcount == 1 or self._recreate_hot_row(
-            # A terminal FAILED job has no hot row: pausing it puts one back, guarded by the
-            # cold row.
-            conn,
-            job_id,
-            sorted(allowed & TERMINAL),
-            JobStatus.PAUSED,
-        ):
+        # A terminal FAILED job has no hot row: pausing it puts one back, guarded by the cold
+        # row (and its failure no longer counts in its batch, if it is a child).
+        revived = paused.rowcount != 1 and self._recreate_hot_row(
+            conn, job_id, sorted(allowed & TERMINAL), JobStatus.PAUSED
+        )
+        if revived:
+            self.uncount_child(conn, job_id)
+        if paused.rowcount == 1 or revived:
             events.record(conn, [events.Event(events.job_paused.name, {"job_id": job_id})])
             return True
         current = conn.execute(
@@ -296,6 +299,8 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                 stmt = sa.delete(job_queue).where(*guard)
             if conn.execute(stmt).rowcount == 1:
                 events.record(conn, [events.Event(events.job_resumed.name, {"job_id": job_id})])
+                if back_to not in LIVE:  # FAILED again: it counts in its batch again
+                    self.recount_child(conn, job_id, back_to)
                 return True
         return False
 
@@ -323,6 +328,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                 terminal_status=None, terminal_error=None, result=None, finished_at=None, attempts=0
             )
         )
+        self.uncount_child(conn, job_id)  # its failure no longer counts in its batch
         return True
 
     def _recreate_hot_row(
@@ -390,7 +396,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         Call only after the guarded delete of the hot row succeeded: that delete is the swap.
         """
         assert status in TERMINAL
-        conn.execute(
+        task = conn.execute(
             sa.update(job)
             .where(job.c.job_id == job_id)
             .values(
@@ -400,14 +406,17 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                 attempts=attempts,
                 finished_at=self.now_sql(),
             )
-        )
+            .returning(job.c.task)
+        ).scalar()
         conn.execute(sa.delete(business_key).where(business_key.c.job_id == job_id))
-        announce = {
-            JobStatus.SUCCEEDED: events.job_completed,
-            JobStatus.FAILED: events.job_dead_lettered,
-            JobStatus.CANCELED: events.job_canceled,
-        }[status]
-        events.record(conn, [events.Event(announce.name, {"job_id": job_id, "error": error})])
+        about: dict[str, Any] = {"job_id": job_id, "task": task}
+        announced: dict[JobStatus, tuple[NamedSignal, dict[str, Any]]] = {
+            JobStatus.SUCCEEDED: (events.job_completed, {"result": result}),
+            JobStatus.FAILED: (events.job_dead_lettered, {"error": error}),
+            JobStatus.CANCELED: (events.job_canceled, {"cascade": False}),
+        }
+        signal, data = announced[status]
+        events.record(conn, [events.Event(signal.name, about | data)])
         self.after_end(conn, [Ended(job_id, status, result=result, error=error)])
 
     def mark_superseded(self, conn: Connection, job_id: uuid.UUID, by: uuid.UUID) -> None:

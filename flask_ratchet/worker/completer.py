@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import (
@@ -28,6 +29,7 @@ from sqlalchemy.exc import (
 
 from .. import events
 from ..events import Event
+from ..flow import decoded
 from ..retry import first_line
 from ..states import JobStatus
 from ..store import SqlJobStore
@@ -49,7 +51,7 @@ class Completer(threading.Thread):
         max_batch: int = 200,
         max_wait: float = 0.005,
         on_written: Callable[[], None] = lambda: None,
-        evaluate: Evaluator = no_predicates,
+        predicate: Callable[[str, Any], bool] | None = None,
         on_events: Callable[[list[Event]], None] = lambda _: None,
         more_coming: Callable[[], bool] = lambda: True,
     ) -> None:
@@ -60,7 +62,7 @@ class Completer(threading.Thread):
         self._max_batch = max_batch
         self._max_wait = max_wait
         self._on_written = on_written
-        self._evaluate = evaluate
+        self._predicate = predicate
         self._on_events = on_events
         self._more_coming = more_coming
         self._backlog = 0
@@ -125,8 +127,10 @@ class Completer(threading.Thread):
         delay = 0.05
         while True:
             try:
+                # User code (WHEN predicates) runs before the transaction, never inside it.
+                evaluate = self._evaluate(batch)
                 with self._store.begin(self._engine) as conn:
-                    applied, recorded = self._complete(conn, batch)
+                    applied, recorded = self._complete(conn, batch, evaluate)
                 break
             except SQLAlchemyError as exc:
                 if _refused(exc):
@@ -148,11 +152,43 @@ class Completer(threading.Thread):
         self._count(batch, applied)
         self._announce(batch, applied, recorded)
 
+    def _evaluate(self, batch: list[Finished]) -> Evaluator:
+        """Evaluate the WHEN predicates of the batch's succeeded jobs now, outside any
+        transaction; return the evaluator that looks the values up (a predicate that raised
+        raises again there, failing that job's routing)."""
+        results = {
+            i.job_id: i.result
+            for i in batch
+            if i.follow_up and i.outcome == Outcome.SUCCEEDED and i.batch_id is None
+        }
+        if not results or self._predicate is None:
+            return no_predicates
+        with self._engine.connect() as conn:
+            pending = self._store.pending_predicates(conn, list(results))
+        values: dict[tuple[uuid.UUID, str], bool | Exception] = {}
+        for parent_id, name in pending:
+            try:
+                values[parent_id, name] = bool(self._predicate(name, decoded(results[parent_id])))
+            except Exception as exc:
+                values[parent_id, name] = exc
+
+        def lookup(parent_id: uuid.UUID, name: str, result: Any) -> bool:
+            value = values.get((parent_id, name))
+            if value is None:
+                raise RuntimeError(f"predicate {name} was not evaluated before the write")
+            if isinstance(value, Exception):
+                raise value
+            return value
+
+        return lookup
+
     def _complete(
-        self, conn: Connection, batch: list[Finished]
+        self, conn: Connection, batch: list[Finished], evaluate: Evaluator = no_predicates
     ) -> tuple[set[uuid.UUID], list[Event]]:
         """Write ``batch``, and what the end of its linked jobs sets off, in ``conn``'s
         transaction; return the jobs changed and the events to send after the commit."""
+        # Batch rows first, then job rows: the lock order every batch writer follows.
+        self._store.lock_batches(conn, [i.batch_id for i in batch if i.batch_id is not None])
         applied = self._store.complete_many(conn, self._node_id, batch)
         ended = [
             Ended(
@@ -168,7 +204,7 @@ class Completer(threading.Thread):
             if i.follow_up and i.outcome.terminal and i.job_id in applied
         ]
         if ended:
-            self._store.after_end(conn, ended, self._evaluate)
+            self._store.after_end(conn, ended, evaluate)
         return applied, events.take(conn)
 
     def _announce(
@@ -193,8 +229,9 @@ class Completer(threading.Thread):
         (item,) = batch
         reduced = _reduced(item, exc)
         try:
+            evaluate = self._evaluate([reduced])
             with self._store.begin(self._engine) as conn:
-                applied, recorded = self._complete(conn, [reduced])
+                applied, recorded = self._complete(conn, [reduced], evaluate)
         except SQLAlchemyError:
             log.exception(
                 "the outcome of job %s cannot be stored; the job stays RUNNING and will run again "

@@ -69,10 +69,12 @@ INITIAL_MEAN_RUN = PREFETCH_HORIZON
 #: A job whose permit could not be asked for (the database did not answer) is due again this
 #: much later, like a job that found no permit free.
 PERMIT_ERROR_DELAY = 1.0
-#: Tries to give a permit back before leaving it to orphan recovery, and the first pause between
-#: them (it doubles): a permit left behind holds a place for up to the orphan grace.
+#: Tries to give a permit back before trying again in the background, and the first pause between
+#: them (it doubles): a permit not given back holds a place.
 RELEASE_TRIES = 3
 RELEASE_PAUSE = 0.1
+#: After those tries, the release is tried again in the background this often (seconds).
+RELEASE_LATER = 30
 
 
 class WorkerSide(Supervisor, Protocol):
@@ -571,7 +573,9 @@ class PermitGate:
         return answer
 
     def release(self, claimed: ClaimedJob) -> None:
-        """Give the job's permit back, trying a few times; orphan recovery takes what is left."""
+        """Give the job's permit back, trying a few times, then again every
+        ``RELEASE_LATER`` seconds in the background (a live node's permits are its own: orphan
+        recovery only takes those of dead nodes)."""
         worker = self._worker
         pause = RELEASE_PAUSE
         for left in reversed(range(RELEASE_TRIES)):
@@ -582,12 +586,15 @@ class PermitGate:
             except SQLAlchemyError:
                 if not left:
                     log.warning(
-                        "could not release the permit of %r held by job %s; orphan recovery "
-                        "will release it",
+                        "could not release the permit of %r held by job %s; trying again in %ds",
                         claimed.resource,
                         claimed.job_id,
+                        RELEASE_LATER,
                         exc_info=True,
                     )
+                    later = threading.Timer(RELEASE_LATER, self.release, (claimed,))
+                    later.daemon = True
+                    later.start()
                     return
             time.sleep(pause)
             pause *= 2

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.exc import SQLAlchemyError
 
+from .. import events
 from ..config import RatchetConfig
 from ..context import CaptureHandler, job_logger
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
@@ -152,7 +153,7 @@ class Worker:
             self.engine,
             self.node_id,
             on_written=self._freed,
-            evaluate=predicate_evaluator(self.app),
+            predicate=predicate_evaluator(self.app),
             on_events=self.announcer.put,
             # The job whose outcome is being written may still count as busy: more than one.
             more_coming=lambda: self.executor.busy > 1,
@@ -189,6 +190,8 @@ class Worker:
     def _start(self, url: sa.URL) -> None:
         with self.store.begin(self.engine) as conn:
             mine = self.store.reclaim_own(conn, self.node_id)
+            recorded = events.take(conn)
+        self.announcer.put(recorded)  # sent once the announcer starts, below
         if mine.requeued or mine.failed:
             log.warning(
                 "took back %d jobs an earlier process of node %s left running",

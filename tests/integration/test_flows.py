@@ -25,6 +25,7 @@ from tests.flow_tasks import (
     callback_raises,
     follow_up,
     is_big,
+    is_big_and_noted,
     is_small,
     predicate_raises,
     produce,
@@ -344,3 +345,113 @@ def test_a_failed_batch_parent_cannot_be_retried_or_paused(app: Flask) -> None:
     assert not ratchet.retry_job(handle.id)  # no work of its own: retry its children instead
     assert not ratchet.pause_job(handle.id)
     assert status(handle.id) == JobStatus.FAILED
+
+
+def children_of(batch_id: uuid.UUID) -> list[uuid.UUID]:
+    with db.engine.connect() as conn:
+        return list(
+            conn.execute(
+                sa.select(job.c.job_id).where(job.c.batch_id == batch_id).order_by(job.c.job_id)
+            ).scalars()
+        )
+
+
+def test_a_revived_child_is_not_counted_twice(app: Flask) -> None:
+    builder = ratchet.enqueue_batch("revived")
+    for i in (1, 2, 3):
+        builder.add(batch_item, i, 3)  # the third fails for good
+    handle = builder.on_failure(follow_up, "some failed").submit()
+    first, _second, third = children_of(handle.id)
+    assert ratchet.pause_job(first)  # held back: the batch cannot end while it waits
+    work(app)
+
+    def counts() -> tuple[int, int, bool]:
+        p = handle.progress()
+        return p.succeeded, p.failed, p.finished
+
+    assert counts() == (1, 1, False)
+    assert ratchet.retry_job(third)  # its failure no longer counts
+    assert counts() == (1, 0, False)
+    work(app)
+    assert counts() == (1, 1, False)  # failed again: counted once
+    assert ratchet.pause_job(third) and counts() == (1, 0, False)
+    assert ratchet.resume_job(third) and counts() == (1, 1, False)  # FAILED again
+    assert ratchet.pause_job(third) and ratchet.cancel_job(third)
+    assert counts() == (1, 1, False)
+    assert noted("follow-up") == []  # nothing settled while a child was still live
+    assert ratchet.resume_job(first)
+    work(app)
+    assert counts() == (2, 1, True)
+    assert [v for _, v in noted("follow-up")] == ["some failed"]
+
+
+def test_a_streamed_batch_that_fails_in_a_callers_transaction_leaves_nothing(app: Flask) -> None:
+    def source() -> Any:
+        yield from range(5)
+        raise RuntimeError("the source broke")
+
+    with ratchet.transaction():
+        ratchet.enqueue_now(add, 1, 1)
+        with pytest.raises(RuntimeError, match="the source broke"):
+            (
+                ratchet.streaming_batch("broken")
+                .from_iterable(source())
+                .process(batch_item)
+                .with_chunk_size(2)
+                .on_success(follow_up, "never")
+                .start()
+            )
+        # The caller goes on and commits its own work.
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM ratchet_job")).scalar() == 1
+        for table in ("ratchet_batch", "ratchet_workflow_condition"):
+            assert conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM ratchet_job_queue")).scalar() == 1
+
+
+def test_signals_carry_their_documented_data_and_a_raising_receiver_stops_no_other(
+    app: Flask,
+) -> None:
+    heard: list[tuple[str, dict[str, Any]]] = []
+
+    def raising(sender: Flask, **data: Any) -> None:
+        raise RuntimeError("a broken receiver")
+
+    def listening(sender: Flask, **data: Any) -> None:
+        heard.append(("canceled", data))
+
+    builder = ratchet.enqueue_batch("canceled-with-signals")
+    for i in range(2):
+        builder.add(batch_item, i)
+    handle = builder.submit()
+    with (
+        events.job_canceled.connected_to(raising),
+        events.job_canceled.connected_to(listening),
+    ):
+        assert ratchet.cancel_job(handle.id)
+    by_job = {d["job_id"]: d for _, d in heard}
+    assert by_job[handle.id] == {
+        "job_id": handle.id,
+        "task": "flask_ratchet:batch",
+        "cascade": False,
+    }
+    children = children_of(handle.id)
+    assert all(by_job[c]["cascade"] is True for c in children)
+
+
+def test_retrying_a_failed_chain_step_does_not_complete_the_chain(app: Flask) -> None:
+    handle = ratchet.enqueue(step, "a").then(broken, "b").then(step, "c").submit()
+    _a, b, c = handle.ids
+    work(app)
+    assert status(c) == JobStatus.CANCELED
+    assert ratchet.retry_job(b)
+    work(app)
+    assert noted("signal:chain_completed") == []  # its next step was canceled: no end
+    assert [j for j, _ in noted("signal:chain_failed")] == [str(b), str(b)]
+
+
+def test_a_predicate_that_writes_runs_outside_the_workers_transaction(app: Flask) -> None:
+    handle = ratchet.enqueue(produce, 20).when(is_big_and_noted, follow_up, "big").submit()
+    work(app)
+    assert status(handle.last) == JobStatus.SUCCEEDED
+    assert [v for _, v in noted("predicate")] == [{"n": 20}]

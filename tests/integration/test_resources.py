@@ -172,13 +172,19 @@ def test_a_job_that_is_no_longer_running_on_the_node_gets_no_permit(app: Flask) 
     assert count("ratchet_resource_permit") == 0
 
 
-def test_a_jobs_leftover_permit_is_taken_over_not_counted_twice(app: Flask) -> None:
-    ratchet.configure_resource("api", 1)
+def test_a_permit_an_earlier_attempt_still_holds_is_waited_for_not_taken_over(
+    app: Flask,
+) -> None:
+    ratchet.configure_resource("api", 1, retry_delay=5)
     (job_id,) = running(1)
     assert acquire(job_id).permit is Permit.GRANTED
-    # Its release failed, say, and it runs again: its own permit does not block it.
-    assert acquire(job_id) == Acquisition(Permit.GRANTED, in_use=1)
+    # The attempt timed out while blocked inside the resource, and the job runs again: the
+    # new attempt waits (its attempt not spent) until the old thread gives the permit back,
+    # so the resource never has two users at once.
+    assert acquire(job_id) == Acquisition(Permit.FULL, retry_delay=5.0, in_use=1)
     assert holders() == {(job_id, "node-a")}
+    assert release(job_id)
+    assert acquire(job_id).permit is Permit.GRANTED
 
 
 def test_release_is_fenced_by_the_node(app: Flask) -> None:
@@ -241,7 +247,7 @@ def heartbeat(node_id: str) -> None:
         ratchet.state.store.heartbeat(conn, NodeInfo(node_id, "host", 1, "test", 4))
 
 
-def test_orphan_recovery_releases_permits_of_dead_nodes_and_ended_jobs(app: Flask) -> None:
+def test_orphan_recovery_releases_permits_of_dead_nodes_only(app: Flask) -> None:
     ratchet.configure_resource("api", 10)
     heartbeat("alive")
     (kept,) = running(1, node="alive")
@@ -249,13 +255,15 @@ def test_orphan_recovery_releases_permits_of_dead_nodes_and_ended_jobs(app: Flas
     (dead,) = running(1, node="dead")  # no node row: never beat, or forgotten
     for job_id, node_id in ((kept, "alive"), (ended, "alive"), (dead, "dead")):
         assert acquire(job_id, node=node_id).permit is Permit.GRANTED
-    assert finish(ended, JobStatus.SUCCEEDED, node="alive")  # its worker failed to release
+    # Ended, but a live node's permit is that node's to give back: its thread may still be
+    # inside the resource (a timeout or cancel while it was blocked).
+    assert finish(ended, JobStatus.SUCCEEDED, node="alive")
     backdate_permits(3600)
     (fresh,) = running(1, node="dead")
     acquire(fresh, node="dead")  # taken a moment ago: spared, like a job claimed a moment ago
     with tx() as conn:
         ratchet.state.store.recover_orphans(conn, 60)
-    assert holders() == {(kept, "alive"), (fresh, "dead")}
+    assert holders() == {(kept, "alive"), (ended, "alive"), (fresh, "dead")}
 
 
 def test_a_silent_nodes_permits_are_released(app: Flask) -> None:

@@ -227,6 +227,8 @@ class CircuitBreaker:
         self._trials_running = 0
         self._trials_succeeded = 0
         self._times_opened = 0
+        #: Changes of state so far: outcomes are counted only in the state that admitted them.
+        self._epoch = 0
 
     @property
     def state(self) -> BreakerState:
@@ -235,26 +237,43 @@ class CircuitBreaker:
         return self._state
 
     def allow(self) -> float | None:
-        """``None``: make the call. A number: do not; ask again in that many seconds."""
-        with self._lock:
-            if self._state is BreakerState.OPEN:
-                left = self._opened_at + self.settings.open_for - self._clock()
-                if left > 0:
-                    return left
-                self._state = BreakerState.HALF_OPEN
-                self._trials_running = self._trials_succeeded = 0
-            if self._state is BreakerState.HALF_OPEN:
-                if self._trials_running + self._trials_succeeded >= self.settings.half_open_calls:
-                    return min(HALF_OPEN_BUSY_DELAY, self.settings.open_for)
-                self._trials_running += 1
-            return None
+        """``None``: make the call. A number: do not; ask again in that many seconds.
 
-    def record(self, success: bool) -> BreakerState | None:
-        """Count the outcome of a call :meth:`allow` let through.
+        :meth:`admit` says the same and also which state let the call through; pass its
+        ``epoch`` to :meth:`record` so an outcome that arrives after the state changed (a call
+        let through while CLOSED that returns once HALF_OPEN) is not taken for a trial's.
+        """
+        return self.admit()[0]
+
+    def admit(self) -> tuple[float | None, int]:
+        """:meth:`allow`, and the epoch (state change count) the answer was given in."""
+        with self._lock:
+            return self._allow(), self._epoch
+
+    def _allow(self) -> float | None:
+        # Called with the lock held.
+        if self._state is BreakerState.OPEN:
+            left = self._opened_at + self.settings.open_for - self._clock()
+            if left > 0:
+                return left
+            self._state = BreakerState.HALF_OPEN
+            self._epoch += 1
+            self._trials_running = self._trials_succeeded = 0
+        if self._state is BreakerState.HALF_OPEN:
+            if self._trials_running + self._trials_succeeded >= self.settings.half_open_calls:
+                return min(HALF_OPEN_BUSY_DELAY, self.settings.open_for)
+            self._trials_running += 1
+        return None
+
+    def record(self, success: bool, epoch: int | None = None) -> BreakerState | None:
+        """Count the outcome of a call :meth:`allow` let through (``epoch``: from
+        :meth:`admit`; an outcome from an earlier state is ignored).
 
         :returns: the new state, if this outcome changed it (for a log line), else ``None``.
         """
         with self._lock:
+            if epoch is not None and epoch != self._epoch:
+                return None
             if self._state is BreakerState.CLOSED:
                 return self._count(failed=not success)
             if self._state is BreakerState.HALF_OPEN and self._trials_running > 0:
@@ -266,9 +285,11 @@ class CircuitBreaker:
                     return self._close()
             return None
 
-    def abandon(self) -> None:
+    def abandon(self, epoch: int | None = None) -> None:
         """A call :meth:`allow` let through did not run after all: free its trial place."""
         with self._lock:
+            if epoch is not None and epoch != self._epoch:
+                return
             if self._state is BreakerState.HALF_OPEN and self._trials_running > 0:
                 self._trials_running -= 1
 
@@ -313,6 +334,7 @@ class CircuitBreaker:
 
     def _open(self) -> BreakerState:
         self._state = BreakerState.OPEN
+        self._epoch += 1
         self._opened_at = self._clock()
         self._times_opened += 1
         self._forget()
@@ -320,6 +342,7 @@ class CircuitBreaker:
 
     def _close(self) -> BreakerState:
         self._state = BreakerState.CLOSED
+        self._epoch += 1
         self._forget()
         return self._state
 

@@ -112,6 +112,11 @@ class FlowBuilder:
         if isinstance(fn, JobBuilder):
             if args or kwargs:
                 raise TypeError("pass a builder's arguments to ratchet.enqueue(), not here")
+            if fn.scheduled:
+                raise ValueError(
+                    f"{fn.task_name}: a step runs as soon as the job before it ends; build it "
+                    "with ratchet.enqueue(), not schedule() or schedule_at()"
+                )
             builder = fn
         else:
             builder = make_builder(self._state, fn, args, kwargs)

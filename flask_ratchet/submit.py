@@ -220,6 +220,11 @@ class JobBuilder(_OptionsBuilder):
         return replace(self.build(), follow_up=True, **links)
 
     @property
+    def scheduled(self) -> bool:
+        """Whether the job was given a delay or a time to run at."""
+        return self._delay != 0 or self._run_at is not None
+
+    @property
     def idempotency_key(self) -> str | None:
         """The idempotency key set on this builder, if any."""
         return self._idempotency_key

@@ -109,6 +109,7 @@ class Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: The breaker that let this attempt through and has not heard how it went.
     breaker: CircuitBreaker | None = None
+    breaker_epoch: int | None = None  # the breaker state that let the attempt through
 
     @property
     def deadline(self) -> float | None:
@@ -292,7 +293,7 @@ class Executor:
         breaker = self.breakers.get(task.service_name, task.circuit_breaker)
         if breaker is not None:
             was = breaker.state
-            wait = breaker.allow()
+            wait, run.breaker_epoch = breaker.admit()
             if wait is not None:
                 why = f"the circuit breaker of {breaker.name!r} is {breaker.state}"
                 return self._defer(run, wait, why)
@@ -399,9 +400,9 @@ class Executor:
         if breaker is None:
             return
         if success is None:
-            breaker.abandon()
+            breaker.abandon(run.breaker_epoch)
             return
-        changed = breaker.record(success)
+        changed = breaker.record(success, run.breaker_epoch)
         if changed is BreakerState.OPEN:
             log.warning(
                 "circuit breaker of %r opened: its jobs are deferred for %gs",

@@ -455,3 +455,10 @@ def test_a_predicate_that_writes_runs_outside_the_workers_transaction(app: Flask
     work(app)
     assert status(handle.last) == JobStatus.SUCCEEDED
     assert [v for _, v in noted("predicate")] == [{"n": 20}]
+
+
+def test_a_scheduled_builder_cannot_be_a_step(app: Flask) -> None:
+    later = ratchet.schedule(60, add, 2, 2)
+    with pytest.raises(ValueError, match="runs as soon as the job before it ends"):
+        ratchet.enqueue(add, 1, 1).then(later)
+    later.submit()  # still usable on its own

@@ -414,3 +414,19 @@ def test_config_reads_breakers_by_service() -> None:
 def test_bad_breaker_config_is_an_error_naming_the_key(value: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         RatchetConfig.from_mapping({"RATCHET_CIRCUIT_BREAKERS": value})
+
+
+def test_an_outcome_from_before_the_opening_is_not_taken_for_a_trials(clock: Clock) -> None:
+    b = breaker(clock)
+    wait, slow = b.admit()  # a long call, let through while CLOSED
+    assert wait is None
+    trip(b)
+    clock.now += 10
+    wait, trial = b.admit()  # half-open: the first trial
+    assert wait is None and trial != slow
+    assert b.record(True, slow) is None  # the slow call returns: not a trial's outcome
+    assert b.state is BreakerState.HALF_OPEN
+    assert b.snapshot().trials_running == 1 and b.snapshot().trials_succeeded == 0
+    assert b.record(False, trial) is BreakerState.OPEN  # the trial's failure counts
+    b.abandon(trial)  # from an earlier state too: changes nothing
+    assert b.state is BreakerState.OPEN

@@ -208,6 +208,8 @@ class PostgresStore(SqlJobStore):
         """A batch of outcomes in one statement (:mod:`.postgres_completion`)."""
         if not items:
             return set()
+        # Batch rows first, then job rows: the lock order every batch writer follows.
+        self.lock_batches(conn, [i.batch_id for i in items if i.batch_id is not None])
         return set(conn.execute(COMPLETE_STMT, complete_params(node_id, items)).scalars())
 
     def _held_key(self, conn: Connection, jobs: Sequence[NewJob]) -> str:

@@ -187,8 +187,6 @@ class Completer(threading.Thread):
     ) -> tuple[set[uuid.UUID], list[Event]]:
         """Write ``batch``, and what the end of its linked jobs sets off, in ``conn``'s
         transaction; return the jobs changed and the events to send after the commit."""
-        # Batch rows first, then job rows: the lock order every batch writer follows.
-        self._store.lock_batches(conn, [i.batch_id for i in batch if i.batch_id is not None])
         applied = self._store.complete_many(conn, self._node_id, batch)
         ended = [
             Ended(

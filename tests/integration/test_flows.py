@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from typing import Any
 
@@ -462,3 +463,52 @@ def test_a_scheduled_builder_cannot_be_a_step(app: Flask) -> None:
     with pytest.raises(ValueError, match="runs as soon as the job before it ends"):
         ratchet.enqueue(add, 1, 1).then(later)
     later.submit()  # still usable on its own
+
+
+def test_canceling_a_batch_while_a_worker_ends_its_last_child_commits_both(app: Flask) -> None:
+    """One lock order (batch row, then job rows) for the completer and for cancel: on
+    PostgreSQL these two used to deadlock, and the cancel raised."""
+    from flask_ratchet.store.execution import Finished, Outcome
+    from flask_ratchet.store.flow import Ended
+
+    state = ratchet.state
+    store, engine = state.store, state.engine
+    handle = ratchet.enqueue_batch("raced").add(batch_item, 1).add(batch_item, 2).submit()
+    first, last = children_of(handle.id)
+    assert ratchet.cancel_job(first)
+    with store.begin(engine) as conn:
+        assert [c.job_id for c in store.claim_due(conn, 10, "n1", 0)] == [last]
+    outcome: dict[str, str] = {}
+    holding = threading.Event()
+
+    def complete() -> None:
+        try:
+            with store.begin(engine) as conn:
+                done = Finished(
+                    last, Outcome.SUCCEEDED, "t", 1, result="2", follow_up=True, batch_id=handle.id
+                )
+                store.complete_many(conn, "n1", [done])
+                holding.set()
+                time.sleep(0.5)  # the cancel below starts meanwhile
+                store.after_end(conn, [Ended(last, JobStatus.SUCCEEDED, batch_id=handle.id)])
+            outcome["complete"] = "committed"
+        except Exception as exc:
+            outcome["complete"] = repr(exc)
+
+    def cancel() -> None:
+        holding.wait(10)
+        try:
+            with store.begin(engine) as conn:
+                store.cancel(conn, handle.id)
+            outcome["cancel"] = "committed"
+        except Exception as exc:
+            outcome["cancel"] = repr(exc)
+
+    threads = [threading.Thread(target=complete), threading.Thread(target=cancel)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert outcome == {"complete": "committed", "cancel": "committed"}
+    progress = handle.progress()
+    assert (progress.succeeded, progress.failed, progress.finished) == (1, 1, True)

@@ -33,7 +33,8 @@ from .ids import uuid7
 from .job import BatchProgress
 from .options import Backoff, JobOptions, Priority, validate_options
 from .store.base import NewJob
-from .store.flow import Link, NewBatch
+from .store.batches import NewBatch
+from .store.flow import Link
 from .submit import JobBuilder, make_builder
 
 if TYPE_CHECKING:

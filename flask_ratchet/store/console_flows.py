@@ -28,8 +28,8 @@ from ..flow import NOT_YET, JobType
 from ..job import BatchProgress
 from ..schema import batch, job, job_queue, workflow_condition
 from ..states import LIVE, JobStatus
+from .batches import progress_of
 from .console_queries import JOBS_WITH_HOT_ROW, const
-from .flow import progress_of
 
 #: The batch list's state filter looks at this many batches (newest first) per page at most:
 #: ``finished_at`` has no index, and batches are few next to jobs.

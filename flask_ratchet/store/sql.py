@@ -32,9 +32,10 @@ from ..options import Backoff, Priority
 from ..schema import business_key, execution, job, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
+from .batches import Ended
 from .cluster import ClusterStore
 from .execution import ExecutionStore
-from .flow import Ended, FlowStore
+from .flow import FlowStore
 from .resources import ResourceStore
 
 #: Rows per multi-row INSERT; keeps statements well under every driver's parameter limit.

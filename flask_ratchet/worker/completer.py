@@ -33,8 +33,9 @@ from ..flow import decoded
 from ..retry import first_line
 from ..states import JobStatus
 from ..store import SqlJobStore
+from ..store.batches import Ended
 from ..store.execution import Finished, Outcome
-from ..store.flow import Ended, Evaluator, no_predicates
+from ..store.flow import Evaluator, no_predicates
 
 log = logging.getLogger("flask_ratchet.worker")
 

@@ -468,8 +468,8 @@ def test_a_scheduled_builder_cannot_be_a_step(app: Flask) -> None:
 def test_canceling_a_batch_while_a_worker_ends_its_last_child_commits_both(app: Flask) -> None:
     """One lock order (batch row, then job rows) for the completer and for cancel: on
     PostgreSQL these two used to deadlock, and the cancel raised."""
+    from flask_ratchet.store.batches import Ended
     from flask_ratchet.store.execution import Finished, Outcome
-    from flask_ratchet.store.flow import Ended
 
     state = ratchet.state
     store, engine = state.store, state.engine

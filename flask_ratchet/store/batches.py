@@ -1,0 +1,316 @@
+"""Batches in the store: their rows, counting children as they end, settling, and the lock
+order every batch writer keeps.
+
+Counting happens in the transaction that ends each child (see :mod:`.flow`, which calls in
+here), guarded by ``finished_at IS NULL``; settling is a swap on the same column, so exactly one
+transaction settles a batch. Batch rows are locked in id order before any job row.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .. import events
+from ..events import Event
+from ..flow import BatchCounts, JobType, batch_outcome
+from ..job import BatchProgress
+from ..schema import batch, business_key, job, job_queue, job_tag, workflow_condition
+from ..states import Action, JobStatus, sources, target
+from .dialect import DialectHooks
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A job that has just reached a terminal status in this transaction."""
+
+    job_id: uuid.UUID
+    status: JobStatus
+    result: str | None = None  # JSON
+    error: str | None = None
+    run_ms: float | None = None
+    wait_ms: float | None = None
+    cascade: bool = False  # canceled because an upstream job ended
+    #: The batch of a child, when the caller knows it (a batch child has nothing else to
+    #: follow up: no dependents, no callbacks), which spares looking the job up.
+    batch_id: uuid.UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewBatch:
+    """A batch's row, inserted with its parent job."""
+
+    batch_id: uuid.UUID
+    name: str
+    total: int
+    progress_task: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobLinks:
+    """What an ended job is linked to: its type, its batch, its callbacks, and its own
+    condition if it is a dependent."""
+
+    job_type: str
+    batch_id: uuid.UUID | None
+    callbacks: str | None
+    condition: str | None  # the job's own condition, if it is a dependent
+
+
+class BatchStore(DialectHooks):
+    """Batch rows and terminal writes of live jobs. Mixed into the dialect stores (through
+    :class:`~flask_ratchet.store.flow.FlowStore`)."""
+
+    def end_live(
+        self,
+        conn: Connection,
+        job_id: uuid.UUID,
+        action: Action,
+        *,
+        error: str | None = None,
+        result: str | None = None,
+        node_id: str | None = None,
+    ) -> JobStatus | None:
+        """Apply a terminal ``action`` to a live job: the guarded delete of its hot row (the
+        swap), then its cold row. Return the new status, or None if the job was not in a
+        status ``action`` allows (nothing changed). Follow-ups are the caller's."""
+        guard = [job_queue.c.job_id == job_id, job_queue.c.status.in_(sources(action))]
+        if node_id is not None:
+            guard.append(job_queue.c.picked_by == node_id)
+        gone = conn.execute(
+            sa.delete(job_queue)
+            .where(*guard)
+            .returning(job_queue.c.status, job_queue.c.attempts, job_queue.c.progress)
+        ).first()
+        if gone is None:
+            return None
+        status = target(action, JobStatus(gone.status))
+        conn.execute(
+            sa.update(job)
+            .where(job.c.job_id == job_id)
+            .values(
+                terminal_status=status,
+                terminal_error=error,
+                result=result,
+                attempts=gone.attempts,
+                progress=gone.progress,
+                finished_at=self.now_sql(),
+            )
+        )
+        conn.execute(sa.delete(business_key).where(business_key.c.job_id == job_id))
+        return status
+
+    def insert_batch(self, conn: Connection, new: NewBatch) -> None:
+        """Insert a batch's row (its parent job is inserted first)."""
+        conn.execute(
+            sa.insert(batch).values(
+                batch_id=new.batch_id,
+                name=new.name,
+                total=new.total,
+                succeeded=0,
+                failed=0,
+                child_run_ms=0.0,
+                child_wait_ms=0.0,
+                progress_task=new.progress_task,
+                created_at=self.now_sql(),
+            )
+        )
+
+    def discard_batch(
+        self, conn: Connection, batch_id: uuid.UUID, others: Sequence[uuid.UUID]
+    ) -> None:
+        """Delete a batch this transaction was writing, with its children and ``others`` (its
+        parent's follow-ups): a streamed batch whose source failed inside a caller's
+        transaction must leave nothing in it."""
+        children = sa.select(job.c.job_id).where(job.c.batch_id == batch_id).scalar_subquery()
+        ids = [batch_id, *others]
+        for table in (business_key, job_tag, job_queue):
+            conn.execute(sa.delete(table).where(table.c.job_id.in_(children)))
+            conn.execute(sa.delete(table).where(table.c.job_id.in_(ids)))
+        conn.execute(sa.delete(workflow_condition).where(workflow_condition.c.job_id.in_(ids)))
+        conn.execute(sa.delete(batch).where(batch.c.batch_id == batch_id))
+        conn.execute(sa.delete(job).where(job.c.batch_id == batch_id))
+        conn.execute(sa.delete(job).where(job.c.job_id.in_(ids)))
+
+    def set_batch_total(self, conn: Connection, batch_id: uuid.UUID, total: int) -> None:
+        """Set the child count of a batch whose children were streamed in."""
+        conn.execute(sa.update(batch).where(batch.c.batch_id == batch_id).values(total=total))
+
+    def batch_progress(self, conn: Connection, batch_id: uuid.UUID) -> BatchProgress | None:
+        """A batch's counts and metrics, or None if there is no such batch."""
+        row = conn.execute(sa.select(batch).where(batch.c.batch_id == batch_id)).first()
+        return None if row is None else progress_of(row)
+
+    def lock_batches(self, conn: Connection, batch_ids: Sequence[uuid.UUID]) -> None:
+        """Lock batch rows, in id order, before any job row: every writer that may count into
+        or settle a batch takes its locks in this order, so none waits for another in a cycle
+        (PostgreSQL; SQLite's writers are serialised anyway)."""
+        if batch_ids:
+            conn.execute(
+                sa.select(batch.c.batch_id)
+                .where(batch.c.batch_id.in_(sorted(set(batch_ids))))
+                .order_by(batch.c.batch_id)
+                .with_for_update()
+            ).all()
+
+    def lock_batches_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
+        """:meth:`lock_batches` for the batches these jobs are children or parents of."""
+        mine = conn.execute(
+            sa.select(sa.func.coalesce(job.c.batch_id, job.c.job_id)).where(
+                job.c.job_id.in_(list(job_ids)),
+                sa.or_(job.c.batch_id.is_not(None), job.c.job_type == JobType.BATCH),
+            )
+        ).scalars()
+        self.lock_batches(conn, list(mine))
+
+    def uncount_child(self, conn: Connection, job_id: uuid.UUID) -> None:
+        """A FAILED child is live again (retried, or paused): its failure no longer counts in
+        its batch, while the batch is unsettled (a settled batch keeps its counts)."""
+        parent = conn.execute(sa.select(job.c.batch_id).where(job.c.job_id == job_id)).scalar()
+        if parent is not None:
+            conn.execute(
+                sa.update(batch)
+                .where(batch.c.batch_id == parent, batch.c.finished_at.is_(None))
+                .values(failed=batch.c.failed - 1)
+            )
+
+    def count_children(
+        self,
+        conn: Connection,
+        ended: list[Ended],
+        links: dict[uuid.UUID, JobLinks],
+        out: list[Event],
+    ) -> list[Ended]:
+        """Count ended children into their batches; settle each batch whose last child this
+        was. Return the batch parents that ended."""
+        tallies: dict[uuid.UUID, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0.0])
+        for e in ended:
+            parent = links[e.job_id].batch_id
+            if parent is None:
+                continue
+            tally = tallies[parent]
+            tally[0 if e.status == JobStatus.SUCCEEDED else 1] += 1
+            tally[2] += e.run_ms or 0.0
+            tally[3] += e.wait_ms or 0.0
+        settled: list[Ended] = []
+        for batch_id, (ok, bad, run_ms, wait_ms) in sorted(tallies.items()):
+            row = conn.execute(
+                sa.update(batch)
+                .where(batch.c.batch_id == batch_id, batch.c.finished_at.is_(None))
+                .values(
+                    succeeded=batch.c.succeeded + int(ok),
+                    failed=batch.c.failed + int(bad),
+                    child_run_ms=batch.c.child_run_ms + run_ms,
+                    child_wait_ms=batch.c.child_wait_ms + wait_ms,
+                )
+                .returning(
+                    batch.c.name,
+                    batch.c.total,
+                    batch.c.succeeded,
+                    batch.c.failed,
+                    batch.c.progress_task,
+                )
+            ).first()
+            if row is None:
+                continue  # already settled (its parent was canceled): nothing to count into
+            counts = BatchCounts(row.total, row.succeeded, row.failed)
+            if row.progress_task:
+                out.append(
+                    Event(
+                        events.CALLBACK,
+                        {"task": row.progress_task, "batch_id": batch_id, "counts": counts},
+                    )
+                )
+            if counts.ended >= counts.total:
+                done = self.settle_batch(conn, batch_id, row.name, out)
+                if done is not None:
+                    settled.append(done)
+        return settled
+
+    def settle_batch(
+        self, conn: Connection, batch_id: uuid.UUID, name: str, out: list[Event]
+    ) -> Ended | None:
+        """End a batch whose children have all ended: exactly once (``finished_at`` is the
+        swap), and its parent job SUCCEEDED or FAILED. Return the parent's end, or None if
+        another transaction settled it or the parent had already ended (canceled)."""
+        row = conn.execute(
+            sa.update(batch)
+            .where(
+                batch.c.batch_id == batch_id,
+                batch.c.finished_at.is_(None),
+                batch.c.succeeded + batch.c.failed >= batch.c.total,
+            )
+            .values(finished_at=self.now_sql())
+            .returning(batch.c.total, batch.c.succeeded, batch.c.failed)
+        ).first()
+        if row is None:
+            return None
+        counts = BatchCounts(row.total, row.succeeded, row.failed)
+        status, error = batch_outcome(counts)
+        action = Action.BATCH_SUCCEED if status == JobStatus.SUCCEEDED else Action.BATCH_FAIL
+        ended = self.end_live(conn, batch_id, action, error=error, result=counts.to_json())
+        out.append(
+            Event(
+                events.batch_completed.name,
+                {
+                    "batch_id": batch_id,
+                    "name": name,
+                    # A parent that already ended was canceled: the batch ends with it.
+                    "status": ended or JobStatus.CANCELED,
+                    "total": counts.total,
+                    "succeeded": counts.succeeded,
+                    "failed": counts.failed,
+                },
+            )
+        )
+        if ended is None:
+            return None
+        return Ended(batch_id, ended, result=counts.to_json(), error=error)
+
+    def cascade_batches(
+        self,
+        conn: Connection,
+        ended: list[Ended],
+        links: dict[uuid.UUID, JobLinks],
+        out: list[Event],
+    ) -> list[Ended]:
+        """A batch parent that was canceled cancels its children that have not ended."""
+        canceled: list[Ended] = []
+        for e in ended:
+            if links[e.job_id].job_type != JobType.BATCH or e.status != JobStatus.CANCELED:
+                continue
+            # Each child canceled here is counted in the next round, and the last one settles
+            # the batch (the parent, already CANCELED, stays so).
+            live = conn.execute(
+                sa.select(job.c.job_id)
+                .select_from(job.join(job_queue, job_queue.c.job_id == job.c.job_id))
+                .where(job.c.batch_id == e.job_id)
+            ).scalars()
+            for child in list(live):
+                status = self.end_live(conn, child, Action.CANCEL)
+                if status is not None:
+                    canceled.append(Ended(child, status, cascade=True, batch_id=e.job_id))
+                    out.append(Event(events.job_canceled.name, {"job_id": child, "cascade": True}))
+        return canceled
+
+
+def progress_of(row: Any) -> BatchProgress:
+    """A ``ratchet_batch`` row as a :class:`BatchProgress`."""
+    return BatchProgress(
+        batch_id=row.batch_id,
+        name=row.name,
+        total=row.total,
+        succeeded=row.succeeded,
+        failed=row.failed,
+        finished=row.finished_at is not None,
+        child_run_ms=row.child_run_ms,
+        child_wait_ms=row.child_wait_ms,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+    )

@@ -103,23 +103,29 @@ class BatchBuilder:
         return self
 
     def with_priority(self, priority: Priority | int) -> Self:
+        """Claim order of every child (the parent's too, for the console)."""
         return self.with_options(priority=priority)
 
     def with_max_retries(self, max_retries: int) -> Self:
+        """Retries of each child after its first run."""
         return self.with_options(max_retries=max_retries)
 
     def with_backoff(self, backoff: Backoff | str, base: timedelta | float | None = None) -> Self:
+        """How long each child waits between attempts; ``base`` is the first wait."""
         if base is None:
             return self.with_options(backoff=backoff)
         return self.with_options(backoff=backoff, backoff_base=base)
 
     def with_timeout(self, timeout: timedelta | float) -> Self:
+        """Fail a child's attempt that runs longer than this."""
         return self.with_options(timeout=timeout)
 
     def with_tags(self, *tags: str) -> Self:
+        """Tags added to every child's own (and to the parent)."""
         return self.with_options(tags=(*self._changes.get("tags", ()), *tags))
 
     def with_resource(self, name: str) -> Self:
+        """Every child takes a permit of the named resource before running."""
         return self.with_options(resource=name)
 
     def _child_options(self, own: JobOptions) -> JobOptions:
@@ -260,6 +266,7 @@ class StreamingBatchBuilder(BatchBuilder):
         return self
 
     def add(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Self:
+        """Refused: a streaming batch's children come from its iterable."""
         raise TypeError("a streaming batch takes its children from from_iterable()/process()")
 
     def start(self) -> BatchHandle:

@@ -72,17 +72,21 @@ class BatchCounts:
 
     @property
     def ended(self) -> int:
+        """Children that have ended."""
         return self.succeeded + self.failed
 
     @property
     def success_rate(self) -> float:
+        """The share of children that succeeded (1.0 for a batch without children)."""
         return self.succeeded / self.total if self.total else 1.0
 
     def to_json(self) -> str:
+        """The counts as the parent job's JSON result."""
         return json.dumps({"total": self.total, "succeeded": self.succeeded, "failed": self.failed})
 
     @classmethod
     def from_json(cls, text: str | None) -> BatchCounts | None:
+        """Counts from a parent's result; None for any other job's."""
         if not text:
             return None
         data = json.loads(text)

@@ -24,6 +24,7 @@ class Announcer(threading.Thread):
         self._queue: queue.SimpleQueue[list[Event] | None] = queue.SimpleQueue()
 
     def put(self, items: list[Event]) -> None:
+        """Queue a committed transaction's events."""
         self._queue.put(items)
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Self
@@ -31,7 +31,7 @@ from . import payload
 from .flow import NOT_YET, Condition, JobType
 from .ids import uuid7
 from .job import BatchProgress
-from .options import Backoff, JobOptions, Priority, validate_options
+from .options import KEY_MAX_LENGTH, Backoff, JobOptions, Priority, validate_options, validate_text
 from .store.base import NewJob
 from .store.batches import NewBatch
 from .store.flow import Link
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
 
 #: The task name a batch's parent job carries (it never runs).
 BATCH_TASK = "flask_ratchet:batch"
-_NO_ARGUMENTS = '{"args": [], "kwargs": {}}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,10 +73,7 @@ class BatchBuilder:
     """Children, options for all of them, and follow-ups; then :meth:`submit`."""
 
     def __init__(self, state: RatchetState, name: str) -> None:
-        if not isinstance(name, str) or not name or len(name) > 255:
-            raise ValueError(
-                f"a batch name must be a non-empty string of at most 255 characters, got {name!r}"
-            )
+        validate_text("a batch name", name, KEY_MAX_LENGTH)
         self._state = state
         self._name = name
         self._children: list[JobBuilder] = []
@@ -194,7 +190,7 @@ class BatchBuilder:
         return NewJob(
             job_id=uuid7(),
             task=BATCH_TASK,
-            payload=_NO_ARGUMENTS,
+            payload=payload.NO_ARGUMENTS,
             params=None,
             options=options,
             run_at=NOT_YET,
@@ -230,7 +226,7 @@ class BatchBuilder:
             store.insert_batch(conn, new_batch)
             store.insert_links(conn, links)
             if not children:
-                _settle_empty(conn, self._state, parent.job_id, self._name)
+                store.settle(conn, parent.job_id, self._name)  # no children: ended already
 
         self._state.write_jobs(write, wake=lambda _: True)
         return BatchHandle(parent.job_id, len(children), self._state)
@@ -286,7 +282,12 @@ class StreamingBatchBuilder(BatchBuilder):
             store.insert_batch(conn, NewBatch(parent.job_id, self._name, 0, self._progress_task))
             store.insert_links(conn, links)
             total = 0
+            params: str | None = None  # encoded once, with the first chunk
             while chunk := list(islice(items, self._chunk_size)):
+                if options.params and params is None:
+                    params = payload.encode_value(
+                        "params", options.params, config.max_payload_bytes
+                    )
                 jobs = [
                     NewJob(
                         job_id=uuid7(),
@@ -294,7 +295,7 @@ class StreamingBatchBuilder(BatchBuilder):
                         payload=payload.encode_arguments(
                             task.name, (item,), {}, config.max_payload_bytes
                         ),
-                        params=None,
+                        params=params,
                         options=options,
                         job_type=JobType.BATCH_CHILD,
                         batch_id=parent.job_id,
@@ -302,16 +303,11 @@ class StreamingBatchBuilder(BatchBuilder):
                     )
                     for item in chunk
                 ]
-                if options.params:
-                    params = payload.encode_value(
-                        "params", options.params, config.max_payload_bytes
-                    )
-                    jobs = [replace(j, params=params) for j in jobs]
                 store.insert_jobs(conn, jobs)
                 total += len(jobs)
             store.set_batch_total(conn, parent.job_id, total)
             if not total:
-                _settle_empty(conn, state, parent.job_id, self._name)
+                store.settle(conn, parent.job_id, self._name)  # no children: ended already
             return total
 
         def write(conn: Connection) -> int:
@@ -327,14 +323,3 @@ class StreamingBatchBuilder(BatchBuilder):
 
         total = state.write_jobs(write, wake=lambda _: True)
         return BatchHandle(parent.job_id, total, state)
-
-
-def _settle_empty(conn: Connection, state: RatchetState, batch_id: uuid.UUID, name: str) -> None:
-    """A batch without children has ended as soon as it exists."""
-    from . import events
-
-    recorded: list[events.Event] = []
-    ended = state.store.settle_batch(conn, batch_id, name, recorded)
-    events.record(conn, recorded)
-    if ended is not None:
-        state.store.after_end(conn, [ended])

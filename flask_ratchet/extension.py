@@ -27,6 +27,7 @@ from .breaker import BreakerSettings
 from .config import RatchetConfig
 from .errors import IllegalTransition, JobNotFound
 from .flow_facade import FlowFacade
+from .ids import job_id_of
 from .job import Job, JobHandle, Page
 from .options import Backoff, JobOptions, Priority, seconds, validate_options
 from .recurring import RecurringDefinition
@@ -342,8 +343,6 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
         name = options.pop("name", None)
         service = options.pop("service", None)
         breaker = options.pop("circuit_breaker", None)
-        if "tags" in options:
-            options["tags"] = tuple(options["tags"])
         defaults = JobOptions(**validate_options(**options))
 
         def register(f: F) -> F:
@@ -434,7 +433,7 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
     def _change(
         self, job_id: uuid.UUID | str, op: Callable[[SqlJobStore, Connection, uuid.UUID], bool]
     ) -> bool:
-        key = _job_id(job_id)
+        key = job_id_of(job_id)
         state = self.state
         with state.connection() as conn:
             return op(state.store, conn, key)
@@ -456,7 +455,7 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
         :raises JobNotFound: if there is no such job.
         :raises IllegalTransition: if the job already ended (nothing is written).
         """
-        key = _job_id(job_id)
+        key = job_id_of(job_id)
         state = self.state
         with state.connection() as conn:
             old = state.store.get_job(conn, key)
@@ -479,7 +478,7 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
 
     def get_job(self, job_id: uuid.UUID | str) -> Job | None:
         """A snapshot of one job, or ``None`` if there is no such job."""
-        key = _job_id(job_id)
+        key = job_id_of(job_id)
         state = self.state
         with state.connection() as conn:
             return state.store.get_job(conn, key)
@@ -554,12 +553,3 @@ def _forget_events(session: Session, *args: Any) -> None:
 
 def _ensure_schema() -> None:
     current_app.extensions["ratchet"].ensure_schema()
-
-
-def _job_id(value: uuid.UUID | str) -> uuid.UUID:
-    if isinstance(value, uuid.UUID):
-        return value
-    try:
-        return uuid.UUID(value)
-    except (ValueError, TypeError, AttributeError):
-        raise ValueError(f"{value!r} is not a job id (a UUID like '0190…-…')") from None

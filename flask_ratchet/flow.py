@@ -13,7 +13,6 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
 
 from .states import JobStatus
 
@@ -50,16 +49,6 @@ class Decision(StrEnum):
     TRIGGERED = "TRIGGERED"  # due now
     SKIPPED = "SKIPPED"  # canceled: its condition did not hold
     ERROR = "ERROR"  # canceled: routing failed (a predicate raised)
-
-
-BATCH_CONDITIONS = frozenset(
-    {
-        Condition.BATCH_SUCCESS,
-        Condition.BATCH_FAILURE,
-        Condition.SUCCESS_RATE,
-        Condition.FAILURE_COUNT,
-    }
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +128,3 @@ def predicate_error(predicate: str, exc: BaseException) -> str:
         f"predicate {predicate} raised {type(exc).__name__}: {exc}; routing failed and every "
         "branch of this job was canceled"
     )
-
-
-def decoded(result: str | None) -> Any:
-    """A stored JSON result as Python (None when there is none)."""
-    return None if result is None else json.loads(result)

@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from .batch import BatchBuilder, StreamingBatchBuilder
+from .ids import job_id_of
 from .job import BatchProgress
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ class FlowFacade:
 
     def batch_progress(self, batch_id: uuid.UUID | str) -> BatchProgress | None:
         """A batch's counts and metrics (``batch_id`` is its parent job's id), or None."""
-        key = batch_id if isinstance(batch_id, uuid.UUID) else uuid.UUID(str(batch_id))
+        key = job_id_of(batch_id)
         state = self.state
         with state.connection() as conn:
             return state.store.batch_progress(conn, key)

@@ -59,3 +59,16 @@ def timestamp_of(value: uuid.UUID) -> datetime:
     if value.version != 7:
         raise ValueError(f"{value} is a version {value.version} UUID, not a UUIDv7")
     return datetime.fromtimestamp((value.int >> 80) / 1000, tz=UTC)
+
+
+def job_id_of(value: uuid.UUID | str) -> uuid.UUID:
+    """A job id given as a UUID or its text.
+
+    :raises ValueError: for anything else, saying what a job id looks like.
+    """
+    if isinstance(value, uuid.UUID):
+        return value
+    try:
+        return uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        raise ValueError(f"{value!r} is not a job id (a UUID like '0190…-…')") from None

@@ -113,6 +113,11 @@ def validate_options(**changes: Any) -> dict[str, Any]:
     return out
 
 
+def validate_text(name: str, value: Any, limit: int) -> str:
+    """Validate a required name: a non-empty string of at most ``limit`` characters."""
+    return _short_text(name, value, limit)  # type: ignore[return-value]
+
+
 def validate_key(name: str, value: Any) -> str:
     """Validate an idempotency or business key."""
     return _short_text(name, value, KEY_MAX_LENGTH)  # type: ignore[return-value]

@@ -27,6 +27,10 @@ def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+#: The payload of a call without arguments (a declared recurring job, a batch's parent).
+NO_ARGUMENTS = dumps({"args": [], "kwargs": {}})
+
+
 def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], limit: int) -> str:
     """Encode a call's arguments as ``{"args": [...], "kwargs": {...}}``.
 

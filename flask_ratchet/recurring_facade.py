@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-#: What a declared recurring job is called with: nothing.
-NO_ARGUMENTS = payload.dumps({"args": [], "kwargs": {}})
-
 
 class RecurringFacade:
     """Recurring masters: declare, schedule, operate and list them."""
@@ -68,8 +65,6 @@ class RecurringFacade:
         """
         cron_validate(cron, zone)
         policy = misfire_policy(misfire)
-        if "tags" in options:
-            options["tags"] = tuple(options["tags"])
         defaults = JobOptions(**validate_options(**options))
         if id is not None:
             validate_key("recurring id", id)
@@ -92,7 +87,7 @@ class RecurringFacade:
                 task=task.name,
                 cron=cron_normalize(cron),
                 zone=zone,
-                payload=NO_ARGUMENTS,
+                payload=payload.NO_ARGUMENTS,
                 options=defaults,
                 misfire=policy,
             )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .options import RESOURCE_MAX_LENGTH
+from .options import RESOURCE_MAX_LENGTH, validate_text
 
 if TYPE_CHECKING:
     from .extension import RatchetState
@@ -44,11 +44,7 @@ def resource_limit(
 
     :raises ValueError: naming the bad value.
     """
-    if not isinstance(name, str) or not name or len(name) > RESOURCE_MAX_LENGTH:
-        raise ValueError(
-            f"a resource name must be a non-empty string of at most {RESOURCE_MAX_LENGTH} "
-            f"characters, got {name!r}"
-        )
+    validate_text("a resource name", name, RESOURCE_MAX_LENGTH)
     if (
         isinstance(max_concurrent, bool)
         or not isinstance(max_concurrent, int)

@@ -52,8 +52,6 @@ class _OptionsBuilder:
             log.warning("%s was built but never submitted: call .submit()", self._unsubmitted())
 
     def _merge(self, **changes: Any) -> Self:
-        if "tags" in changes:
-            changes["tags"] = tuple(changes["tags"])
         self._options = self._options.merged(**changes)
         return self
 

@@ -145,7 +145,11 @@ class JobStore(
     """Everything a store provides."""
 
 
-def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+#: Rows per multi-row INSERT, or ids per ``IN (…)``: well under every driver's parameter limit.
+CHUNK = 500
+
+
+def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
     """Yield ``items`` in slices of at most ``size``."""
     for start in range(0, len(items), size):
         yield items[start : start + size]

@@ -23,7 +23,9 @@ from ..flow import BatchCounts, JobType, batch_outcome
 from ..job import BatchProgress
 from ..schema import batch, business_key, job, job_queue, job_tag, workflow_condition
 from ..states import Action, JobStatus, sources, target
+from .base import chunks
 from .dialect import DialectHooks
+from .execution import END_COLD_ROW
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,7 +35,6 @@ class Ended:
     job_id: uuid.UUID
     status: JobStatus
     result: str | None = None  # JSON
-    error: str | None = None
     run_ms: float | None = None
     wait_ms: float | None = None
     cascade: bool = False  # canceled because an upstream job ended
@@ -75,36 +76,55 @@ class BatchStore(DialectHooks):
         *,
         error: str | None = None,
         result: str | None = None,
-        node_id: str | None = None,
     ) -> JobStatus | None:
         """Apply a terminal ``action`` to a live job: the guarded delete of its hot row (the
         swap), then its cold row. Return the new status, or None if the job was not in a
         status ``action`` allows (nothing changed). Follow-ups are the caller's."""
-        guard = [job_queue.c.job_id == job_id, job_queue.c.status.in_(sources(action))]
-        if node_id is not None:
-            guard.append(job_queue.c.picked_by == node_id)
-        gone = conn.execute(
-            sa.delete(job_queue)
-            .where(*guard)
-            .returning(job_queue.c.status, job_queue.c.attempts, job_queue.c.progress)
-        ).first()
-        if gone is None:
-            return None
-        status = target(action, JobStatus(gone.status))
-        conn.execute(
-            sa.update(job)
-            .where(job.c.job_id == job_id)
-            .values(
-                terminal_status=status,
-                terminal_error=error,
-                result=result,
-                attempts=gone.attempts,
-                progress=gone.progress,
-                finished_at=self.now_sql(),
+        return self.end_live_many(conn, [job_id], action, error=error, result=result).get(job_id)
+
+    def end_live_many(
+        self,
+        conn: Connection,
+        job_ids: Sequence[uuid.UUID],
+        action: Action,
+        *,
+        error: str | None = None,
+        result: str | None = None,
+    ) -> dict[uuid.UUID, JobStatus]:
+        """:meth:`end_live` for several jobs in three statements; return the new status of
+        each job the guard let through."""
+        ended: dict[uuid.UUID, JobStatus] = {}
+        for part in chunks(job_ids):
+            gone = conn.execute(
+                sa.delete(job_queue)
+                .where(job_queue.c.job_id.in_(list(part)), job_queue.c.status.in_(sources(action)))
+                .returning(
+                    job_queue.c.job_id,
+                    job_queue.c.status,
+                    job_queue.c.attempts,
+                    job_queue.c.progress,
+                )
+            ).all()
+            if not gone:
+                continue
+            now = {r.job_id: target(action, JobStatus(r.status)) for r in gone}
+            conn.execute(
+                END_COLD_ROW.values(finished_at=self.now_sql()),
+                [
+                    {
+                        "b_job_id": r.job_id,
+                        "b_status": now[r.job_id],
+                        "b_result": result,
+                        "b_error": error,
+                        "b_attempts": r.attempts,
+                        "b_progress": r.progress,
+                    }
+                    for r in gone
+                ],
             )
-        )
-        conn.execute(sa.delete(business_key).where(business_key.c.job_id == job_id))
-        return status
+            conn.execute(sa.delete(business_key).where(business_key.c.job_id.in_(list(now))))
+            ended |= now
+        return ended
 
     def insert_batch(self, conn: Connection, new: NewBatch) -> None:
         """Insert a batch's row (its parent job is inserted first)."""
@@ -271,7 +291,7 @@ class BatchStore(DialectHooks):
         )
         if ended is None:
             return None
-        return Ended(batch_id, ended, result=counts.to_json(), error=error)
+        return Ended(batch_id, ended, result=counts.to_json())
 
     def cascade_batches(
         self,
@@ -292,11 +312,9 @@ class BatchStore(DialectHooks):
                 .select_from(job.join(job_queue, job_queue.c.job_id == job.c.job_id))
                 .where(job.c.batch_id == e.job_id)
             ).scalars()
-            for child in list(live):
-                status = self.end_live(conn, child, Action.CANCEL)
-                if status is not None:
-                    canceled.append(Ended(child, status, cascade=True, batch_id=e.job_id))
-                    out.append(Event(events.job_canceled.name, {"job_id": child, "cascade": True}))
+            for child, status in self.end_live_many(conn, list(live), Action.CANCEL).items():
+                canceled.append(Ended(child, status, cascade=True, batch_id=e.job_id))
+                out.append(Event(events.job_canceled.name, {"job_id": child, "cascade": True}))
         return canceled
 
 

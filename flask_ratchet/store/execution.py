@@ -82,7 +82,9 @@ def error_hash(task: str, error: str | None) -> str:
     return hashlib.sha256(f"{task}\n{error or ''}".encode()).hexdigest()[:32]
 
 
-_END_COLD_ROW = (
+#: A terminal outcome on the cold row (``b_*`` parameters, one set per job: executemany), once
+#: the guarded delete of the hot row has let it through.
+END_COLD_ROW = (
     sa.update(job)
     .where(job.c.job_id == sa.bindparam("b_job_id"))
     .values(
@@ -109,7 +111,7 @@ class ExecutionStore(DialectHooks):
         if ended:
             # One statement for the batch (executemany), not a round through the engine per job.
             conn.execute(
-                _END_COLD_ROW.values(finished_at=self.now_sql()),
+                END_COLD_ROW.values(finished_at=self.now_sql()),
                 [
                     {
                         "b_job_id": item.job_id,

@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import events
+from .. import events, payload
 from ..events import Event
 from ..flow import (
     NOT_YET,
@@ -32,7 +32,6 @@ from ..flow import (
     Condition,
     Decision,
     JobType,
-    decoded,
     holds,
     predicate_error,
 )
@@ -64,15 +63,12 @@ class Link:
     threshold: float | None = None
 
 
-_CHUNK = 500
-
-
 class FlowStore(BatchStore):
     """Follow-ups of ended jobs. Mixed into the dialect stores."""
 
     def insert_links(self, conn: Connection, links: Sequence[Link]) -> None:
         """Insert dependents' conditions (their jobs are inserted first)."""
-        for part in chunks(links, _CHUNK):
+        for part in chunks(links):
             conn.execute(
                 sa.insert(workflow_condition),
                 [
@@ -110,13 +106,7 @@ class FlowStore(BatchStore):
         parent = conn.execute(sa.select(job.c.batch_id).where(job.c.job_id == job_id)).scalar()
         if parent is None:
             return
-        out: list[Event] = []
-        child = Ended(job_id, status, batch_id=parent)
-        link = {job_id: JobLinks(JobType.BATCH_CHILD, parent, None, None)}
-        settled = self.count_children(conn, [child], link, out)
-        events.record(conn, out)
-        if settled:
-            self.after_end(conn, settled)
+        self.after_end(conn, [Ended(job_id, status, batch_id=parent)])
 
     def after_end(
         self,
@@ -152,7 +142,7 @@ class FlowStore(BatchStore):
         out: dict[uuid.UUID, JobLinks] = {}
         if not ids:
             return out
-        for part in chunks(ids, _CHUNK):
+        for part in chunks(ids):
             rows = conn.execute(
                 sa.select(
                     job.c.job_id,
@@ -198,13 +188,19 @@ class FlowStore(BatchStore):
                 .where(batch.c.batch_id == row.batch_id, batch.c.finished_at.is_(None))
                 .values(total=counts[1], succeeded=counts[0], failed=counts[1] - counts[0])
             )
-            out: list[Event] = []
-            ended = self.settle_batch(conn, row.batch_id, row.name, out)
-            events.record(conn, out)
-            if ended is not None:
-                self.after_end(conn, [ended])
-                settled += 1
+            settled += self.settle(conn, row.batch_id, row.name)
         return settled
+
+    def settle(self, conn: Connection, batch_id: uuid.UUID, name: str) -> bool:
+        """Settle a batch whose children have all ended (an empty one: at once) and set off
+        what its parent's end sets off; False if it was settled already."""
+        out: list[Event] = []
+        ended = self.settle_batch(conn, batch_id, name, out)
+        events.record(conn, out)
+        if ended is None:
+            return False
+        self.after_end(conn, [ended])
+        return True
 
     # -- dependents ----------------------------------------------------------------------------
 
@@ -221,7 +217,7 @@ class FlowStore(BatchStore):
         # A batch child never has dependents: only the others are looked up.
         by_id = {e.job_id: e for e in ended if links[e.job_id].job_type != JobType.BATCH_CHILD}
         pending: dict[uuid.UUID, list[Any]] = defaultdict(list)
-        for part in chunks(list(by_id), _CHUNK):
+        for part in chunks(list(by_id)):
             rows = conn.execute(
                 sa.select(workflow_condition).where(workflow_condition.c.parent_id.in_(list(part)))
             )
@@ -254,7 +250,7 @@ class FlowStore(BatchStore):
                     continue
                 status = self.end_live(conn, cond.job_id, Action.CANCEL, error=error)
                 if status is not None:
-                    canceled.append(Ended(cond.job_id, status, error=error, cascade=True))
+                    canceled.append(Ended(cond.job_id, status, cascade=True))
             _chain_events(parent, links[parent_id], every, out)
         for e in canceled:
             out.append(Event(events.job_canceled.name, {"job_id": e.job_id, "cascade": True}))
@@ -303,7 +299,7 @@ def _route(
     values: dict[uuid.UUID, bool] = {}
     branches = [c for c in conditions if c.kind == Condition.WHEN]
     if branches and parent.status == JobStatus.SUCCEEDED:
-        result = decoded(parent.result)
+        result = payload.loads(parent.result)
         for cond in branches:
             try:
                 values[cond.job_id] = bool(evaluate(parent.job_id, cond.predicate, result))

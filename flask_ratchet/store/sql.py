@@ -38,9 +38,6 @@ from .execution import ExecutionStore
 from .flow import FlowStore
 from .resources import ResourceStore
 
-#: Rows per multi-row INSERT; keeps statements well under every driver's parameter limit.
-INSERT_CHUNK = 500
-
 _JOB_COLUMNS = [
     job.c.job_id,
     job.c.task,
@@ -129,7 +126,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
     def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         now = datetime.now(UTC)
         inserted: set[uuid.UUID] = set()
-        for part in chunks(jobs, INSERT_CHUNK):
+        for part in chunks(jobs):
             rows = [_job_row(new) | self._time_params(new, now) for new in part]
             # One row is a plain execute: executemany's batching only costs time there.
             result = conn.execute(self._job_insert, rows[0] if len(rows) == 1 else rows)
@@ -138,11 +135,11 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         outcome = self._match_duplicates(conn, jobs, inserted)
         fresh = [new for new in jobs if new.job_id in inserted]
         self._reserve_business_keys(conn, fresh, inserted)
-        for part in chunks(fresh, INSERT_CHUNK):
+        for part in chunks(fresh):
             rows = [_queue_row(new) | self._time_params(new, now) for new in part]
             conn.execute(self._queue_insert, rows[0] if len(rows) == 1 else rows)
         tags = [{"job_id": new.job_id, "tag": t} for new in fresh for t in new.options.tags]
-        for part in chunks(tags, INSERT_CHUNK):
+        for part in chunks(tags):
             conn.execute(sa.insert(job_tag), list(part))
         return outcome
 
@@ -181,7 +178,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
             .returning(business_key.c.job_id)
         )
         reserved: set[uuid.UUID] = set()
-        for part in chunks(wanted, INSERT_CHUNK):
+        for part in chunks(wanted):
             rows = [{"business_key": new.business_key, "job_id": new.job_id} for new in part]
             reserved.update(conn.execute(stmt, rows).scalars())
         # By job, not by key: a key given twice in one call is reserved once and refused once.
@@ -193,7 +190,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
 
     def _delete_jobs(self, conn: Connection, ids: list[uuid.UUID]) -> None:
         """Delete jobs this call inserted, with every row that belongs to them."""
-        for part in chunks(ids, INSERT_CHUNK):
+        for part in chunks(ids):
             for table in (business_key, job_tag, job_queue, job):
                 conn.execute(sa.delete(table).where(table.c.job_id.in_(part)))
 
@@ -397,7 +394,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         Call only after the guarded delete of the hot row succeeded: that delete is the swap.
         """
         assert status in TERMINAL
-        task = conn.execute(
+        ended = conn.execute(
             sa.update(job)
             .where(job.c.job_id == job_id)
             .values(
@@ -407,10 +404,10 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                 attempts=attempts,
                 finished_at=self.now_sql(),
             )
-            .returning(job.c.task)
-        ).scalar()
+            .returning(job.c.task, job.c.follow_up)
+        ).one()
         conn.execute(sa.delete(business_key).where(business_key.c.job_id == job_id))
-        about: dict[str, Any] = {"job_id": job_id, "task": task}
+        about: dict[str, Any] = {"job_id": job_id, "task": ended.task}
         announced: dict[JobStatus, tuple[NamedSignal, dict[str, Any]]] = {
             JobStatus.SUCCEEDED: (events.job_completed, {"result": result}),
             JobStatus.FAILED: (events.job_dead_lettered, {"error": error}),
@@ -418,7 +415,13 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         }
         signal, data = announced[status]
         events.record(conn, [events.Event(signal.name, about | data)])
-        self.after_end(conn, [Ended(job_id, status, result=result, error=error)])
+        if ended.follow_up:  # only linked jobs have anything to set off
+            self.after_end(conn, [Ended(job_id, status, result=result)])
+
+    def result_of(self, conn: Connection, job_id: uuid.UUID) -> Any:
+        """A job's result (decoded JSON), or None if it has none or there is no such job."""
+        text = conn.execute(sa.select(job.c.result).where(job.c.job_id == job_id)).scalar()
+        return payload.loads(text)
 
     def mark_superseded(self, conn: Connection, job_id: uuid.UUID, by: uuid.UUID) -> None:
         conn.execute(sa.update(job).where(job.c.job_id == job_id).values(superseded_by=by))

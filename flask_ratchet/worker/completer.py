@@ -27,9 +27,8 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from .. import events
+from .. import events, payload
 from ..events import Event
-from ..flow import decoded
 from ..retry import first_line
 from ..states import JobStatus
 from ..store import SqlJobStore
@@ -124,12 +123,14 @@ class Completer(threading.Thread):
                 self._backlog -= len(batch)
             self._on_written()
 
-    def _write_with_retries(self, batch: list[Finished]) -> None:
+    def _write_with_retries(self, batch: list[Finished], evaluate: Evaluator | None = None) -> None:
         delay = 0.05
         while True:
             try:
-                # User code (WHEN predicates) runs before the transaction, never inside it.
-                evaluate = self._evaluate(batch)
+                # User code (WHEN predicates) runs before the transaction, never inside it,
+                # and once per outcome however often the write is tried.
+                if evaluate is None:
+                    evaluate = self._evaluate(batch)
                 with self._store.begin(self._engine) as conn:
                     applied, recorded = self._complete(conn, batch, evaluate)
                 break
@@ -138,7 +139,7 @@ class Completer(threading.Thread):
                     # The statement itself was refused (bad data, not a lost connection): it
                     # would be refused again. Isolate the outcome at fault instead of retrying
                     # the batch for ever, which would hold back every other outcome.
-                    self._write_refused(batch, exc)
+                    self._write_refused(batch, exc, evaluate)
                     return
                 if self._stopping.is_set() and delay > 5:
                     log.exception(
@@ -169,7 +170,9 @@ class Completer(threading.Thread):
         values: dict[tuple[uuid.UUID, str], bool | Exception] = {}
         for parent_id, name in pending:
             try:
-                values[parent_id, name] = bool(self._predicate(name, decoded(results[parent_id])))
+                values[parent_id, name] = bool(
+                    self._predicate(name, payload.loads(results[parent_id]))
+                )
             except Exception as exc:
                 values[parent_id, name] = exc
 
@@ -184,7 +187,7 @@ class Completer(threading.Thread):
         return lookup
 
     def _complete(
-        self, conn: Connection, batch: list[Finished], evaluate: Evaluator = no_predicates
+        self, conn: Connection, batch: list[Finished], evaluate: Evaluator
     ) -> tuple[set[uuid.UUID], list[Event]]:
         """Write ``batch``, and what the end of its linked jobs sets off, in ``conn``'s
         transaction; return the jobs changed and the events to send after the commit."""
@@ -194,7 +197,6 @@ class Completer(threading.Thread):
                 i.job_id,
                 _ENDS_IN[i.outcome],
                 result=i.result,
-                error=i.error,
                 run_ms=i.duration_ms,
                 wait_ms=i.queue_wait_ms,
                 batch_id=i.batch_id,
@@ -215,20 +217,23 @@ class Completer(threading.Thread):
         if out:
             self._on_events(out)
 
-    def _write_refused(self, batch: list[Finished], exc: SQLAlchemyError) -> None:
+    def _write_refused(
+        self, batch: list[Finished], exc: SQLAlchemyError, evaluate: Evaluator | None
+    ) -> None:
         """Write a refused batch in halves, down to the outcome the database refuses; store that
         one reduced (no log lines or traceback, and for a failure an error saying why), or leave
         its job RUNNING for recovery if even that is refused. An outcome never changes kind: a
         success is never stored as a failure."""
         if len(batch) > 1:
             middle = len(batch) // 2
-            self._write_with_retries(batch[:middle])
-            self._write_with_retries(batch[middle:])
+            self._write_with_retries(batch[:middle], evaluate)
+            self._write_with_retries(batch[middle:], evaluate)
             return
         (item,) = batch
         reduced = _reduced(item, exc)
         try:
-            evaluate = self._evaluate([reduced])
+            if evaluate is None:
+                evaluate = self._evaluate([reduced])
             with self._store.begin(self._engine) as conn:
                 applied, recorded = self._complete(conn, [reduced], evaluate)
         except SQLAlchemyError:

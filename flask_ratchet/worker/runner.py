@@ -120,8 +120,7 @@ class Worker:
 
     def result_of(self, job_id: uuid.UUID) -> Any:
         with self.engine.connect() as conn:
-            found = self.store.get_job(conn, job_id)
-        return None if found is None else found.result
+            return self.store.result_of(conn, job_id)
 
     def still_running(self, job_id: uuid.UUID) -> bool:
         try:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -35,6 +35,7 @@ from ..recurring import (
     decode_options,
     plan_fires,
 )
+from ..retry import first_line
 from ..schema import recurring
 from .base import NewJob
 from .sql import SqlJobStore
@@ -184,7 +185,8 @@ class RecurringStore:
             )
             if advanced.rowcount != 1:
                 continue  # another firer advanced it first: its children exist
-            children = [_child(row, t) for t in fires]
+            child = _child(row, None)  # options decoded once, however many fire times
+            children = [replace(child, job_id=uuid7(), fire_time=t) for t in fires]
             if children and not self._insert_children(conn, row.recurring_id, children):
                 continue
             fired += [
@@ -210,7 +212,7 @@ class RecurringStore:
                 recurring_id,
                 children[0].fire_time,
                 children[-1].fire_time,
-                str(exc.orig).splitlines()[0] if exc.orig else exc,
+                first_line(exc),
             )
             return False
         return True
@@ -242,12 +244,12 @@ class RecurringStore:
         return FirePass(self.jobs.now(conn), [], self._next_due(conn, disabled))
 
     def _next_due(self, conn: Connection, disabled: Sequence[str]) -> datetime | None:
-        earliest = conn.execute(
+        # MIN() keeps the column's type: an aware UTC time on SQLite too.
+        return conn.execute(
             sa.select(sa.func.min(recurring.c.next_fire)).where(
                 recurring.c.status == RecurringStatus.ACTIVE, _enabled(disabled)
             )
         ).scalar()
-        return _aware(earliest)
 
     # -- operations ----------------------------------------------------------------------------
 
@@ -383,12 +385,3 @@ def _child(row: Row[Any], fire_time: datetime | None) -> NewJob:
         recurring_id=row.recurring_id,
         fire_time=fire_time,
     )
-
-
-def _aware(value: datetime | str | None) -> datetime | None:
-    """MIN() loses the column type on SQLite: read its text back as an aware UTC time."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -27,7 +27,8 @@ import sqlalchemy as sa
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
-from flask_ratchet import Ratchet, migrate
+from bench.enqueue_claim import fresh_pg
+from flask_ratchet import Ratchet
 
 DATABASE = "ratchet_console_bench"
 
@@ -269,8 +270,8 @@ VALUES (gen_random_uuid(), now(), 'bench', 'admin', 'reset-breaker', 'breaker', 
 
 
 def build(url: str, n: int) -> None:
+    """Fill the (migrated) database at ``url`` with ``n`` jobs, batches, flows and resources."""
     engine = sa.create_engine(url)
-    migrate.upgrade(engine)
     started = time.perf_counter()
     with engine.begin() as conn:
         for statement in FILL.split(";\n"):
@@ -430,10 +431,7 @@ def main() -> None:
     url = server.set(database=DATABASE).render_as_string(hide_password=False)
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     if not args.reuse:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-            conn.exec_driver_sql(f"CREATE DATABASE {DATABASE}")
-        build(url, args.jobs)
+        build(fresh_pg(args.pg, DATABASE), args.jobs)
     try:
         measure(url, args.runs)
     finally:

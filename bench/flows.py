@@ -24,7 +24,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import db, make_app, noop, ratchet
+from bench.enqueue_claim import bulk, db, make_app, noop, ratchet
 from bench.worker import _seconds, bench_stores, reset, worker
 
 
@@ -77,10 +77,7 @@ def drain(url: str, n: int, as_batch: bool) -> float:
         if as_batch:
             ratchet.streaming_batch("bench").from_iterable(range(n)).process(noop).start()
         else:
-            for start in range(0, n, 5000):
-                ratchet.enqueue_many(
-                    ratchet.enqueue(noop, i) for i in range(start, min(n, start + 5000))
-                )
+            bulk(n)
         db.engine.dispose()
     began = time.perf_counter()
     proc = worker(url, "--burst", "--concurrency", "10")

@@ -14,6 +14,7 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import sqlalchemy as sa
 from flask import abort, g, render_template, request, url_for
@@ -26,8 +27,8 @@ from flask_ratchet.store import console_queries as queries
 from flask_ratchet.store.console_writes import delete_ended_job, record_audit
 
 from . import filters, pages
-from .htmx import CHANGED_EVENT, fragment, is_htmx
-from .pages import state
+from .htmx import notice_or_page
+from .pages import job_id_or_404, state
 from .security import actor
 
 #: The most jobs one action changes: a bulk action takes the newest this many that match.
@@ -111,18 +112,25 @@ def _apply(
             except sa.exc.DBAPIError:
                 ok = False
             (outcome.changed if ok else outcome.refused).append(job_id)
-        _audit(conn, action, scope, target(outcome), outcome.requested, len(outcome.changed))
+        audit(conn, action, scope, target(outcome), outcome.requested, len(outcome.changed))
     s.db.session.commit()
     return outcome
 
 
-def _audit(
-    conn: Connection, action: str, scope: str, target: str, requested: int, changed: int
+def audit(
+    conn: Connection,
+    action: str,
+    scope: str,
+    target: str,
+    requested: int,
+    changed: int,
+    at: datetime | None = None,
 ) -> None:
-    """One ``ratchet_audit`` row for this request's actor and role, by the database's clock."""
+    """One ``ratchet_audit`` row for this request's actor and role, stamped ``at`` (by default
+    now, by the database's clock)."""
     record_audit(
         conn,
-        at=state().store.now(conn),
+        at=state().store.now(conn) if at is None else at,
         actor=actor(),
         role=str(g.ratchet_role),
         action=action,
@@ -141,16 +149,14 @@ def _action_name(value: str | None) -> str:
 
 def _answer(outcome: Outcome, back: str, location: str | None = None) -> Response | str:
     """A notice for htmx (and an event that refreshes live parts), or a page without JS."""
-    context = {
-        "outcome": outcome,
-        "past": PAST[outcome.action],
-        "allowed_from": ALLOWED_FROM[outcome.action],
-        "back": back,
-    }
-    if is_htmx():
-        body = render_template("ratchet/_notice.html", **context)
-        return fragment(body, trigger=CHANGED_EVENT, location=location)
-    return render_template("ratchet/done.html", **context)
+    return notice_or_page(
+        "ratchet/_notice.html",
+        back,
+        location=location,
+        outcome=outcome,
+        past=PAST[outcome.action],
+        allowed_from=ALLOWED_FROM[outcome.action],
+    )
 
 
 def _back(default: str) -> str:
@@ -165,10 +171,7 @@ def _back(default: str) -> str:
 def one(job_id: str, action: str) -> Response | str:
     """POST …/jobs/<id>/<action>: act on one job."""
     name = _action_name(action)
-    try:
-        key = uuid.UUID(job_id)
-    except ValueError:
-        abort(404)
+    key = job_id_or_404(job_id)
     outcome = _apply(name, [key], "job", lambda _: str(key))
     default = url_for("ratchet_console.job", job_id=str(key))
     if name == "delete" and outcome.changed:
@@ -205,8 +208,9 @@ def _confirm_page(name: str, wanted: filters.ListRequest, grew_from: int | None 
     s = state()
     among = SOURCES[name]
     with s.connection() as conn:
-        n = queries.count_jobs(conn, wanted.query, BULK_CAP, among=among)
-        newest = queries.matching_ids(conn, wanted.query, 1, among=among)
+        floor = queries.search_floor(conn, wanted.query)
+        n = queries.count_jobs(conn, wanted.query, BULK_CAP, among=among, floor=floor)
+        newest = queries.matching_ids(conn, wanted.query, 1, among=among, floor=floor)
     return render_template(
         "ratchet/confirm.html",
         action=name,
@@ -244,11 +248,14 @@ def on_filter() -> tuple[str, int] | Response | str:
     s = state()
     among = SOURCES[name]
     with s.connection() as conn:
-        n = queries.count_jobs(conn, wanted.query, BULK_CAP, among=among, upto=bound)
+        floor = queries.search_floor(conn, wanted.query)
+        n = queries.count_jobs(conn, wanted.query, BULK_CAP, among=among, upto=bound, floor=floor)
         if n > confirmed:
             # Jobs confirmed as not matching match now: the operator decides again.
             return _confirm_page(name, wanted, grew_from=min(confirmed, BULK_CAP)), 409
-        ids = queries.matching_ids(conn, wanted.query, BULK_CAP, among=among, upto=bound)
+        ids = queries.matching_ids(
+            conn, wanted.query, BULK_CAP, among=among, upto=bound, floor=floor
+        )
 
     def target(outcome: Outcome) -> str:
         return json.dumps({"filter": args, "changed": [str(i) for i in outcome.changed]})
@@ -326,7 +333,7 @@ def recurring_one(action: str) -> Response | str:
             result = False
         child = result if isinstance(result, uuid.UUID) else None
         changed = child is not None or result is True
-        _audit(conn, action, "recurring", recurring_id, 1, int(changed))
+        audit(conn, action, "recurring", recurring_id, 1, int(changed))
         found = None if changed else s.ratchet.get_recurring(recurring_id)
     s.db.session.commit()
     outcome = RecurringOutcome(
@@ -336,13 +343,10 @@ def recurring_one(action: str) -> Response | str:
         child=child,
         status=None if found is None else found.status.value,
     )
-    context = {
-        "outcome": outcome,
-        "past": RECURRING_PAST[action],
-        "allowed_from": RECURRING_ALLOWED_FROM[action],
-        "back": _back(url_for("ratchet_console.recurring")),
-    }
-    if is_htmx():
-        body = render_template("ratchet/_recurring_notice.html", **context)
-        return fragment(body, trigger=CHANGED_EVENT)
-    return render_template("ratchet/done.html", notice="ratchet/_recurring_notice.html", **context)
+    return notice_or_page(
+        "ratchet/_recurring_notice.html",
+        _back(url_for("ratchet_console.recurring")),
+        outcome=outcome,
+        past=RECURRING_PAST[action],
+        allowed_from=RECURRING_ALLOWED_FROM[action],
+    )

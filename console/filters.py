@@ -11,13 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from flask import abort, g
+from flask import abort
 
 from flask_ratchet.options import Priority
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.console_queries import SORTS, JobQuery
 
 from .present import mentions_secret
+from .security import can_act
 
 PAGE_SIZES = (25, 50, 100, 200)
 DEFAULT_PAGE_SIZE = 50
@@ -82,13 +83,10 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         recurring_id=args.get("recurring"),
         sort=sort,
     )
-    size = _size(values.get("size"))
+    size = page_size(values.get("size"))
     if size != DEFAULT_PAGE_SIZE:
         args["size"] = str(size)
-    cursor = values.get("cursor") or None
-    if cursor is not None and len(cursor) > 100:
-        abort(400, "bad cursor")
-    return ListRequest(query, size, cursor, args)
+    return ListRequest(query, size, checked_cursor(values.get("cursor")), args)
 
 
 def filter_args(args: Mapping[str, str]) -> dict[str, str]:
@@ -100,9 +98,9 @@ def can_search_arguments() -> bool:
     """Whether the current role may search argument text (else the box is labelled "Job id").
 
     The search runs over the stored arguments, where masked values are in clear text, so only
-    an admin (who may change and delete these jobs anyway) may use it.
+    an admin (who may change and delete these jobs anyway) may use it: the role that may act.
     """
-    return bool(g.get("ratchet_role") == "admin")
+    return can_act()
 
 
 def _check_search(q: str | None) -> None:
@@ -142,9 +140,19 @@ def _when(name: str, value: str | None) -> datetime | None:
     return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
 
-def _size(value: str | None) -> int:
+def page_size(value: str | None) -> int:
+    """The ``size`` parameter: one of :data:`PAGE_SIZES`, the default if absent; 400 else."""
     if not value:
         return DEFAULT_PAGE_SIZE
     if not value.isdigit() or int(value) not in PAGE_SIZES:
         abort(400, f"size must be one of {', '.join(map(str, PAGE_SIZES))}")
     return int(value)
+
+
+def checked_cursor(value: str | None) -> str | None:
+    """The ``cursor`` parameter as sent (the store checks it belongs to its list), None if
+    absent, or 400 if far too long."""
+    cursor = value or None
+    if cursor is not None and len(cursor) > 100:
+        abort(400, "bad cursor")
+    return cursor

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import request
+from flask import render_template, request
 from htmx_flask.requests import HtmxHeaders  # type: ignore[import-untyped]
 from htmx_flask.response import make_response  # type: ignore[import-untyped]
 from werkzeug.wrappers import Response
@@ -28,3 +28,15 @@ def fragment(body: str, status: int = 200, **headers: Any) -> Response:
     response = make_response(body, status, **headers)
     assert isinstance(response, Response)
     return response
+
+
+def notice_or_page(
+    notice: str, back: str, location: str | None = None, **context: Any
+) -> Response | str:
+    """What an action answers: the ``notice`` template for htmx (with the event that refreshes
+    live parts, and ``location`` to go to instead), or the "done" page showing it without JS,
+    with a link ``back``."""
+    if is_htmx():
+        body = render_template(notice, back=back, **context)
+        return fragment(body, trigger=CHANGED_EVENT, location=location)
+    return render_template("ratchet/done.html", notice=notice, back=back, **context)

@@ -38,6 +38,12 @@ def state() -> RatchetState:
     return current_app.extensions["ratchet"]  # type: ignore[no-any-return]
 
 
+def live_after(s: RatchetState) -> float:
+    """Seconds since its last heartbeat within which a node counts as live: three missed
+    heartbeats make it silent."""
+    return 3 * s.config.heartbeat_interval
+
+
 def overview() -> str:
     """Counts per status, the last hour's throughput, queue health, nodes and recent actions."""
     s = state()
@@ -49,14 +55,13 @@ def overview() -> str:
         p95 = reports.p95_queue_wait(conn, now)
         nodes = reports.nodes(conn, now)
         audit = reports.recent_audit(conn)
-    live_after = 3 * s.config.heartbeat_interval
     return render_template(
         "ratchet/overview.html",
         counts=counts,
         chart=chart(minutes),
         oldest=oldest,
         p95=p95,
-        nodes=[n for n in nodes if n.heartbeat_age <= live_after],
+        nodes=[n for n in nodes if n.heartbeat_age <= live_after(s)],
         audit=audit,
         now=now,
     )
@@ -67,11 +72,12 @@ def jobs() -> str:
     wanted = filters.parse(request.args)
     s = state()
     with s.connection() as conn:
+        floor = queries.search_floor(conn, wanted.query)
         try:
-            page = queries.list_jobs(conn, wanted.query, wanted.size, wanted.cursor)
+            page = queries.list_jobs(conn, wanted.query, wanted.size, wanted.cursor, floor=floor)
         except ValueError:
             abort(400, "bad cursor")
-        newest = _newest(conn, wanted, page) if wanted.cursor is None else None
+        newest = _newest(conn, wanted, page, floor) if wanted.cursor is None else None
     return render_template(
         "ratchet/jobs.html",
         page=page,
@@ -88,7 +94,10 @@ def jobs() -> str:
 
 
 def _newest(
-    conn: Connection, wanted: filters.ListRequest, page: queries.JobList
+    conn: Connection,
+    wanted: filters.ListRequest,
+    page: queries.JobList,
+    floor: datetime | None,
 ) -> uuid.UUID | None:
     """The newest matching job when the page is drawn: the "new jobs" banner counts from it.
 
@@ -99,26 +108,24 @@ def _newest(
         return None
     if wanted.query.sort == "newest":
         return page.rows[0].id
-    found = queries.matching_ids(conn, wanted.query, 1)
+    found = queries.matching_ids(conn, wanted.query, 1, floor=floor)
     return found[0] if found else max(r.id for r in page.rows)
 
 
 def jobs_new() -> str:
     """The banner of the job list: how many matching jobs arrived since the page was drawn."""
     wanted = filters.parse(request.args)
-    newest = _job_id_or_404(request.args.get("newest", ""))
+    newest = job_id_or_404(request.args.get("newest", ""))
     s = state()
     with s.connection() as conn:
         n = queries.newer_than(conn, wanted.query, newest, NEW_CAP)
-    return render_template(
-        "ratchet/_jobs_new.html", n=n, cap=NEW_CAP, args=wanted.args, newest=newest
-    )
+    return render_template("ratchet/_jobs_new.html", n=n, cap=NEW_CAP, args=wanted.args)
 
 
 def job_detail(job_id: str) -> str:
     """One job: facts, arguments, progress, executions, logs, alerts, neighbours, actions, and
     the batch, chain or workflow it is part of."""
-    key = _job_id_or_404(job_id)
+    key = job_id_or_404(job_id)
     s = state()
     job = s.ratchet.get_job(key)
     if job is None:
@@ -126,7 +133,8 @@ def job_detail(job_id: str) -> str:
     with s.connection() as conn:
         extras = reports.job_extras(conn, key)
         flow = flows.job_flow(conn, key)
-        history = job_history(conn, job, extras.executions)
+        waits_on = None if flow is None else flow.waits_on
+        history = job_history(conn, job, extras.executions, waits_on)
     actions = [
         name
         for name, action in (
@@ -177,8 +185,8 @@ def _flow_live(flow: flows.JobFlow | None) -> bool:
 def batches() -> str:
     """Batches, newest first: progress, counts and metrics; live while one shown is running."""
     wanted = _one_of("state", flows.BATCH_STATES)
-    size = _page_size()
-    cursor = _cursor()
+    size = filters.page_size(request.args.get("size"))
+    cursor = filters.checked_cursor(request.args.get("cursor"))
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
@@ -202,10 +210,10 @@ def batches() -> str:
 
 def batch_detail(batch_id: str) -> str:
     """One batch: progress, metrics, follow-ups, and its children (keyset pages, by status)."""
-    key = _job_id_or_404(batch_id)
+    key = job_id_or_404(batch_id)
     wanted = _one_of("status", tuple(JobStatus.__members__))
-    size = _page_size()
-    cursor = _cursor()
+    size = filters.page_size(request.args.get("size"))
+    cursor = filters.checked_cursor(request.args.get("cursor"))
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
@@ -246,23 +254,6 @@ def _one_of(name: str, choices: tuple[str, ...]) -> str | None:
     return value
 
 
-def _page_size() -> int:
-    value = request.args.get("size", "")
-    if not value:
-        return filters.DEFAULT_PAGE_SIZE
-    if not value.isdigit() or int(value) not in filters.PAGE_SIZES:
-        abort(400, f"size must be one of {', '.join(map(str, filters.PAGE_SIZES))}")
-    return int(value)
-
-
-def _cursor() -> str | None:
-    """The cursor as sent (the store checks it belongs to its list), or 400 if far too long."""
-    cursor = request.args.get("cursor") or None
-    if cursor is not None and len(cursor) > 100:
-        abort(400, "bad cursor")
-    return cursor
-
-
 def _page_args(size: int, **values: str | None) -> dict[str, str]:
     """A page's validated parameters, to rebuild its links: no empty ones, no default size."""
     args = {k: v for k, v in values.items() if v}
@@ -285,9 +276,7 @@ def nodes() -> str:
     with s.connection() as conn:
         now = s.store.now(conn)
         rows = reports.nodes(conn, now)
-    return render_template(
-        "ratchet/nodes.html", nodes=rows, live_after=3 * s.config.heartbeat_interval
-    )
+    return render_template("ratchet/nodes.html", nodes=rows, live_after=live_after(s))
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,7 +345,8 @@ def page_url(endpoint: str, args: dict[str, str], **changes: Any) -> str:
     return url_for(endpoint, **{k: v for k, v in merged.items() if v})
 
 
-def _job_id_or_404(text: str) -> uuid.UUID:
+def job_id_or_404(text: str) -> uuid.UUID:
+    """``text`` as a job id, or 404 (an id that is no UUID names no job)."""
     try:
         return uuid.UUID(text)
     except ValueError:

@@ -254,7 +254,7 @@ class BatchBar:
 def batch_bar(progress: BatchProgress) -> BatchBar:
     """Lay out ``progress`` as a bar (drawn by the templates as SVG: no style attribute)."""
     total = progress.total
-    remaining = max(total - progress.ended, 0)
+    remaining = progress.remaining
     label = (
         f"{progress.succeeded:,} succeeded, {progress.failed:,} failed, "
         f"{remaining:,} to go, of {total:,}"

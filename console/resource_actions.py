@@ -14,20 +14,17 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flask import abort, g, render_template, request, url_for
-from sqlalchemy.engine import Connection
+from flask import abort, request, url_for
 from werkzeug.wrappers import Response
 
 from flask_ratchet.resources_facade import ResourceLimit
 from flask_ratchet.store import console_resources as held
 from flask_ratchet.store.cluster import BREAKER_RESET
-from flask_ratchet.store.console_writes import record_audit
 
 from . import filters
-from .htmx import CHANGED_EVENT, fragment, is_htmx
-from .pages import state
-from .resource_pages import live_after
-from .security import actor
+from .actions import audit
+from .htmx import notice_or_page
+from .pages import live_after, state
 
 #: The audit action of a limit set from the console.
 SET_LIMIT = "set-limit"
@@ -58,23 +55,6 @@ class ResetOutcome:
     action: str = "reset breaker"
 
 
-def _audit(
-    conn: Connection, at: datetime, action: str, scope: str, target: str, n: int, changed: int
-) -> None:
-    """One ``ratchet_audit`` row for this request's actor and role."""
-    record_audit(
-        conn,
-        at=at,
-        actor=actor(),
-        role=str(g.ratchet_role),
-        action=action,
-        scope=scope,
-        target=target,
-        requested=n,
-        changed=changed,
-    )
-
-
 def _spelled(text: str) -> int | float | str:
     """Form text as the number it spells, or the text itself: ``configure_resource`` then
     names exactly what was typed in its error (``got 'abc'``, ``got 2.5``, ``got nan``)."""
@@ -85,13 +65,6 @@ def _spelled(text: str) -> int | float | str:
         except ValueError:
             pass
     return text
-
-
-def _answer(template: str, back: str, **context: object) -> Response | str:
-    """A notice for htmx (and the event that refreshes live parts), or a page without JS."""
-    if is_htmx():
-        return fragment(render_template(template, **context), trigger=CHANGED_EVENT)
-    return render_template("ratchet/done.html", notice=template, back=back, **context)
 
 
 def set_limit() -> Response | str:
@@ -113,9 +86,9 @@ def set_limit() -> Response | str:
         except ValueError as exc:
             abort(400, str(exc))
         outcome = LimitOutcome(limit, before)
-        _audit(conn, s.store.now(conn), SET_LIMIT, "resource", name, 1, int(outcome.changed))
+        audit(conn, SET_LIMIT, "resource", name, 1, int(outcome.changed))
     s.db.session.commit()
-    return _answer(
+    return notice_or_page(
         "ratchet/_limit_notice.html", url_for("ratchet_console.resources"), outcome=outcome
     )
 
@@ -138,9 +111,9 @@ def reset_breaker() -> Response | str:
         if workers:
             # Requested of and passed on to every live worker that reports the breaker; each
             # applies it at its next heartbeat, which the page then shows.
-            _audit(conn, now, BREAKER_RESET, "breaker", service, workers, workers)
+            audit(conn, BREAKER_RESET, "breaker", service, workers, workers, at=now)
     s.db.session.commit()
     outcome = ResetOutcome(service, workers, now, s.config.heartbeat_interval)
-    return _answer(
+    return notice_or_page(
         "ratchet/_breaker_notice.html", url_for("ratchet_console.breakers"), outcome=outcome
     )

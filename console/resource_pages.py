@@ -8,19 +8,12 @@ from __future__ import annotations
 
 from flask import abort, render_template, request
 
-from flask_ratchet.extension import RatchetState
 from flask_ratchet.options import RESOURCE_MAX_LENGTH
 from flask_ratchet.resources_facade import DEFAULT_RETRY_DELAY
 from flask_ratchet.store import console_resources as held
 
 from . import filters
-from .pages import state
-
-
-def live_after(s: RatchetState) -> float:
-    """Seconds since its last heartbeat within which a node counts as live (as on the
-    overview): three missed heartbeats make it silent."""
-    return 3 * s.config.heartbeat_interval
+from .pages import live_after, state
 
 
 def resources() -> str:

@@ -12,9 +12,8 @@ from typing import Any
 from flask import Blueprint
 from werkzeug.exceptions import HTTPException
 
-from flask_ratchet.states import JobStatus
-
 from . import actions, errors, pages, present, resource_actions, resource_pages, security
+from .htmx import CHANGED_EVENT
 
 #: Reflected into the page head so htmx never injects a style element (the CSP forbids it) and
 #: never evaluates strings as code. Attributes are not inherited: a form inside a live region
@@ -43,10 +42,9 @@ def _template_globals() -> dict[str, Any]:
         "csrf_header": security.CSRF_HEADER,
         "csrf_field": security.CSRF_FIELD,
         "htmx_config": HTMX_CONFIG,
-        "changed_event": "ratchet-changed",
+        "changed_event": CHANGED_EVENT,
         "list_url": pages.list_url,
         "page_url": pages.page_url,
-        "terminal_statuses": (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED),
     }
 
 

@@ -91,6 +91,11 @@ class BatchProgress:
         return self.succeeded + self.failed
 
     @property
+    def remaining(self) -> int:
+        """Children that have not ended yet (never below zero)."""
+        return max(self.total - self.ended, 0)
+
+    @property
     def wall_ms(self) -> float | None:
         """From submission to the last child's end (None until the batch has settled)."""
         if self.created_at is None or self.finished_at is None:

@@ -16,9 +16,10 @@ jobs or a million:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -27,9 +28,16 @@ from sqlalchemy.sql import Select
 from ..flow import NOT_YET, JobType
 from ..job import BatchProgress
 from ..schema import batch, job, job_queue, workflow_condition
-from ..states import LIVE, JobStatus
+from ..states import JobStatus
 from .batches import progress_of
-from .console_queries import JOBS_WITH_HOT_ROW, const
+from .console_queries import (
+    JOBS_WITH_HOT_ROW,
+    ROW_COLUMNS,
+    JobRow,
+    live_or_cold,
+    to_row,
+    where_status,
+)
 
 #: The batch list's state filter looks at this many batches (newest first) per page at most:
 #: ``finished_at`` has no index, and batches are few next to jobs.
@@ -59,35 +67,20 @@ class BatchRow:
         return self.progress.batch_id
 
 
-@dataclass(frozen=True, slots=True)
-class BatchList:
-    """One page of batches. ``partial``: a state filter stopped at its window before the page
-    was full, and ``next_cursor`` carries on after the window."""
+class _HasId(Protocol):
+    @property
+    def id(self) -> uuid.UUID: ...
 
-    rows: list[BatchRow]
-    next_cursor: str | None
-    partial: bool = False
+
+RowT = TypeVar("RowT", bound=_HasId)
 
 
 @dataclass(frozen=True, slots=True)
-class ChildRow:
-    """One child on a batch's page."""
+class Page(Generic[RowT]):
+    """One page of batches, or of a batch's children. ``partial``: a filter stopped at its
+    window before the page was full, and ``next_cursor`` carries on after the window."""
 
-    id: uuid.UUID
-    task: str
-    status: JobStatus
-    attempts: int
-    max_retries: int
-    created_at: datetime
-    finished_at: datetime | None
-    error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ChildList:
-    """One page of a batch's children; ``partial`` as in :class:`BatchList`."""
-
-    rows: list[ChildRow]
+    rows: list[RowT]
     next_cursor: str | None
     partial: bool = False
 
@@ -115,7 +108,6 @@ class FlowNode:
 
     id: uuid.UUID
     task: str
-    job_type: str
     status: JobStatus
     #: PENDING (or PAUSED) and due at NOT_YET: its parent has not ended yet.
     waiting: bool
@@ -160,7 +152,7 @@ _BATCHES = batch.join(job, job.c.job_id == batch.c.batch_id).outerjoin(
 
 def list_batches(
     conn: Connection, state: str | None, limit: int, cursor: str | None = None
-) -> BatchList:
+) -> Page[BatchRow]:
     """One page of batches, newest first; ``state`` is "running", "finished" or None (any).
 
     :raises ValueError: if ``cursor`` was not made by this function.
@@ -171,8 +163,7 @@ def list_batches(
         if after is not None:
             stmt = stmt.where(batch.c.batch_id < after)
         raw = conn.execute(stmt.order_by(batch.c.batch_id.desc()).limit(limit + 1)).all()
-        rows = [_batch_row(r) for r in raw[:limit]]
-        return BatchList(rows, f"b.{rows[-1].id}" if len(raw) > limit else None)
+        return _page(conn, raw, limit, _batch_row, "b")
     if state not in BATCH_STATES:
         raise ValueError(f"unknown batch state {state!r}")
     walk = sa.select(batch.c.batch_id.label("id")).order_by(batch.c.batch_id.desc())
@@ -188,11 +179,7 @@ def list_batches(
         .order_by(batch.c.batch_id.desc())
         .limit(limit + 1)
     ).all()
-    rows = [_batch_row(r) for r in raw[:limit]]
-    if len(raw) > limit:
-        return BatchList(rows, f"b.{rows[-1].id}")
-    last = _end_of_window(conn, walk, BATCH_WINDOW)
-    return BatchList(rows, None if last is None else f"b.{last}", partial=last is not None)
+    return _page(conn, raw, limit, _batch_row, "b", walk, BATCH_WINDOW)
 
 
 def batch_row(conn: Connection, batch_id: uuid.UUID) -> BatchRow | None:
@@ -216,32 +203,20 @@ def batch_children(
     status: JobStatus | None,
     limit: int,
     cursor: str | None = None,
-) -> ChildList:
+) -> Page[JobRow]:
     """One page of a batch's children, newest first, in ``status`` if given.
 
     :raises ValueError: if ``cursor`` was not made by this function.
     """
     after = parse_cursor("c", cursor) if cursor else None
-    columns = (
-        job.c.job_id,
-        job.c.task,
-        job.c.max_retries,
-        job.c.created_at,
-        job.c.finished_at,
-        job.c.terminal_status,
-        job.c.terminal_error,
-        job.c.attempts,
-        job_queue.c.status,
-        job_queue.c.attempts.label("live_attempts"),
-        job_queue.c.last_error,
-    )
     if status is None:
-        stmt = sa.select(*columns).select_from(JOBS_WITH_HOT_ROW).where(job.c.batch_id == batch_id)
+        stmt = (
+            sa.select(*ROW_COLUMNS).select_from(JOBS_WITH_HOT_ROW).where(job.c.batch_id == batch_id)
+        )
         if after is not None:
             stmt = stmt.where(job.c.job_id < after)
         raw = conn.execute(stmt.order_by(job.c.job_id.desc()).limit(limit + 1)).all()
-        rows = [_child_row(r) for r in raw[:limit]]
-        return ChildList(rows, f"c.{rows[-1].id}" if len(raw) > limit else None)
+        return _page(conn, raw, limit, to_row, "c")
     # No index leads from a batch to its children in one status: walk the batch's children on
     # (batch_id, job_id), newest first, and filter a window of them.
     walk = (
@@ -253,8 +228,8 @@ def batch_children(
         walk = walk.where(job.c.job_id < after)
     seen = walk.limit(CHILD_WINDOW).subquery()
     raw = conn.execute(
-        _in_status(
-            sa.select(*columns).select_from(
+        where_status(
+            sa.select(*ROW_COLUMNS).select_from(
                 seen.join(job, job.c.job_id == seen.c.id).outerjoin(
                     job_queue, job_queue.c.job_id == job.c.job_id
                 )
@@ -264,17 +239,28 @@ def batch_children(
         .order_by(job.c.job_id.desc())
         .limit(limit + 1)
     ).all()
-    rows = [_child_row(r) for r in raw[:limit]]
+    return _page(conn, raw, limit, to_row, "c", walk, CHILD_WINDOW)
+
+
+def _page(
+    conn: Connection,
+    raw: Sequence[Any],
+    limit: int,
+    row: Callable[[Any], RowT],
+    kind: str,
+    walk: Select[Any] | None = None,
+    window: int = 0,
+) -> Page[RowT]:
+    """A page of the first ``limit`` of ``raw`` (up to ``limit + 1`` rows read), each made by
+    ``row``; its cursor (``<kind>.<id>``) follows the last row if there were more. A filtered
+    page that came back short carries on after the ``window`` rows of ``walk`` it looked at."""
+    rows = [row(r) for r in raw[:limit]]
     if len(raw) > limit:
-        return ChildList(rows, f"c.{rows[-1].id}")
-    last = _end_of_window(conn, walk, CHILD_WINDOW)
-    return ChildList(rows, None if last is None else f"c.{last}", partial=last is not None)
-
-
-def _in_status(stmt: Select[Any], status: JobStatus) -> Select[Any]:
-    if status in LIVE:
-        return stmt.where(job_queue.c.status == const(status))
-    return stmt.where(job.c.terminal_status == const(status), job_queue.c.job_id.is_(None))
+        return Page(rows, f"{kind}.{rows[-1].id}")
+    if walk is None:
+        return Page(rows, None)
+    last = _end_of_window(conn, walk, window)
+    return Page(rows, None if last is None else f"{kind}.{last}", partial=last is not None)
 
 
 def _end_of_window(conn: Connection, walk: Select[Any], size: int) -> uuid.UUID | None:
@@ -299,30 +285,8 @@ def parse_cursor(kind: str, cursor: str) -> uuid.UUID:
     raise ValueError(f"cursor {cursor!r} does not belong to this list")
 
 
-def _status(live: str | None, ended: str | None) -> JobStatus:
-    """A job's status: its hot row's while it is live, else its cold row's."""
-    found = live if live is not None else ended
-    if found is None:
-        raise ValueError("a job with neither a hot row nor a terminal status")
-    return JobStatus(found)
-
-
 def _batch_row(r: Any) -> BatchRow:
-    return BatchRow(progress_of(r), _status(r.live_status, r.terminal_status))
-
-
-def _child_row(r: Any) -> ChildRow:
-    live = r.status is not None
-    return ChildRow(
-        id=r.job_id,
-        task=r.task,
-        status=_status(r.status, r.terminal_status),
-        attempts=r.live_attempts if live else r.attempts,
-        max_retries=r.max_retries,
-        created_at=r.created_at,
-        finished_at=r.finished_at,
-        error=r.last_error if live else r.terminal_error,
-    )
+    return BatchRow(progress_of(r), live_or_cold(r.live_status, r.terminal_status))
 
 
 # -- flows -------------------------------------------------------------------------------------
@@ -330,7 +294,6 @@ def _child_row(r: Any) -> ChildRow:
 _NODE_COLUMNS = (
     job.c.job_id,
     job.c.task,
-    job.c.job_type,
     job.c.terminal_status,
     job_queue.c.status.label("live_status"),
     job_queue.c.scheduled_time,
@@ -361,7 +324,7 @@ def _nodes_from(linked: Any) -> Any:
 
 
 def _node(r: Any) -> FlowNode:
-    status = _status(r.live_status, r.terminal_status)
+    status = live_or_cold(r.live_status, r.terminal_status)
     waits_on = None
     if r.parent_id is not None:
         waits_on = WaitsOn(
@@ -376,7 +339,6 @@ def _node(r: Any) -> FlowNode:
     return FlowNode(
         id=r.job_id,
         task=r.task,
-        job_type=r.job_type,
         status=status,
         waiting=r.scheduled_time is not None and r.scheduled_time >= NOT_YET,
         waits_on=waits_on,
@@ -447,10 +409,9 @@ def job_flow(conn: Connection, job_id: uuid.UUID) -> JobFlow | None:
     plain = me.job_type == JobType.SINGLE and me.depends_on is None and me.batch_id is None
     if plain and not me.follow_up:
         return None  # neither linked nor followed up: no query would find anything
+    # A batch's parent: its batch row comes with its own node below.
     own = None
-    if me.job_type == JobType.BATCH:
-        own = batch_row(conn, job_id)
-    elif me.batch_id is not None:
+    if me.job_type != JobType.BATCH and me.batch_id is not None:
         own = batch_row(conn, me.batch_id)
     if me.job_type == JobType.BATCH_CHILD:
         # A child is linked to its batch only; the batch's page shows the rest.
@@ -462,6 +423,8 @@ def job_flow(conn: Connection, job_id: uuid.UUID) -> JobFlow | None:
     path = [i for i in path if i in on_path]  # a parent deleted since is not drawn
     tree, cut = _tree(conn, path, on_path)
     mine = on_path[job_id]
+    if me.job_type == JobType.BATCH and mine.batch is not None:
+        own = BatchRow(mine.batch, mine.status)
     parent = on_path.get(path[1]) if len(path) > 1 else None
     if tree is not None and not tree.children:
         tree = None  # a lone job: nothing to draw

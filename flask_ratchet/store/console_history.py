@@ -11,7 +11,6 @@ their effects.
 from __future__ import annotations
 
 import json
-import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,7 +20,8 @@ from sqlalchemy.engine import Connection
 
 from ..flow import NOT_YET, Decision
 from ..job import Job
-from ..schema import audit, workflow_condition
+from ..schema import audit
+from .console_flows import WaitsOn
 
 #: Operators' actions read per job page, oldest first from the job's creation.
 AUDIT_LIMIT = 200
@@ -38,8 +38,11 @@ class HistoryEntry:
     detail: str | None = None
 
 
-def job_history(conn: Connection, found: Job, executions: list[Any]) -> list[HistoryEntry]:
-    """``found``'s history, oldest first (``executions`` as the job page already read them)."""
+def job_history(
+    conn: Connection, found: Job, executions: list[Any], waits_on: WaitsOn | None
+) -> list[HistoryEntry]:
+    """``found``'s history, oldest first (``executions`` as the job page already read them, and
+    ``waits_on`` its condition, from :func:`~.console_flows.job_flow`)."""
     out = [HistoryEntry(found.created_at, "PENDING", "submitted")]
     if found.scheduled_at == NOT_YET:
         out.append(HistoryEntry(found.created_at, None, "waiting for the job it depends on"))
@@ -47,7 +50,7 @@ def job_history(conn: Connection, found: Job, executions: list[Any]) -> list[His
         out.append(
             HistoryEntry(found.created_at, None, f"due at {found.scheduled_at:%Y-%m-%d %H:%M:%S}")
         )
-    out += _decision(conn, found.id)
+    out += _decision(waits_on)
     for e in executions:
         out.append(HistoryEntry(e.started_at, "RUNNING", f"attempt {e.attempt} started", e.node_id))
         if e.finished_at is not None:
@@ -67,17 +70,15 @@ def job_history(conn: Connection, found: Job, executions: list[Any]) -> list[His
     return sorted(out, key=lambda entry: entry.at)
 
 
-def _decision(conn: Connection, job_id: uuid.UUID) -> list[HistoryEntry]:
-    row = conn.execute(
-        sa.select(workflow_condition).where(workflow_condition.c.job_id == job_id)
-    ).first()
+def _decision(row: WaitsOn | None) -> list[HistoryEntry]:
     if row is None or row.decided_at is None:
         return []
-    what = {
+    by_decision: dict[str | None, str] = {
         Decision.TRIGGERED: f"released: {row.kind} held",
         Decision.SKIPPED: f"skipped: {row.kind} did not hold",
         Decision.ERROR: "skipped: routing failed",
-    }.get(row.decision, str(row.decision))
+    }
+    what = by_decision.get(row.decision, str(row.decision))
     return [HistoryEntry(row.decided_at, None, what, row.error)]
 
 

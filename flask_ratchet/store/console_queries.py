@@ -10,6 +10,7 @@ Every query here is bounded, so a page costs the same with a thousand jobs or a 
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
@@ -87,7 +88,8 @@ class Count:
     estimated: bool = False
 
 
-_ROW_COLUMNS = (
+#: The columns of a :class:`JobRow` (see :func:`to_row`), over :data:`JOBS_WITH_HOT_ROW`.
+ROW_COLUMNS = (
     job.c.job_id,
     job.c.task,
     job.c.priority,
@@ -107,15 +109,57 @@ _ROW_COLUMNS = (
 JOBS_WITH_HOT_ROW = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
 
 
-def _filtered(conn: Connection, q: JobQuery, columns: Sequence[Any]) -> Select[Any]:
+class _Floor(enum.Enum):
+    """The default of the ``floor`` arguments below: look the search floor up here."""
+
+    LOOK_UP = "look up"
+
+
+#: A search floor (see :func:`search_floor`) or :attr:`_Floor.LOOK_UP`.
+Floor = datetime | None | _Floor
+
+
+def search_floor(conn: Connection, q: JobQuery) -> datetime | None:
+    """The oldest ``created_at`` an argument-text search of ``q`` looks at (None: no bound, or
+    no argument-text search). A LIKE cannot use an index: the search looks only at the newest
+    :data:`SEARCH_WINDOW` jobs created before the range's end, found on the created_at index.
+
+    One request works it out once and passes it as ``floor`` to each query it runs.
+    """
+    if not q.search or _uuid_or_none(q.search) is not None:
+        return None
+    window = sa.select(job.c.created_at).order_by(job.c.created_at.desc())
+    if q.created_before is not None:
+        window = window.where(job.c.created_at < q.created_before)
+    found: datetime | None = conn.execute(window.offset(SEARCH_WINDOW).limit(1)).scalar()
+    return found
+
+
+def _floor(conn: Connection, q: JobQuery, floor: Floor) -> datetime | None:
+    return search_floor(conn, q) if isinstance(floor, _Floor) else floor
+
+
+def where_status(stmt: Select[Any], status: JobStatus) -> Select[Any]:
+    """``stmt`` (over jobs outer-joined to their hot rows) kept to jobs in ``status``: the hot
+    row's while it is live, else the cold row's, with no hot row."""
+    if status in LIVE:
+        return stmt.where(job_queue.c.status == const(status))
+    return stmt.where(job.c.terminal_status == const(status), job_queue.c.job_id.is_(None))
+
+
+def live_or_cold(live: str | None, ended: str | None) -> JobStatus:
+    """A job's status: its hot row's while it is live, else its cold row's."""
+    found = live if live is not None else ended
+    if found is None:
+        raise ValueError("a job with neither a hot row nor a terminal status")
+    return JobStatus(found)
+
+
+def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Select[Any]:
+    """Jobs matching ``q``; ``floor`` is :func:`search_floor`'s for ``q``."""
     stmt = sa.select(*columns).select_from(JOBS_WITH_HOT_ROW)
     if q.status is not None:
-        if q.status in LIVE:
-            stmt = stmt.where(job_queue.c.status == const(q.status))
-        else:
-            stmt = stmt.where(
-                job.c.terminal_status == const(q.status), job_queue.c.job_id.is_(None)
-            )
+        stmt = where_status(stmt, q.status)
     stmt = narrowed(
         stmt,
         task=q.task,
@@ -140,12 +184,6 @@ def _filtered(conn: Connection, q: JobQuery, columns: Sequence[Any]) -> Select[A
             stmt = stmt.where(job.c.job_id == as_id)
         else:
             stmt = stmt.where(job.c.payload.contains(q.search, autoescape=True))
-            # A LIKE cannot use an index: look only at the newest SEARCH_WINDOW jobs created
-            # before the range's end, found on the created_at index.
-            window = sa.select(job.c.created_at).order_by(job.c.created_at.desc())
-            if q.created_before is not None:
-                window = window.where(job.c.created_at < q.created_before)
-            floor = conn.execute(window.offset(SEARCH_WINDOW).limit(1)).scalar()
             if floor is not None:
                 stmt = stmt.where(job.c.created_at > floor)
     return stmt
@@ -198,23 +236,34 @@ def _cursor(sort: str, row: JobRow) -> str:
     return f"{sort[0]}.{row.id}"
 
 
-def list_jobs(conn: Connection, q: JobQuery, limit: int, cursor: str | None = None) -> JobList:
-    """One page of jobs matching ``q`` in ``q.sort`` order.
+def list_jobs(
+    conn: Connection,
+    q: JobQuery,
+    limit: int,
+    cursor: str | None = None,
+    *,
+    floor: Floor = _Floor.LOOK_UP,
+) -> JobList:
+    """One page of jobs matching ``q`` in ``q.sort`` order (``floor``: :func:`search_floor`'s,
+    looked up unless given).
 
     :raises ValueError: if ``cursor`` was not made by this function for the same sort.
     """
+    found = _floor(conn, q, floor)
     if q.sort == "priority":
-        raw = _by_priority(conn, q, limit + 1, cursor)
+        raw = _by_priority(conn, q, limit + 1, cursor, found)
     else:
-        stmt = _ordered(_filtered(conn, q, _ROW_COLUMNS), q.sort, cursor).limit(limit + 1)
+        stmt = _ordered(_filtered(q, ROW_COLUMNS, found), q.sort, cursor).limit(limit + 1)
         raw = list(conn.execute(stmt).all())
     tags = tags_of(conn, [r.job_id for r in raw[:limit]])
-    rows = [_to_row(r, tags.get(r.job_id, ())) for r in raw[:limit]]
+    rows = [to_row(r, tags.get(r.job_id, ())) for r in raw[:limit]]
     more = len(raw) > limit
     return JobList(rows, _cursor(q.sort, rows[-1]) if more and rows else None)
 
 
-def _by_priority(conn: Connection, q: JobQuery, want: int, cursor: str | None) -> list[Any]:
+def _by_priority(
+    conn: Connection, q: JobQuery, want: int, cursor: str | None, floor: datetime | None
+) -> list[Any]:
     """Up to ``want`` rows, highest priority first, newest first within a priority.
 
     One query per priority level, each on an index newest first: the ``(priority, job_id)``
@@ -229,7 +278,7 @@ def _by_priority(conn: Connection, q: JobQuery, want: int, cursor: str | None) -
     for level in range(top, min(int(p) for p in Priority) - 1, -1):
         if q.priority is not None and q.priority != level:
             continue
-        stmt = _filtered(conn, replace(q, priority=level), _ROW_COLUMNS)
+        stmt = _filtered(replace(q, priority=level), ROW_COLUMNS, floor)
         if after is not None and level == after[0]:
             stmt = stmt.where(job.c.job_id < after[1])
         stmt = stmt.order_by(job.c.job_id.desc()).limit(want - len(out))
@@ -246,13 +295,15 @@ def count_jobs(
     *,
     among: Collection[JobStatus] | None = None,
     upto: uuid.UUID | None = None,
+    floor: Floor = _Floor.LOOK_UP,
 ) -> int:
     """How many jobs match ``q``, counting no further than ``cap + 1``.
 
     ``among`` keeps only jobs in those statuses (what an action may start from; an ended status
-    means the cold row's, with no hot row); ``upto`` only jobs with an id no newer than it.
+    means the cold row's, with no hot row); ``upto`` only jobs with an id no newer than it;
+    ``floor`` as in :func:`list_jobs`.
     """
-    stmt = _restricted(_filtered(conn, q, [job.c.job_id]), among, upto)
+    stmt = _restricted(_filtered(q, [job.c.job_id], _floor(conn, q, floor)), among, upto)
     inner = stmt.limit(cap + 1).subquery()
     return int(conn.execute(sa.select(sa.func.count()).select_from(inner)).scalar_one())
 
@@ -264,10 +315,11 @@ def matching_ids(
     *,
     among: Collection[JobStatus] | None = None,
     upto: uuid.UUID | None = None,
+    floor: Floor = _Floor.LOOK_UP,
 ) -> list[uuid.UUID]:
     """The ids of the newest ``limit`` jobs matching ``q`` (what a bulk action acts on);
-    ``among`` and ``upto`` as in :func:`count_jobs`."""
-    stmt = _restricted(_filtered(conn, q, [job.c.job_id]), among, upto)
+    ``among``, ``upto`` and ``floor`` as in :func:`count_jobs`."""
+    stmt = _restricted(_filtered(q, [job.c.job_id], _floor(conn, q, floor)), among, upto)
     return list(conn.execute(stmt.order_by(job.c.job_id.desc()).limit(limit)).scalars())
 
 
@@ -294,18 +346,18 @@ def _restricted(
 
 def newer_than(conn: Connection, q: JobQuery, newest: uuid.UUID, cap: int) -> int:
     """How many jobs matching ``q`` arrived after ``newest`` (up to ``cap + 1``)."""
-    inner = (
-        _filtered(conn, q, [job.c.job_id]).where(job.c.job_id > newest).limit(cap + 1).subquery()
-    )
+    matching = _filtered(q, [job.c.job_id], search_floor(conn, q))
+    inner = matching.where(job.c.job_id > newest).limit(cap + 1).subquery()
     return int(conn.execute(sa.select(sa.func.count()).select_from(inner)).scalar_one())
 
 
-def _to_row(r: Any, tags: tuple[str, ...]) -> JobRow:
+def to_row(r: Any, tags: tuple[str, ...] = ()) -> JobRow:
+    """A row of :data:`ROW_COLUMNS` as a :class:`JobRow`."""
     live = r.status is not None
     return JobRow(
         id=r.job_id,
         task=r.task,
-        status=JobStatus(r.status if live else r.terminal_status),
+        status=live_or_cold(r.status, r.terminal_status),
         priority=r.priority,
         attempts=r.live_attempts if live else r.attempts,
         max_retries=r.max_retries,

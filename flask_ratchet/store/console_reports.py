@@ -104,7 +104,7 @@ def throughput(conn: Connection, now: datetime, minutes: int = 60) -> list[Minut
     ).all()
     seen: dict[datetime, tuple[int, int]] = {}
     for minute, total, fails in rows:
-        when = _aware(minute)
+        when = aware(minute)
         seen[when] = (int(total) - int(fails or 0), int(fails or 0))
     out = []
     for i in range(minutes):
@@ -114,7 +114,8 @@ def throughput(conn: Connection, now: datetime, minutes: int = 60) -> list[Minut
     return out
 
 
-def _aware(value: Any) -> datetime:
+def aware(value: Any) -> datetime:
+    """A timestamp read back from the database (a string, or naive, on SQLite) in UTC."""
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
     assert isinstance(value, datetime)
@@ -305,8 +306,8 @@ def failure_groups(conn: Connection, limit: int = 100) -> list[FailureGroup]:
             error=g.error,
             jobs=int(g.jobs),
             occurrences=int(g.occurrences or 0),
-            first_seen=_aware(g.first_seen),
-            last_seen=_aware(g.last_seen),
+            first_seen=aware(g.first_seen),
+            last_seen=aware(g.last_seen),
             recent_jobs=recent.get((g.task, g.error_hash), []),
         )
         for g in groups

@@ -22,7 +22,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -34,6 +34,7 @@ from ..schema import audit, job, job_queue, node, resource_limit, resource_permi
 from ..states import JobStatus
 from .cluster import BREAKER_RESET
 from .console_queries import const
+from .console_reports import aware
 
 #: The most resources the page lists (the first ones by name).
 MAX_RESOURCES = 200
@@ -150,11 +151,15 @@ def live_node_ids(conn: Connection, now: datetime, live_after: float) -> set[str
     """The ids of the live nodes (heartbeat at most ``live_after`` seconds before ``now``)."""
     return set(
         conn.execute(
-            sa.select(node.c.node_id)
-            .where(node.c.last_heartbeat >= now - timedelta(seconds=live_after))
-            .limit(MAX_NODES)
+            sa.select(node.c.node_id).where(_live(now, live_after)).limit(MAX_NODES)
         ).scalars()
     )
+
+
+def _live(now: datetime, live_after: float) -> sa.ColumnElement[bool]:
+    """Live nodes, as the overview decides it: a heartbeat at most ``live_after`` seconds
+    before ``now``."""
+    return node.c.last_heartbeat >= now - timedelta(seconds=live_after)
 
 
 def _row(
@@ -329,11 +334,11 @@ def _published(
 ) -> tuple[dict[str, list[NodeBreaker]], int]:
     """Every live node's published breakers by service, and how many nodes are live.
 
-    Live as the overview decides it: a heartbeat at most ``live_after`` seconds old.
+    Live as :func:`_live` decides it.
     """
     rows = conn.execute(
         sa.select(node.c.node_id, node.c.host, node.c.pid, node.c.last_heartbeat, node.c.info)
-        .where(node.c.last_heartbeat >= now - timedelta(seconds=live_after))
+        .where(_live(now, live_after))
         .order_by(node.c.node_id)
         .limit(MAX_NODES)
     ).all()
@@ -411,12 +416,5 @@ def reset_requests(conn: Connection, now: datetime) -> dict[str, datetime]:
         .group_by(audit.c.target)
         .limit(MAX_SERVICES * 5)
     ).all()
-    return {r.target: _aware(r.latest) for r in rows}
-
-
-def _aware(value: Any) -> datetime:
-    # An aggregate over a typed column keeps its type on both dialects; this is a safety net.
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    assert isinstance(value, datetime)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    # An aggregate over a typed column keeps its type on both dialects: aware() is a safety net.
+    return {r.target: aware(r.latest) for r in rows}

@@ -29,16 +29,19 @@ log = logging.getLogger("flask_ratchet.events")
 
 
 def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> None:
-    """Send ``items`` (call inside ``app``'s app context); ``wake`` is called once if any of
-    them made jobs due."""
-    woken = False
+    """Send ``items`` (call inside ``app``'s app context). ``wake`` is called once, first, if
+    any of them made jobs due: workers start on them before receivers run."""
+    items = list(items)
+    if any(event.kind == events.WAKE for event in items):
+        try:
+            wake()
+        except Exception:
+            log.exception("waking workers failed; they find the jobs at their next poll")
     for event in items:
         try:
             if event.kind == events.WAKE:
-                if not woken:
-                    woken = True
-                    wake()
-            elif event.kind == events.CALLBACK:
+                continue
+            if event.kind == events.CALLBACK:
                 _call_back(app, event.data)
             else:
                 _send(app, events.SIGNALS[event.kind], event.data)

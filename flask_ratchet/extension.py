@@ -49,7 +49,6 @@ _transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar
 )
 
 #: Set when a job due now was written inside ``ratchet.transaction()``: wake after its commit.
-_wake_pending: contextvars.ContextVar[bool] = contextvars.ContextVar("ratchet_wake", default=False)
 
 FIND_LIMIT_MAX = 1000
 
@@ -139,15 +138,19 @@ class RatchetState:
         return None
 
     @contextmanager
-    def connection(self) -> Iterator[Connection]:
-        """The joined connection, or a transaction of its own that commits at the end."""
+    def connection(
+        self, own: Callable[[], AbstractContextManager[Connection]] | None = None
+    ) -> Iterator[Connection]:
+        """The joined connection, or a transaction of its own (``own``, default a write
+        transaction) that commits at the end. The events recorded on it are sent once the
+        transaction has committed: the joined one's when the app commits it."""
         joined = self.joined_connection()
         if joined is not None:
             yield joined
             if _transaction.get() is None:  # ratchet.transaction() announces when it commits
                 self._announce_after_commit(events.take(joined))
             return
-        with self.store.begin(self.engine) as conn:
+        with (own or (lambda: self.store.begin(self.engine)))() as conn:
             yield conn
             recorded = events.take(conn)
         self.announce(recorded)
@@ -189,24 +192,13 @@ class RatchetState:
         wake: Callable[[T], bool],
         own: Callable[[], AbstractContextManager[Connection]] | None = None,
     ) -> T:
-        """Run ``write`` in the transaction to join, or in one of its own (``own``, default a
-        write transaction), and wake the workers if ``wake(result)``: once the joined
-        transaction commits, or at once after the own one did (never before: a woken worker
-        must find the jobs)."""
-        joined = self.joined_connection()
-        if joined is not None:
-            result = write(joined)
-            if wake(result):
-                self._wake_after_commit()
-            if _transaction.get() is None:
-                self._announce_after_commit(events.take(joined))
-            return result
-        with (own or (lambda: self.store.begin(self.engine)))() as conn:
+        """Run ``write`` on :meth:`connection` and wake the workers if ``wake(result)``, once
+        the transaction has committed (never before: a woken worker must find the jobs), and at
+        most once per transaction."""
+        with self.connection(own) as conn:
             result = write(conn)
-            recorded = events.take(conn)
-        if wake(result):
-            self.wake()
-        self.announce(recorded)
+            if wake(result):
+                events.record(conn, [events.Event(events.WAKE)])
         return result
 
     def wake(self) -> None:
@@ -218,22 +210,6 @@ class RatchetState:
             if self._notifier is None:
                 self._notifier = Notifier(self.engine.url)
             self._notifier.request()
-
-    def _wake_after_commit(self) -> None:
-        """Wake workers once the joined transaction commits: at most once per transaction."""
-        if _transaction.get() is not None:
-            _wake_pending.set(True)  # ratchet.transaction() wakes after it commits
-            return
-        session = self.db.session()
-        if session.info.get("ratchet_wake"):
-            return
-        session.info["ratchet_wake"] = True
-        sa.event.listen(session, "after_commit", self._session_committed, once=True)
-        sa.event.listen(session, "after_rollback", _forget_wake, once=True)
-
-    def _session_committed(self, session: Session) -> None:
-        if session.info.pop("ratchet_wake", None):
-            self.wake()
 
 
 class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
@@ -397,20 +373,14 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
             return
         state = self.state
         state.ensure_schema()
-        wake = _wake_pending.set(False)
-        try:
-            with state.store.begin(state.engine) as conn:
-                token = _transaction.set(conn)
-                try:
-                    yield conn
-                finally:
-                    _transaction.reset(token)
-                recorded = events.take(conn)
-            if _wake_pending.get():
-                state.wake()
-            state.announce(recorded)
-        finally:
-            _wake_pending.reset(wake)
+        with state.store.begin(state.engine) as conn:
+            token = _transaction.set(conn)
+            try:
+                yield conn
+            finally:
+                _transaction.reset(token)
+            recorded = events.take(conn)
+        state.announce(recorded)
 
     # -- operations ----------------------------------------------------------------------------
 
@@ -541,10 +511,6 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
         state.ensure_schema()
         with state.store.single_statement(state.statement_engine) as conn:
             return state.store.claim_due(conn, limit, node_id, state.config.priority_boost_minutes)
-
-
-def _forget_wake(session: Session, *args: Any) -> None:
-    session.info.pop("ratchet_wake", None)
 
 
 def _forget_events(session: Session, *args: Any) -> None:

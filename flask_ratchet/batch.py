@@ -21,7 +21,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import timedelta
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Self
 
@@ -31,11 +30,11 @@ from . import payload
 from .flow import NOT_YET, Condition, JobType
 from .ids import uuid7
 from .job import BatchProgress
-from .options import KEY_MAX_LENGTH, Backoff, JobOptions, Priority, validate_options, validate_text
+from .options import KEY_MAX_LENGTH, JobOptions, validate_options, validate_text
 from .store.base import NewJob
 from .store.batches import NewBatch
 from .store.flow import Link
-from .submit import JobBuilder, make_builder
+from .submit import JobBuilder, OptionSetters, make_builder
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
@@ -69,7 +68,7 @@ class _FollowUp:
     threshold: float | None = None
 
 
-class BatchBuilder:
+class BatchBuilder(OptionSetters):
     """Children, options for all of them, and follow-ups; then :meth:`submit`."""
 
     def __init__(self, state: RatchetState, name: str) -> None:
@@ -94,35 +93,19 @@ class BatchBuilder:
     def with_options(self, **options: Any) -> Self:
         """Options for every child (``priority``, ``max_retries``, ``backoff``,
         ``backoff_base``, ``timeout``, ``resource``, ``tags``, ``params``), over each task's
-        own defaults; tags and params are added to the task's."""
-        self._changes |= validate_options(**options)
+        own defaults; tags and params are added to the task's. The ``with_*`` setters do the
+        same one option at a time (priority and tags also go to the parent)."""
+        return self._merge(**options)
+
+    def _merge(self, **changes: Any) -> Self:
+        self._changes |= validate_options(**changes)
         return self
 
-    def with_priority(self, priority: Priority | int) -> Self:
-        """Claim order of every child (the parent's too, for the console)."""
-        return self.with_options(priority=priority)
+    def _tags(self) -> tuple[str, ...]:
+        return tuple(self._changes.get("tags", ()))
 
-    def with_max_retries(self, max_retries: int) -> Self:
-        """Retries of each child after its first run."""
-        return self.with_options(max_retries=max_retries)
-
-    def with_backoff(self, backoff: Backoff | str, base: timedelta | float | None = None) -> Self:
-        """How long each child waits between attempts; ``base`` is the first wait."""
-        if base is None:
-            return self.with_options(backoff=backoff)
-        return self.with_options(backoff=backoff, backoff_base=base)
-
-    def with_timeout(self, timeout: timedelta | float) -> Self:
-        """Fail a child's attempt that runs longer than this."""
-        return self.with_options(timeout=timeout)
-
-    def with_tags(self, *tags: str) -> Self:
-        """Tags added to every child's own (and to the parent)."""
-        return self.with_options(tags=(*self._changes.get("tags", ()), *tags))
-
-    def with_resource(self, name: str) -> Self:
-        """Every child takes a permit of the named resource before running."""
-        return self.with_options(resource=name)
+    def _params(self) -> dict[str, Any]:
+        return dict(self._changes.get("params", {}))
 
     def _child_options(self, own: JobOptions) -> JobOptions:
         changes = dict(self._changes)

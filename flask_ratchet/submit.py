@@ -32,28 +32,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("flask_ratchet")
 
 
-class _OptionsBuilder:
-    """The option setters a job and a recurring master share (a master's apply to each child),
-    and the warning for a builder that was never submitted."""
-
-    def __init__(self, state: RatchetState, task: Task, payload_text: str) -> None:
-        self._state = state
-        self._task = task
-        self._payload = payload_text
-        self._options = task.options
-        self._submitted = False
-
-    def _unsubmitted(self) -> str:
-        """What was built and never submitted, for the warning."""
-        raise NotImplementedError
-
-    def __del__(self) -> None:
-        if not getattr(self, "_submitted", True):
-            log.warning("%s was built but never submitted: call .submit()", self._unsubmitted())
+class OptionSetters:
+    """The option setters every builder shares (a job, a recurring master for each child, a
+    batch for every child); each goes through ``_merge``, which validates."""
 
     def _merge(self, **changes: Any) -> Self:
-        self._options = self._options.merged(**changes)
-        return self
+        raise NotImplementedError
+
+    def _tags(self) -> tuple[str, ...]:
+        """The tags set so far."""
+        raise NotImplementedError
+
+    def _params(self) -> dict[str, Any]:
+        """The params set so far."""
+        raise NotImplementedError
 
     def with_priority(self, priority: Priority | int) -> Self:
         """Claim order: ``Priority.LOWEST`` … ``Priority.CRITICAL`` (which also wakes workers)."""
@@ -75,15 +67,45 @@ class _OptionsBuilder:
 
     def with_tags(self, *tags: str) -> Self:
         """Add tags (searchable in ``find_jobs`` and the console)."""
-        return self._merge(tags=(*self._options.tags, *tags))
+        return self._merge(tags=(*self._tags(), *tags))
 
     def with_param(self, key: str, value: Any) -> Self:
         """Set one JobContext parameter (JSON)."""
-        return self._merge(params={**self._options.params, key: value})
+        return self._merge(params={**self._params(), key: value})
 
     def with_resource(self, name: str) -> Self:
         """Take a permit of the named resource before running."""
         return self._merge(resource=name)
+
+
+class _OptionsBuilder(OptionSetters):
+    """Options of a job (or of a recurring master's children) over its task's defaults, and the
+    warning for a builder that was never submitted."""
+
+    def __init__(self, state: RatchetState, task: Task, payload_text: str) -> None:
+        self._state = state
+        self._task = task
+        self._payload = payload_text
+        self._options = task.options
+        self._submitted = False
+
+    def _unsubmitted(self) -> str:
+        """What was built and never submitted, for the warning."""
+        raise NotImplementedError
+
+    def __del__(self) -> None:
+        if not getattr(self, "_submitted", True):
+            log.warning("%s was built but never submitted: call .submit()", self._unsubmitted())
+
+    def _merge(self, **changes: Any) -> Self:
+        self._options = self._options.merged(**changes)
+        return self
+
+    def _tags(self) -> tuple[str, ...]:
+        return self._options.tags
+
+    def _params(self) -> dict[str, Any]:
+        return self._options.params
 
 
 class JobBuilder(_OptionsBuilder):

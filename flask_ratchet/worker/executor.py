@@ -257,10 +257,7 @@ class Executor:
         run.started = time.monotonic()
         run.thread_id = threading.get_ident()
         if run.ctx.is_canceled():  # canceled between the claim and now
-            log.info(
-                "job %s is no longer this worker's (canceled or recovered elsewhere): not run",
-                claimed.job_id,
-            )
+            _not_mine(claimed, "not run")
             return None
         try:
             task = self._state.ratchet.registry.for_run(
@@ -292,11 +289,7 @@ class Executor:
                     why = f"no permit of {claimed.resource!r} could be asked for"
                     return self._defer(run, PERMIT_ERROR_DELAY, why)
                 if answer.permit is Permit.GONE:
-                    log.info(
-                        "job %s is no longer this worker's (canceled or recovered elsewhere): "
-                        "not run",
-                        claimed.job_id,
-                    )
+                    _not_mine(claimed, "not run")
                     return None
                 why = f"all {answer.in_use} permits of {claimed.resource!r} are in use"
                 return self._defer(run, answer.retry_delay, why)
@@ -315,11 +308,7 @@ class Executor:
                 raise failure
             return self._failed(run, failure)
         if run.ctx.is_canceled():
-            log.info(
-                "job %s is no longer this worker's (canceled or recovered elsewhere): its "
-                "result is discarded",
-                claimed.job_id,
-            )
+            _not_mine(claimed, "its result is discarded")
             return None
         try:
             result = payload.encode_value(
@@ -514,3 +503,13 @@ class Executor:
         with self._idle:
             self._idle.notify_all()
         return left
+
+
+def _not_mine(claimed: ClaimedJob, what: str) -> None:
+    """Log that the job was canceled or recovered elsewhere, and what became of this attempt;
+    there is no outcome to write."""
+    log.info(
+        "job %s is no longer this worker's (canceled or recovered elsewhere): %s",
+        claimed.job_id,
+        what,
+    )

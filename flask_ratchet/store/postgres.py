@@ -35,6 +35,7 @@ from ..states import Action, JobStatus, sources, target
 from .base import ClaimedJob, Inserted, NewJob, chunks
 from .execution import Finished
 from .postgres_completion import COMPLETE_STMT, complete_params
+from .postgres_copy import copy_jobs, copyable
 from .sql import SqlJobStore, job_values
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
@@ -177,6 +178,8 @@ class PostgresStore(SqlJobStore):
 
     def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs, their queue rows, tags and key reservations in one statement."""
+        if copyable(jobs):
+            return copy_jobs(conn, jobs)
         _refuse_repeated_business_keys(jobs)
         inserted: set[uuid.UUID] = set()
         joined = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"

@@ -118,6 +118,26 @@ def test_an_open_session_transaction_is_joined(app: Flask) -> None:
     assert rows_written() == dict.fromkeys(rows_written(), 0)
 
 
+def test_a_bulk_enqueue_joins_the_open_session_transaction(app: Flask) -> None:
+    """Also on PostgreSQL's COPY path: the rows go into the session's transaction."""
+    db.session.add(Order(item="pen"))
+    db.session.flush()
+    ratchet.enqueue_many(ratchet.enqueue(add, i, i).with_tags("bulk") for i in range(50))
+    assert count("ratchet_job") == 0
+    db.session.rollback()
+    assert rows_written() == dict.fromkeys(rows_written(), 0)
+    db.session.add(Order(item="pen"))
+    ratchet.enqueue_many(ratchet.enqueue(add, i, i).with_tags("bulk") for i in range(50))
+    db.session.commit()
+    assert count('"order"') == 1
+    assert rows_written() == {
+        "ratchet_job": 50,
+        "ratchet_job_queue": 50,
+        "ratchet_job_tag": 50,
+        "ratchet_business_key": 0,
+    }
+
+
 def test_ratchet_transaction_groups_operations(app: Flask) -> None:
     with pytest.raises(RuntimeError), ratchet.transaction():
         ratchet.enqueue_now(add, 1, 2)

@@ -245,6 +245,45 @@ def test_enqueue_many_is_one_all_or_nothing_transaction(app: Flask) -> None:
     assert rows_written() == before
 
 
+def test_enqueue_many_stores_what_single_submissions_store(app: Flask) -> None:
+    """Bulk (COPY on PostgreSQL) and single submissions write the same jobs."""
+    at = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+
+    def builders() -> list[Any]:
+        return [
+            ratchet.enqueue(add, 1, b=2),
+            ratchet.enqueue("billing.charge", 8)
+            .with_priority(Priority.CRITICAL)
+            .with_max_retries(7)
+            .with_backoff(Backoff.FIXED, timedelta(seconds=30))
+            .with_timeout(timedelta(minutes=2))
+            .with_tags("eu", "billing")
+            .with_param("tenant", "acme"),
+            ratchet.schedule(timedelta(hours=2), add, 3, 4).with_resource("smtp"),
+            ratchet.schedule_at(at, add, 5, 6),
+            ratchet.enqueue(add, 7, 8).on_success(add),
+        ]
+
+    singles = [ratchet.get_job(b.submit().id) for b in builders()]
+    bulk = [ratchet.get_job(h.id) for h in ratchet.enqueue_many(builders())]
+
+    def stored(job: Any) -> tuple[Any, ...]:
+        return (
+            job.task, job.status, job.priority, job.args, job.kwargs, job.params, job.attempts,
+            job.max_retries, job.backoff, job.backoff_base, job.timeout, job.resource, job.tags,
+            job.business_key, job.idempotency_key, job.depends_on, job.recurring_id,
+        )  # fmt: skip
+
+    assert [stored(j) for j in bulk] == [stored(j) for j in singles]
+    for single, many in zip(singles, bulk, strict=True):
+        assert single is not None and many is not None
+        assert many.id != single.id and many.created_at >= single.created_at
+        wait = many.scheduled_at - many.created_at
+        assert abs(wait - (single.scheduled_at - single.created_at)) < timedelta(seconds=5)
+    assert bulk[3] is not None and bulk[3].scheduled_at == at
+    assert count("ratchet_job_tag") == 4
+
+
 def test_a_builder_never_submitted_logs_a_warning(app: Flask, caplog: Any) -> None:
     with caplog.at_level(logging.WARNING, logger="flask_ratchet"):
         ratchet.enqueue(add, 1, 2)

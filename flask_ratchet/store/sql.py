@@ -34,6 +34,7 @@ from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, 
 from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
 from .batches import Ended
 from .cluster import ClusterStore
+from .driver import driver_statement
 from .execution import ExecutionStore
 from .flow import FlowStore
 from .resources import ResourceStore
@@ -128,16 +129,21 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         inserted: set[uuid.UUID] = set()
         for part in chunks(jobs):
             rows = [_job_row(new) | self._time_params(new, now) for new in part]
-            # One row is a plain execute: executemany's batching only costs time there.
-            result = conn.execute(self._job_insert, rows[0] if len(rows) == 1 else rows)
-            inserted.update(result.scalars())
+            if len(rows) == 1:  # one job, the common case: no executemany (see _insert_one)
+                if _insert_one(conn, self._job_insert, rows[0]):
+                    inserted.add(part[0].job_id)
+            else:
+                inserted.update(conn.execute(self._job_insert, rows).scalars())
 
         outcome = self._match_duplicates(conn, jobs, inserted)
         fresh = [new for new in jobs if new.job_id in inserted]
         self._reserve_business_keys(conn, fresh, inserted)
         for part in chunks(fresh):
             rows = [_queue_row(new) | self._time_params(new, now) for new in part]
-            conn.execute(self._queue_insert, rows[0] if len(rows) == 1 else rows)
+            if len(rows) == 1:
+                _insert_one(conn, self._queue_insert, rows[0])
+            else:
+                conn.execute(self._queue_insert, rows)
         tags = [{"job_id": new.job_id, "tag": t} for new in fresh for t in new.options.tags]
         for part in chunks(tags):
             conn.execute(sa.insert(job_tag), list(part))
@@ -589,6 +595,12 @@ def job_values(new: NewJob) -> dict[str, Any]:
         "follow_up": new.follow_up,
         "callbacks": new.callbacks,
     }
+
+
+def _insert_one(conn: Connection, stmt: sa.Insert, row: dict[str, Any]) -> list[Any]:
+    """Insert one row on the driver's cursor (:mod:`.driver`): most of the cost of submitting
+    one job is otherwise SQLAlchemy's per-call work. Returns the rows RETURNING gave (raw)."""
+    return driver_statement(stmt, conn.dialect, list(row)).execute(conn, row)
 
 
 def _job_row(new: NewJob) -> dict[str, Any]:

@@ -23,7 +23,11 @@ from ..options import Priority
 from ..schema import UtcDateTime, job, job_queue
 from ..states import Action, sources, target
 from .base import ClaimedJob, NewJob
+from .driver import driver_statement
 from .sql import SqlJobStore
+
+# Every write transaction starts with it: run on the driver's cursor (see .driver).
+_BEGIN_IMMEDIATE = sa.text("BEGIN IMMEDIATE")
 
 #: Marks a DBAPI connection (in its pool entry's ``info``) whose synchronous level is set.
 _SYNCHRONOUS_SET = "ratchet_sqlite_synchronous"
@@ -53,7 +57,7 @@ class SqliteStore(SqlJobStore):
                 # setting lasts as long as the connection: once per connection is enough.
                 conn.exec_driver_sql(self._synchronous)
                 conn.info[_SYNCHRONOUS_SET] = True
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
+            driver_statement(_BEGIN_IMMEDIATE, conn.dialect).execute(conn, {})
             yield conn
 
     def now(self, conn: Connection) -> datetime:

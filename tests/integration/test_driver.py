@@ -1,0 +1,72 @@
+"""Statements run on the driver's cursor behave as ``conn.execute`` would (store/driver.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+
+from flask_ratchet.schema import lock
+from flask_ratchet.store.driver import DriverStatement
+from tests.conftest import truncate_all
+
+AT = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
+
+
+def _insert(engine: sa.Engine) -> DriverStatement:
+    return DriverStatement(sa.insert(lock), engine.dialect, ["lock_name", "locked_by",
+                           "locked_at", "expires_at"])  # fmt: skip
+
+
+def test_values_are_stored_exactly_as_sqlalchemy_stores_them(app: Flask) -> None:
+    """Byte for byte: SQLite compares timestamps as text, so a different format would break
+    every comparison (the zero microseconds below are where Python's own adapter differs)."""
+    engine = app.extensions["ratchet"].engine
+    whole = AT.replace(microsecond=0)
+    values = {"locked_by": "n", "locked_at": AT, "expires_at": whole + timedelta(days=1)}
+    with engine.begin() as conn:
+        conn.execute(sa.insert(lock), values | {"lock_name": "by-sqlalchemy"})
+        returned = _insert(engine).execute(conn, values | {"lock_name": "by-driver"})
+        assert returned == []  # no RETURNING, no rows
+    with engine.connect() as conn:
+        raw = conn.exec_driver_sql(
+            "SELECT locked_by, locked_at, expires_at FROM ratchet_lock ORDER BY lock_name"
+        ).all()
+        typed = conn.execute(sa.select(lock.c.locked_at, lock.c.expires_at)).all()
+    assert raw[0] == raw[1]
+    assert [tuple(r) for r in typed] == [(AT, whole + timedelta(days=1))] * 2
+
+
+def test_a_driver_error_comes_back_as_sqlalchemys_and_nothing_is_written(app: Flask) -> None:
+    engine = app.extensions["ratchet"].engine
+    values = {"lock_name": "a", "locked_by": "n", "locked_at": AT, "expires_at": AT}
+    with engine.begin() as conn:
+        _insert(engine).execute(conn, values)
+    with pytest.raises(sa.exc.IntegrityError) as caught, engine.begin() as conn:
+        _insert(engine).execute(conn, values | {"locked_by": "other"})
+    assert isinstance(caught.value.orig, engine.dialect.loaded_dbapi.IntegrityError)
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(lock.c.locked_by)).scalars().all() == ["n"]
+
+
+def test_a_lost_connection_is_invalidated(pg_url: str) -> None:
+    truncate_all(pg_url)
+    engine = sa.create_engine(pg_url)
+    admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    values = {"lock_name": "a", "locked_by": "n", "locked_at": AT, "expires_at": AT}
+    try:
+        with engine.connect() as conn:
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            conn.commit()
+            with admin.connect() as other:
+                other.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
+            with pytest.raises(sa.exc.OperationalError) as caught:
+                _insert(engine).execute(conn, values)
+            assert caught.value.connection_invalidated and conn.invalidated
+        with engine.begin() as conn:  # the pool hands out a working connection again
+            _insert(engine).execute(conn, values)
+    finally:
+        engine.dispose()
+        admin.dispose()

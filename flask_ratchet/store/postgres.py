@@ -63,6 +63,7 @@ SET status = :running, picked_by = :node, picked_at = now(), attempts = q.attemp
     version = q.version + 1, updated_at = now()
 FROM picked, ratchet_job j
 WHERE q.job_id = picked.job_id AND j.job_id = q.job_id
+-- In the order of ClaimedJob's fields.
 RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_retries,
           j.backoff, j.backoff_base, j.timeout, j.resource_name, q.scheduled_time, q.picked_at,
           j.depends_on, j.follow_up, j.batch_id
@@ -127,15 +128,8 @@ _KEY_CONSTRAINT = "pk_ratchet_business_key"
 _BOOSTED = "priority + floor(extract(epoch FROM now() - scheduled_time) / (60 * :boost))"
 
 
-def _claim_sql(boosted: bool) -> sa.TextualSelect:
-    sql = _CLAIM.format(levels=_LEVELS, effective=_BOOSTED if boosted else "priority")
-    return sa.text(sql).columns(
-        job_id=sa.Uuid(),
-        scheduled_time=UtcDateTime(),
-        picked_at=UtcDateTime(),
-        depends_on=sa.Uuid(),
-        batch_id=sa.Uuid(),
-    )
+def _claim_sql(boosted: bool) -> sa.TextClause:
+    return sa.text(_CLAIM.format(levels=_LEVELS, effective=_BOOSTED if boosted else "priority"))
 
 
 _CLAIM_PLAIN = _claim_sql(boosted=False)
@@ -251,28 +245,10 @@ class PostgresStore(SqlJobStore):
         stmt = _CLAIM_PLAIN
         if boost_minutes:
             stmt, params["boost"] = _CLAIM_BOOSTED, boost_minutes
-        rows = conn.execute(stmt, params).all()
-        claimed = [
-            ClaimedJob(
-                job_id=r.job_id,
-                task=r.task,
-                payload=r.payload,
-                params=r.params,
-                priority=r.priority,
-                attempt=r.attempts,
-                max_retries=r.max_retries,
-                backoff=r.backoff,
-                backoff_base=r.backoff_base,
-                timeout=r.timeout,
-                resource=r.resource_name,
-                scheduled_time=r.scheduled_time,
-                picked_at=r.picked_at,
-                depends_on=r.depends_on,
-                follow_up=r.follow_up,
-                batch_id=r.batch_id,
-            )
-            for r in rows
-        ]
+        # On the driver's cursor (see .driver): claiming is most of the poller's work. Rows
+        # come in ClaimedJob's field order, as psycopg types them (datetimes are aware).
+        rows = driver_statement(stmt, conn.dialect).execute(conn, params)
+        claimed = [ClaimedJob(*row) for row in rows]
         claimed.sort(key=lambda c: (-c.priority, c.scheduled_time, c.job_id))
         return claimed
 

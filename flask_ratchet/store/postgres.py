@@ -208,7 +208,11 @@ class PostgresStore(SqlJobStore):
             return set()
         # Batch rows first, then job rows: the lock order every batch writer follows.
         self.lock_batches(conn, [i.batch_id for i in items if i.batch_id is not None])
-        return set(conn.execute(COMPLETE_STMT, complete_params(node_id, items)).scalars())
+        # On the driver's cursor (see .driver), like the claim: one per completion batch.
+        rows = driver_statement(COMPLETE_STMT, conn.dialect).execute(
+            conn, complete_params(node_id, items)
+        )
+        return {row[0] for row in rows}
 
     def _held_key(self, conn: Connection, jobs: Sequence[NewJob]) -> str:
         keys = [new.business_key for new in jobs if new.business_key]

@@ -89,7 +89,7 @@ WITH input AS (
 )
 SELECT job_id FROM applied
 """
-COMPLETE_STMT = sa.text(COMPLETE).columns(job_id=sa.Uuid())
+COMPLETE_STMT = sa.text(COMPLETE)
 
 
 def complete_params(node_id: str, items: Sequence[Finished]) -> dict[str, Any]:

@@ -16,7 +16,8 @@ them, without result processing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import sqlalchemy as sa
@@ -50,7 +51,6 @@ class DriverStatement:
             key: bind.type.dialect_impl(dialect).bind_processor(dialect)
             for key, bind in self._binds.items()
         }
-        self._dbapi_error: type[Exception] = dialect.loaded_dbapi.Error
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         """Run the statement in ``conn``'s transaction; return the rows it returned (raw)."""
@@ -61,24 +61,9 @@ class DriverStatement:
             values = tuple(self._value(key, params) for key in self._positions)
         cursor: DBAPICursor = conn.connection.cursor()
         try:
-            cursor.execute(self._sql, values)
-            return list(cursor.fetchall()) if cursor.description is not None else []
-        except self._dbapi_error as exc:
-            lost = conn.dialect.is_disconnect(
-                exc,  # type: ignore[arg-type]  # the dialect's own DBAPI Error
-                conn.connection.dbapi_connection,
-                cursor,
-            )
-            if lost:
-                conn.invalidate(exc)
-            raise sa.exc.DBAPIError.instance(
-                self._sql,
-                values,
-                exc,
-                self._dbapi_error,
-                connection_invalidated=lost,
-                dialect=conn.dialect,
-            ) from exc
+            with translated_errors(conn, self._sql, values, cursor):
+                cursor.execute(self._sql, values)
+                return list(cursor.fetchall()) if cursor.description is not None else []
         finally:
             cursor.close()
 
@@ -86,6 +71,33 @@ class DriverStatement:
         value = params[key] if key in params else self._binds[key].effective_value
         processor = self._processors[key]
         return value if processor is None else processor(value)
+
+
+@contextmanager
+def translated_errors(
+    conn: Connection, statement: str, params: Any, cursor: DBAPICursor | None = None
+) -> Iterator[None]:
+    """Raise a driver error from inside as SQLAlchemy's exception for it, as
+    ``conn.execute`` would (``orig`` is the driver's), and invalidate a lost connection."""
+    dbapi_error: type[Exception] = conn.dialect.loaded_dbapi.Error
+    try:
+        yield
+    except dbapi_error as exc:
+        lost = conn.dialect.is_disconnect(
+            exc,  # type: ignore[arg-type]  # the dialect's own DBAPI Error
+            conn.connection.dbapi_connection,
+            cursor,
+        )
+        if lost:
+            conn.invalidate(exc)
+        raise sa.exc.DBAPIError.instance(
+            statement,
+            params,
+            exc,
+            dbapi_error,
+            connection_invalidated=lost,
+            dialect=conn.dialect,
+        ) from exc
 
 
 _cache: dict[tuple[int, type[Dialect], tuple[str, ...] | None], DriverStatement] = {}

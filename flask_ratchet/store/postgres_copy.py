@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 
 from ..states import JobStatus
 from .base import Inserted, NewJob
+from .driver import translated_errors
 
 _JOB = """COPY ratchet_job (job_id, task, job_type, priority, payload, params, max_retries,
     backoff, backoff_base, timeout, resource_name, depends_on, recurring_id, fire_time, batch_id,
@@ -47,7 +48,8 @@ def copyable(jobs: Sequence[NewJob]) -> bool:
 def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
     """Write ``jobs`` (see :func:`copyable`) in ``conn``'s transaction, or in one of their own
     if ``conn`` is in autocommit: all of them or none."""
-    with _transaction(conn) as raw, raw.cursor() as cur:
+    # Errors as SQLAlchemy's (a refused row is an IntegrityError, as from the statement).
+    with translated_errors(conn, _JOB, None), _transaction(conn) as raw, raw.cursor() as cur:
         row = cur.execute("SELECT now()").fetchone()
         assert row is not None
         now: datetime = row[0]

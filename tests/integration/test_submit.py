@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -282,6 +283,22 @@ def test_enqueue_many_stores_what_single_submissions_store(app: Flask) -> None:
         assert abs(wait - (single.scheduled_at - single.created_at)) < timedelta(seconds=5)
     assert bulk[3] is not None and bulk[3].scheduled_at == at
     assert count("ratchet_job_tag") == 4
+
+
+def test_a_bulk_insert_the_database_refuses_raises_sqlalchemys_error_and_writes_nothing(
+    app: Flask,
+) -> None:
+    """Also on PostgreSQL's COPY path: two jobs for one recurring occurrence are refused by
+    the unique (recurring_id, fire_time), as an IntegrityError the recurring firer handles."""
+    at = datetime(2030, 1, 1, tzinfo=UTC)
+    jobs = [
+        replace(ratchet.enqueue(add, i, i).build(), recurring_id="nightly", fire_time=at)
+        for i in range(2)
+    ]
+    state = ratchet.state
+    with pytest.raises(sa.exc.IntegrityError), ratchet.transaction() as conn:
+        state.store.insert_jobs(conn, jobs)
+    assert rows_written() == dict.fromkeys(rows_written(), 0)
 
 
 def test_a_builder_never_submitted_logs_a_warning(app: Flask, caplog: Any) -> None:

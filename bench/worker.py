@@ -7,7 +7,10 @@
   (start-up and every outcome written included), and, for reference, over the span from the
   first job's start to the last job's end;
 - pickup latency: an idle worker, 200 jobs enqueued 20 ms apart; each job's latency is its
-  execution's start minus its creation; p50/p95/p99.
+  execution's start minus its creation; p50/p95/p99;
+- with ``--backlog N`` (PostgreSQL), the worker's resident memory with N pending jobs: one
+  worker at the default concurrency runs for ``--backlog-seconds`` against the backlog; its
+  peak RSS (``VmHWM``) is read from ``/proc`` before it is stopped.
 
 Prints one table. Nothing is asserted: the figures go into the issue notes.
 """
@@ -96,6 +99,32 @@ def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
     return jobs / (_seconds(last) - _seconds(first)), wall
 
 
+def backlog_rss(url: str, backlog: int, seconds: float) -> tuple[float, int]:
+    """Peak RSS in MB of a worker (default concurrency) running ``seconds`` against a backlog
+    of ``backlog`` pending jobs, and how many jobs it ran meanwhile."""
+    reset(url)
+    app = make_app(url)
+    with app.app_context():
+        for start in range(0, backlog, 5000):
+            ratchet.enqueue_many(
+                ratchet.enqueue(noop, i) for i in range(start, min(backlog, start + 5000))
+            )
+        db.engine.dispose()
+    proc = worker(url)
+    try:
+        time.sleep(seconds)
+        status = Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+        peak_kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM"))
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        ran = conn.execute(sa.text("SELECT count(*) FROM ratchet_execution")).scalar_one()
+    engine.dispose()
+    return peak_kb / 1024, int(ran)
+
+
 def _seconds(value: object) -> float:
     """A timestamp column as epoch seconds (SQLite hands back naive UTC text)."""
     stamp = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
@@ -160,6 +189,8 @@ def main() -> None:
     parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--store", choices=["postgresql", "sqlite", "both"], default="both")
+    parser.add_argument("--backlog", type=int, default=0, help="pending jobs for the RSS figure")
+    parser.add_argument("--backlog-seconds", type=float, default=20.0)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -173,6 +204,15 @@ def main() -> None:
                         f"drain {args.jobs:,} no-op jobs, concurrency {concurrency}",
                         f"{args.jobs / wall:,.0f} jobs/s end to end ({wall:.1f} s wall; "
                         f"{rate:,.0f} jobs/s over the execution span)",
+                    )
+                )
+            if args.backlog and label == "PostgreSQL":
+                peak, ran = backlog_rss(url, args.backlog, args.backlog_seconds)
+                rows.append(
+                    (
+                        label,
+                        f"worker RSS with {args.backlog:,} pending (concurrency 10)",
+                        f"peak {peak:.0f} MB ({ran:,} jobs run in {args.backlog_seconds:.0f} s)",
                     )
                 )
             lat = pickup(url)

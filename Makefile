@@ -33,7 +33,7 @@ demo: setup
 
 bench: setup
 	$(PY) -m bench.enqueue_claim
-	$(PY) -m bench.worker
+	$(PY) -m bench.worker --backlog 1000000
 	$(PY) -m bench.notify --processes 4 --threads 4
 
 # Installs the peers into bench/.peers on its first run (pinned in bench/compare.py).

@@ -3,19 +3,23 @@
 ``Connection.execute`` does real work on every call: it looks the statement up in the compiled
 cache, builds an execution context and result metadata, and fires the engine's events. On this
 machine that is about 50 µs per statement, a fifth of submitting one job on SQLite and a tenth on
-PostgreSQL. The few per-job statements on those paths (one job's insert, SQLite's
-``BEGIN IMMEDIATE``) are compiled here once instead, with their parameters converted by the same
-type processors SQLAlchemy would use, and sent to the driver's cursor.
+PostgreSQL. The per-job statements on those paths (one job's insert, SQLite's ``BEGIN
+IMMEDIATE``, PostgreSQL's claim and completion batch) are compiled here once instead, with their
+parameters converted by the same type processors SQLAlchemy would use, and sent to the driver's
+cursor.
 
-What stays the same: the statement runs on the connection (so in its transaction), a driver
-error comes back as SQLAlchemy's exception class for it (``IntegrityError``, ``OperationalError``
-…, with ``orig``), and a lost connection is invalidated. What does not: engine events such as
-``before_cursor_execute`` do not see these statements, and rows come back as the driver made
-them, without result processing.
+What stays the same: the statement runs in the connection's transaction (begun first if none
+is), a missing parameter is refused, a driver error comes back as SQLAlchemy's exception class
+for it (``IntegrityError``, ``OperationalError`` …, with ``orig``; parameters hidden if the
+engine hides them), and a lost connection is invalidated. What does not: engine events
+(``before_cursor_execute``, ``handle_error``) do not see these statements, a lost connection
+does not invalidate the rest of the pool (each pooled connection is found dead at its own next
+use), and rows come back as the driver made them, without result processing.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -41,15 +45,21 @@ class DriverStatement:
             dialect=dialect, column_keys=list(column_keys) if column_keys is not None else None
         )
         assert isinstance(compiled, SQLCompiler)
+        # Parameters are sent as they are named here: nothing may need rendering at execution
+        # time (an expanding IN, a literal) or a name the driver cannot take as it is.
+        assert not compiled.escaped_bind_names, "bind names need escaping"
+        binds = dict(compiled.binds)
+        assert not any(b.expanding or b.literal_execute for b in binds.values()), stmt
+        self._stmt = stmt  # kept alive: the cache below is keyed by its id
         self._sql = compiled.string
         #: Parameter names in order for a positional paramstyle (SQLite's ``?``), else None.
         self._positions: Sequence[str] | None = compiled.positiontup
-        self._binds = dict(compiled.binds)
+        self._binds = binds
         self._processors: dict[str, Callable[[Any], Any] | None] = {
             # The dialect's own implementation of each type, as SQLAlchemy binds it (SQLite's
             # DATETIME writes text in its own format, for instance).
             key: bind.type.dialect_impl(dialect).bind_processor(dialect)
-            for key, bind in self._binds.items()
+            for key, bind in binds.items()
         }
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
@@ -59,24 +69,30 @@ class DriverStatement:
             values = {key: self._value(key, params) for key in self._binds}
         else:
             values = tuple(self._value(key, params) for key in self._positions)
-        cursor: DBAPICursor = conn.connection.cursor()
-        try:
-            with translated_errors(conn, self._sql, values, cursor):
+        if not conn.in_transaction():
+            conn.begin()  # as conn.execute would (autobegin): the caller's commit() covers it
+        with translated_errors(conn, self._sql, values):
+            cursor: DBAPICursor = conn.connection.cursor()
+            try:
                 cursor.execute(self._sql, values)
                 return list(cursor.fetchall()) if cursor.description is not None else []
-        finally:
-            cursor.close()
+            finally:
+                cursor.close()
 
     def _value(self, key: str, params: Mapping[str, Any]) -> Any:
-        value = params[key] if key in params else self._binds[key].effective_value
+        bind = self._binds[key]
+        if key in params:
+            value = params[key]
+        elif bind.required:
+            raise sa.exc.ArgumentError(f"no value for the parameter {key!r} of {self._sql}")
+        else:
+            value = bind.effective_value
         processor = self._processors[key]
         return value if processor is None else processor(value)
 
 
 @contextmanager
-def translated_errors(
-    conn: Connection, statement: str, params: Any, cursor: DBAPICursor | None = None
-) -> Iterator[None]:
+def translated_errors(conn: Connection, statement: str, params: Any) -> Iterator[None]:
     """Raise a driver error from inside as SQLAlchemy's exception for it, as
     ``conn.execute`` would (``orig`` is the driver's), and invalidate a lost connection."""
     dbapi_error: type[Exception] = conn.dialect.loaded_dbapi.Error
@@ -86,7 +102,7 @@ def translated_errors(
         lost = conn.dialect.is_disconnect(
             exc,  # type: ignore[arg-type]  # the dialect's own DBAPI Error
             conn.connection.dbapi_connection,
-            cursor,
+            None,
         )
         if lost:
             conn.invalidate(exc)
@@ -95,22 +111,26 @@ def translated_errors(
             params,
             exc,
             dbapi_error,
+            hide_parameters=conn.engine.hide_parameters,
             connection_invalidated=lost,
             dialect=conn.dialect,
         ) from exc
 
 
-_cache: dict[tuple[int, type[Dialect], tuple[str, ...] | None], DriverStatement] = {}
+# Per dialect object (so per engine and its settings), dropped with it.
+_cache: weakref.WeakKeyDictionary[
+    Dialect, dict[tuple[int, tuple[str, ...] | None], DriverStatement]
+] = weakref.WeakKeyDictionary()
 
 
 def driver_statement(
     stmt: ClauseElement, dialect: Dialect, column_keys: Sequence[str] | None = None
 ) -> DriverStatement:
-    """``stmt`` compiled for ``dialect``, once per process (``stmt`` must live as long: a
-    module constant or a cached property)."""
+    """``stmt`` compiled for ``dialect``, once per engine (the entry keeps ``stmt`` alive, so
+    its id is not reused while the entry exists)."""
     keys = tuple(column_keys) if column_keys is not None else None
-    key = (id(stmt), type(dialect), keys)
-    found = _cache.get(key)
+    compiled = _cache.setdefault(dialect, {})
+    found = compiled.get((id(stmt), keys))
     if found is None:
-        found = _cache[key] = DriverStatement(stmt, dialect, keys)
+        found = compiled[(id(stmt), keys)] = DriverStatement(stmt, dialect, keys)
     return found

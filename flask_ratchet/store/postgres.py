@@ -20,7 +20,7 @@ import json
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -121,8 +121,8 @@ WITH job AS (
         :recurring_id, :fire_time, :batch_id, :follow_up, :callbacks, now(),
         coalesce(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)), 0)
     {_CONFLICT}{_AFTER_JOB.format(tags=_ONE_JOBS_TAGS)}"""
-_SUBMIT_STMT = sa.text(_SUBMIT).columns(job_id=sa.Uuid())
-_SUBMIT_ONE_STMT = sa.text(_SUBMIT_ONE).columns(job_id=sa.Uuid())
+_SUBMIT_STMT = sa.text(_SUBMIT)
+_SUBMIT_ONE_STMT = sa.text(_SUBMIT_ONE)
 _KEY_CONSTRAINT = "pk_ratchet_business_key"
 
 _BOOSTED = "priority + floor(extract(epoch FROM now() - scheduled_time) / (60 * :boost))"
@@ -172,7 +172,8 @@ class PostgresStore(SqlJobStore):
                 yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
     def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
-        """Insert jobs, their queue rows, tags and key reservations in one statement."""
+        """Insert jobs, their queue rows, tags and key reservations: with COPY when none can
+        conflict, else in one statement per chunk."""
         if copyable(jobs):
             return copy_jobs(conn, jobs)
         _refuse_repeated_business_keys(jobs)
@@ -249,19 +250,33 @@ class PostgresStore(SqlJobStore):
         stmt = _CLAIM_PLAIN
         if boost_minutes:
             stmt, params["boost"] = _CLAIM_BOOSTED, boost_minutes
-        # On the driver's cursor (see .driver): claiming is most of the poller's work. Rows
-        # come in ClaimedJob's field order, as psycopg types them (datetimes are aware).
-        rows = driver_statement(stmt, conn.dialect).execute(conn, params)
-        claimed = [ClaimedJob(*row) for row in rows]
+        # On the driver's cursor (see .driver): claiming is most of the poller's work.
+        claimed = [
+            _claimed(row) for row in driver_statement(stmt, conn.dialect).execute(conn, params)
+        ]
         claimed.sort(key=lambda c: (-c.priority, c.scheduled_time, c.job_id))
         return claimed
 
 
-def _insert(conn: Connection, stmt: sa.TextualSelect, params: dict[str, Any]) -> list[uuid.UUID]:
-    """Run a submission statement; the ids of the jobs it inserted."""
-    if stmt is _SUBMIT_ONE_STMT:  # one job: skip SQLAlchemy's per-call work (see .driver)
-        return [row[0] for row in driver_statement(stmt, conn.dialect).execute(conn, params)]
-    return list(conn.execute(stmt, params).scalars())
+def _claimed(row: Sequence[Any]) -> ClaimedJob:
+    """A row of the claim's RETURNING list (in ClaimedJob's field order) as a ClaimedJob.
+
+    psycopg gives times in the session's zone; they are taken to UTC, as ``UtcDateTime``
+    would (a queue wait across a daylight-saving change would count wall-clock time).
+    """
+    (job_id, task, payload, params, priority, attempt, max_retries, backoff, backoff_base,
+     timeout, resource, scheduled, picked, depends_on, follow_up, batch_id) = row  # fmt: skip
+    return ClaimedJob(
+        job_id, task, payload, params, priority, attempt, max_retries, backoff, backoff_base,
+        timeout, resource, scheduled.astimezone(UTC), picked.astimezone(UTC), depends_on,
+        follow_up, batch_id,
+    )  # fmt: skip
+
+
+def _insert(conn: Connection, stmt: sa.TextClause, params: dict[str, Any]) -> list[uuid.UUID]:
+    """Run a submission statement on the driver's cursor (see .driver: one job's submission
+    is a per-job hot path); the ids of the jobs it inserted."""
+    return [row[0] for row in driver_statement(stmt, conn.dialect).execute(conn, params)]
 
 
 #: Jobs per submission statement: large enough for bulk speed, small enough for memory.

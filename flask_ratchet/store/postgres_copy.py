@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -48,17 +48,19 @@ def copyable(jobs: Sequence[NewJob]) -> bool:
 def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
     """Write ``jobs`` (see :func:`copyable`) in ``conn``'s transaction, or in one of their own
     if ``conn`` is in autocommit: all of them or none."""
-    # Errors as SQLAlchemy's (a refused row is an IntegrityError, as from the statement).
-    with translated_errors(conn, _JOB, None), _transaction(conn) as raw, raw.cursor() as cur:
+    with _transaction(conn) as raw, raw.cursor() as cur:
         row = cur.execute("SELECT now()").fetchone()
         assert row is not None
-        now: datetime = row[0]
+        # In UTC: psycopg gives the session's zone, where adding a delay would count wall-clock
+        # time across a daylight-saving change (the statement's now() + interval does not).
+        now: datetime = row[0].astimezone(UTC)
         dues = [_due(new, now) for new in jobs]
-        with cur.copy(_JOB) as copy:
+        # Errors as SQLAlchemy's (a refused row is an IntegrityError, as from the statement).
+        with translated_errors(conn, _JOB, None), cur.copy(_JOB) as copy:
             copy.set_types(_JOB_TYPES)
             for new, due in zip(jobs, dues, strict=True):
                 copy.write_row(_job_row(new, now, due))
-        with cur.copy(_QUEUE) as copy:
+        with translated_errors(conn, _QUEUE, None), cur.copy(_QUEUE) as copy:
             copy.set_types(_QUEUE_TYPES)
             for new, due in zip(jobs, dues, strict=True):
                 o = new.options
@@ -66,7 +68,7 @@ def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
                     (new.job_id, _PENDING, due, int(o.priority), 0, o.max_retries, 0, now)
                 )
         if any(new.options.tags for new in jobs):
-            with cur.copy(_TAG) as copy:
+            with translated_errors(conn, _TAG, None), cur.copy(_TAG) as copy:
                 copy.set_types(_TAG_TYPES)
                 for new in jobs:
                     for tag in new.options.tags:
@@ -78,15 +80,18 @@ def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
 def _transaction(conn: Connection) -> Iterator[psycopg.Connection[Any]]:
     """The driver connection under ``conn``, inside a transaction.
 
-    A joined connection already is in one (the caller's, committed or rolled back by the
-    caller); an autocommit one gets a block of its own, since the COPYs must be atomic together.
+    A connection in a transaction is used as it is (the caller commits or rolls back; one not
+    yet begun is begun, as ``conn.execute`` would); one in autocommit gets a block of its own,
+    since the COPYs must be atomic together.
     """
     raw = conn.connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
-    if conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT":
+    if not raw.autocommit:
+        if not conn.in_transaction():
+            conn.begin()
         yield raw
         return
-    with raw.transaction():
+    with translated_errors(conn, "BEGIN", None), raw.transaction():
         yield raw
 
 

@@ -10,6 +10,7 @@ from flask import Flask
 
 from flask_ratchet.schema import lock
 from flask_ratchet.store.driver import DriverStatement
+from tests.apps import add, create_app, db, ratchet
 from tests.conftest import truncate_all
 
 AT = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
@@ -47,8 +48,39 @@ def test_a_driver_error_comes_back_as_sqlalchemys_and_nothing_is_written(app: Fl
     with pytest.raises(sa.exc.IntegrityError) as caught, engine.begin() as conn:
         _insert(engine).execute(conn, values | {"locked_by": "other"})
     assert isinstance(caught.value.orig, engine.dialect.loaded_dbapi.IntegrityError)
+
+
+def test_a_missing_parameter_is_refused(app: Flask) -> None:
+    engine = app.extensions["ratchet"].engine
+    with pytest.raises(sa.exc.ArgumentError, match="expires_at"), engine.begin() as conn:
+        _insert(engine).execute(conn, {"lock_name": "a", "locked_by": "n", "locked_at": AT})
+
+
+def test_a_statement_outside_a_transaction_begins_one_the_caller_commits(app: Flask) -> None:
+    engine = app.extensions["ratchet"].engine
+    values = {"lock_name": "a", "locked_by": "n", "locked_at": AT, "expires_at": AT}
     with engine.connect() as conn:
-        assert conn.execute(sa.select(lock.c.locked_by)).scalars().all() == ["n"]
+        _insert(engine).execute(conn, values)
+        assert conn.in_transaction()
+        conn.commit()
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(lock)).scalar_one() == 1
+
+
+def test_claimed_times_are_utc_whatever_the_session_zone(pg_url: str) -> None:
+    """psycopg gives times in the session's zone; a claim hands them on in UTC, as
+    UtcDateTime does everywhere else (arithmetic across a DST change counts real time)."""
+    truncate_all(pg_url)
+    zoned = {"connect_args": {"options": "-c timezone=America/New_York"}}
+    app = create_app(pg_url, SQLALCHEMY_ENGINE_OPTIONS=zoned)
+    with app.app_context():
+        ratchet.enqueue_many(ratchet.enqueue(add, i, i) for i in range(3))
+        claimed = ratchet.claim_due(5, "zoned-node")
+        db.engine.dispose()
+    assert len(claimed) == 3
+    for job in claimed:
+        assert job.scheduled_time.tzinfo is UTC and job.picked_at.tzinfo is UTC
+        assert abs(datetime.now(UTC) - job.picked_at) < timedelta(minutes=1)
 
 
 def test_a_lost_connection_is_invalidated(pg_url: str) -> None:

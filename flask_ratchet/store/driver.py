@@ -61,14 +61,20 @@ class DriverStatement:
             key: bind.type.dialect_impl(dialect).bind_processor(dialect)
             for key, bind in binds.items()
         }
+        #: (name, processor) in the order the driver takes the parameters.
+        self._plan = [(k, self._processors[k]) for k in (self._positions or binds)]
 
     def execute(self, conn: Connection, params: Mapping[str, Any]) -> list[Any]:
         """Run the statement in ``conn``'s transaction; return the rows it returned (raw)."""
+        try:  # every parameter given, the common case: one pass
+            converted = [params[k] if p is None else p(params[k]) for k, p in self._plan]
+        except KeyError:  # a default to fill in, or a required one missing: refused there
+            converted = [self._value(k, params) for k, _ in self._plan]
         values: Sequence[Any] | dict[str, Any]
         if self._positions is None:
-            values = {key: self._value(key, params) for key in self._binds}
+            values = dict(zip(self._binds, converted, strict=True))
         else:
-            values = tuple(self._value(key, params) for key in self._positions)
+            values = tuple(converted)
         if not conn.in_transaction():
             conn.begin()  # as conn.execute would (autobegin): the caller's commit() covers it
         with translated_errors(conn, self._sql, values):

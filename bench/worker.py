@@ -76,7 +76,8 @@ def reset(url: str) -> None:
     engine.dispose()
 
 
-def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
+def fill(url: str, jobs: int) -> None:
+    """Empty the tables, then enqueue ``jobs`` no-op jobs in bulk, 5,000 per transaction."""
     reset(url)
     app = make_app(url)
     with app.app_context():
@@ -85,6 +86,10 @@ def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
                 ratchet.enqueue(noop, i) for i in range(start, min(jobs, start + 5000))
             )
         db.engine.dispose()
+
+
+def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
+    fill(url, jobs)
     began = time.perf_counter()
     proc = worker(url, "--burst", "--concurrency", str(concurrency))
     assert proc.wait(timeout=1800) == 0
@@ -102,14 +107,7 @@ def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
 def backlog_rss(url: str, backlog: int, seconds: float) -> tuple[float, int]:
     """Peak RSS in MB of a worker (default concurrency) running ``seconds`` against a backlog
     of ``backlog`` pending jobs, and how many jobs it ran meanwhile."""
-    reset(url)
-    app = make_app(url)
-    with app.app_context():
-        for start in range(0, backlog, 5000):
-            ratchet.enqueue_many(
-                ratchet.enqueue(noop, i) for i in range(start, min(backlog, start + 5000))
-            )
-        db.engine.dispose()
+    fill(url, backlog)
     proc = worker(url)
     try:
         time.sleep(seconds)

@@ -15,6 +15,7 @@ from flask import Flask
 from flask_ratchet import (
     Backoff,
     DuplicateBusinessKey,
+    JobBuilder,
     JobStatus,
     PayloadError,
     PayloadTooLarge,
@@ -44,6 +45,18 @@ def test_enqueue_now_persists_a_pending_job_with_task_defaults(app: Flask) -> No
     assert abs((timestamp_of(handle.id) - job.created_at).total_seconds()) < 5
 
 
+def _every_option(builder: JobBuilder) -> JobBuilder:
+    """``builder`` with every option that has no uniqueness rule set."""
+    return (
+        builder.with_priority(Priority.CRITICAL)
+        .with_max_retries(7)
+        .with_backoff(Backoff.FIXED, timedelta(seconds=30))
+        .with_timeout(timedelta(minutes=2))
+        .with_tags("eu", "billing")
+        .with_param("tenant", "acme")
+    )
+
+
 def test_registered_defaults_apply_and_every_option_is_stored(app: Flask) -> None:
     job = ratchet.get_job(ratchet.enqueue_now(charge, 7).id)
     assert job is not None
@@ -54,13 +67,7 @@ def test_registered_defaults_apply_and_every_option_is_stored(app: Flask) -> Non
         ("billing",),
     )
     handle = (
-        ratchet.enqueue("billing.charge", 8)
-        .with_priority(Priority.CRITICAL)
-        .with_max_retries(7)
-        .with_backoff(Backoff.FIXED, timedelta(seconds=30))
-        .with_timeout(timedelta(minutes=2))
-        .with_tags("eu", "billing")
-        .with_param("tenant", "acme")
+        _every_option(ratchet.enqueue("billing.charge", 8))
         .with_resource("payment-api")
         .with_idempotency_key("req-1")
         .with_business_key("charge-8")
@@ -255,13 +262,7 @@ def test_enqueue_many_stores_what_single_submissions_store(app: Flask) -> None:
     def builders() -> list[Any]:
         return [
             ratchet.enqueue(add, 1, b=2),
-            ratchet.enqueue("billing.charge", 8)
-            .with_priority(Priority.CRITICAL)
-            .with_max_retries(7)
-            .with_backoff(Backoff.FIXED, timedelta(seconds=30))
-            .with_timeout(timedelta(minutes=2))
-            .with_tags("eu", "billing")
-            .with_param("tenant", "acme"),
+            _every_option(ratchet.enqueue("billing.charge", 8)),
             ratchet.schedule(timedelta(hours=2), add, 3, 4).with_resource("smtp"),
             ratchet.schedule_at(at, add, 5, 6),
             ratchet.enqueue(add, 7, 8).on_success(add),

@@ -50,7 +50,12 @@ def test_a_batch_across_three_workers_survives_a_killed_worker(
         timeout=90,
         what="the batch to settle",
     )
-    wait_until(lambda: len(noted("follow-up")) >= 2, what="the follow-ups to run")
+    # The signal is noted by the settling worker's announcer, which may wait on the SQLite
+    # file's write lock longer than the follow-up jobs take to run: wait for both.
+    wait_until(
+        lambda: len(noted("follow-up")) >= 2 and noted("signal:batch_completed"),
+        what="the follow-ups to run and batch_completed to be heard",
+    )
     progress = handle.progress()
     assert (progress.total, progress.succeeded, progress.failed) == (1000, 990, 10)
     assert len({job_id for job_id, _ in noted("item")}) == 990  # every child that succeeded
@@ -77,4 +82,6 @@ def test_a_chain_runs_across_workers(app: Flask, workers: Workers) -> None:
     )
     seen = {v["label"]: v["previous"] for _, v in noted("step")}  # type: ignore[index]
     assert seen == {"a": None, "b": "a-done", "c": "b-done"}
+    # Heard after the commit, by the worker's announcer: it may come a moment later.
+    wait_until(lambda: noted("signal:chain_completed"), what="chain_completed to be heard")
     assert [j for j, _ in noted("signal:chain_completed")] == [str(handle.last)]

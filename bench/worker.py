@@ -28,7 +28,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import db, fresh_pg, make_app, noop, ratchet
+from bench.enqueue_claim import bulk, db, fresh_pg, make_app, noop, ratchet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,10 +81,7 @@ def fill(url: str, jobs: int) -> None:
     reset(url)
     app = make_app(url)
     with app.app_context():
-        for start in range(0, jobs, 5000):
-            ratchet.enqueue_many(
-                ratchet.enqueue(noop, i) for i in range(start, min(jobs, start + 5000))
-            )
+        bulk(jobs)
         db.engine.dispose()
 
 

@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from flask_ratchet.cron import CronError, next_fire_times
 from flask_ratchet.extension import RatchetState
-from flask_ratchet.flow import NOT_YET
+from flask_ratchet.flow import waits_for_parent
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
 from flask_ratchet.store import console_flows as flows
@@ -161,9 +161,7 @@ def job_detail(job_id: str) -> str:
             "depth": flows.MAX_DEPTH,
             "up": flows.MAX_UP,
         },
-        # A dependent (or a batch's parent) is due at NOT_YET until what it waits for has ended,
-        # and keeps that date as its first due time if it ends without being released.
-        not_due=job.scheduled_at >= NOT_YET,
+        not_due=waits_for_parent(job.scheduled_at),
     )
 
 

@@ -44,15 +44,15 @@ def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> No
             if event.kind == events.CALLBACK:
                 _call_back(app, event.data)
             else:
-                _send(app, events.SIGNALS[event.kind], event.data)
+                send(app, events.SIGNALS[event.kind], event.data)
         except Exception:
             log.exception("a callback for %s raised; the job's outcome is unchanged", event.kind)
 
 
-def _send(app: Flask, signal: NamedSignal, data: dict[str, Any]) -> None:
-    """Send to each receiver on its own: one that raises does not keep the others from hearing
-    (``signal.send`` stops at the first exception)."""
-    if not signal.receivers:
+def send(app: Flask, signal: NamedSignal, data: dict[str, Any]) -> None:
+    """Send ``signal`` to each receiver on its own: one that raises is logged and does not keep
+    the others from hearing (``signal.send`` stops at the first exception)."""
+    if not events.wanted(signal):
         return
     for receiver in signal.receivers_for(app):
         try:

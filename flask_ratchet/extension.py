@@ -48,8 +48,6 @@ _transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar
     "ratchet_transaction", default=None
 )
 
-#: Set when a job due now was written inside ``ratchet.transaction()``: wake after its commit.
-
 FIND_LIMIT_MAX = 1000
 
 

@@ -21,6 +21,12 @@ from .states import JobStatus
 NOT_YET = datetime(9999, 12, 31, tzinfo=UTC)
 
 
+def waits_for_parent(due: datetime | None) -> bool:
+    """Whether a job due at ``due`` is a dependent (or a batch's parent) that still waits for
+    what it depends on; it keeps that date as its first due time if it ends unreleased."""
+    return due is not None and due >= NOT_YET
+
+
 class JobType(StrEnum):
     """What a job is, beyond its task (``ratchet_job.job_type``)."""
 

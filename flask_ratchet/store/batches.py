@@ -312,9 +312,11 @@ class BatchStore(DialectHooks):
                 .select_from(job.join(job_queue, job_queue.c.job_id == job.c.job_id))
                 .where(job.c.batch_id == e.job_id)
             ).scalars()
+            tell = events.wanted(events.job_canceled)  # no event per child nobody hears
             for child, status in self.end_live_many(conn, list(live), Action.CANCEL).items():
                 canceled.append(Ended(child, status, cascade=True, batch_id=e.job_id))
-                out.append(Event(events.job_canceled.name, {"job_id": child, "cascade": True}))
+                if tell:
+                    out.append(Event(events.job_canceled.name, {"job_id": child, "cascade": True}))
         return canceled
 
 

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
-from ..flow import NOT_YET, JobType
+from ..flow import JobType, waits_for_parent
 from ..job import BatchProgress
 from ..schema import batch, job, job_queue, workflow_condition
 from ..states import JobStatus
@@ -35,6 +35,7 @@ from .console_queries import (
     ROW_COLUMNS,
     JobRow,
     live_or_cold,
+    parse_cursor,
     to_row,
     where_status,
 )
@@ -271,20 +272,6 @@ def _end_of_window(conn: Connection, walk: Select[Any], size: int) -> uuid.UUID 
     return found[0] if len(found) == 2 else None
 
 
-def parse_cursor(kind: str, cursor: str) -> uuid.UUID:
-    """The id in a cursor ``<kind>.<uuid>``.
-
-    :raises ValueError: if the cursor is not of that kind.
-    """
-    prefix, _, rest = cursor.partition(".")
-    if prefix == kind:
-        try:
-            return uuid.UUID(rest)
-        except ValueError:
-            pass
-    raise ValueError(f"cursor {cursor!r} does not belong to this list")
-
-
 def _batch_row(r: Any) -> BatchRow:
     return BatchRow(progress_of(r), live_or_cold(r.live_status, r.terminal_status))
 
@@ -340,7 +327,7 @@ def _node(r: Any) -> FlowNode:
         id=r.job_id,
         task=r.task,
         status=status,
-        waiting=r.scheduled_time is not None and r.scheduled_time >= NOT_YET,
+        waiting=waits_for_parent(r.scheduled_time),
         waits_on=waits_on,
         batch=progress_of(r) if r.batch_id is not None else None,
     )

@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..flow import NOT_YET, Decision
+from ..flow import Decision, waits_for_parent
 from ..job import Job
 from ..schema import audit
 from .console_flows import WaitsOn
@@ -44,7 +44,7 @@ def job_history(
     """``found``'s history, oldest first (``executions`` as the job page already read them, and
     ``waits_on`` its condition, from :func:`~.console_flows.job_flow`)."""
     out = [HistoryEntry(found.created_at, "PENDING", "submitted")]
-    if found.scheduled_at == NOT_YET:
+    if waits_for_parent(found.scheduled_at):
         out.append(HistoryEntry(found.created_at, None, "waiting for the job it depends on"))
     elif found.scheduled_at > found.created_at and not found.is_terminal:
         out.append(

@@ -218,15 +218,29 @@ def _ordered(stmt: Select[Any], sort: str, cursor: str | None) -> Select[Any]:
 
 
 def _parse_cursor(sort: str, cursor: str) -> tuple[int, uuid.UUID]:
+    if sort != "priority":
+        return 0, parse_cursor(sort[0], cursor)
     kind, _, rest = cursor.partition(".")
     try:
-        if sort == "priority" and kind == "p":
+        if kind == "p":
             prio, _, last = rest.partition(".")
             return int(prio), uuid.UUID(last)
-        if sort != "priority" and kind == sort[0]:
-            return 0, uuid.UUID(rest)
     except ValueError:
         pass
+    raise ValueError(f"cursor {cursor!r} does not belong to this list")
+
+
+def parse_cursor(kind: str, cursor: str) -> uuid.UUID:
+    """The id in a cursor ``<kind>.<uuid>``.
+
+    :raises ValueError: if the cursor is not of that kind.
+    """
+    prefix, _, rest = cursor.partition(".")
+    if prefix == kind:
+        try:
+            return uuid.UUID(rest)
+        except ValueError:
+            pass
     raise ValueError(f"cursor {cursor!r} does not belong to this list")
 
 

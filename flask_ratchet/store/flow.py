@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import events, payload
+from .. import events
 from ..events import Event
 from ..flow import (
     NOT_YET,
@@ -42,12 +42,12 @@ from .batches import BatchStore, Ended, JobLinks
 
 log = logging.getLogger("flask_ratchet")
 
-#: ``evaluate(parent job id, predicate task name, parent's result) -> bool``; may raise. The
-#: worker evaluates predicates before its write transaction and looks the values up here.
-Evaluator = Callable[[uuid.UUID, str, Any], bool]
+#: ``evaluate(parent job id, predicate task name) -> bool``; may raise. The worker evaluates
+#: predicates on the parent's result before its write transaction and looks the values up here.
+Evaluator = Callable[[uuid.UUID, str], bool]
 
 
-def no_predicates(parent_id: uuid.UUID, name: str, result: Any) -> bool:
+def no_predicates(parent_id: uuid.UUID, name: str) -> bool:
     """The evaluator outside a worker: predicates only run where the parent succeeded."""
     raise RuntimeError(f"predicate {name} can only be evaluated by a worker")
 
@@ -252,8 +252,9 @@ class FlowStore(BatchStore):
                 if status is not None:
                     canceled.append(Ended(cond.job_id, status, cascade=True))
             _chain_events(parent, links[parent_id], every, out)
-        for e in canceled:
-            out.append(Event(events.job_canceled.name, {"job_id": e.job_id, "cascade": True}))
+        if events.wanted(events.job_canceled):
+            for e in canceled:
+                out.append(Event(events.job_canceled.name, {"job_id": e.job_id, "cascade": True}))
         return canceled
 
     def _claim_decision(
@@ -299,10 +300,9 @@ def _route(
     values: dict[uuid.UUID, bool] = {}
     branches = [c for c in conditions if c.kind == Condition.WHEN]
     if branches and parent.status == JobStatus.SUCCEEDED:
-        result = payload.loads(parent.result)
         for cond in branches:
             try:
-                values[cond.job_id] = bool(evaluate(parent.job_id, cond.predicate, result))
+                values[cond.job_id] = bool(evaluate(parent.job_id, cond.predicate))
             except Exception as exc:
                 error = predicate_error(cond.predicate, exc)
                 log.error("job %s: %s", parent.job_id, error)

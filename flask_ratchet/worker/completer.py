@@ -167,16 +167,17 @@ class Completer(threading.Thread):
             return no_predicates
         with self._engine.connect() as conn:
             pending = self._store.pending_predicates(conn, list(results))
+        decoded: dict[uuid.UUID, Any] = {}  # each parent's result once, whatever its branches
         values: dict[tuple[uuid.UUID, str], bool | Exception] = {}
         for parent_id, name in pending:
             try:
-                values[parent_id, name] = bool(
-                    self._predicate(name, payload.loads(results[parent_id]))
-                )
+                if parent_id not in decoded:
+                    decoded[parent_id] = payload.loads(results[parent_id])
+                values[parent_id, name] = bool(self._predicate(name, decoded[parent_id]))
             except Exception as exc:
                 values[parent_id, name] = exc
 
-        def lookup(parent_id: uuid.UUID, name: str, result: Any) -> bool:
+        def lookup(parent_id: uuid.UUID, name: str) -> bool:
             value = values.get((parent_id, name))
             if value is None:
                 raise RuntimeError(f"predicate {name} was not evaluated before the write")

@@ -33,12 +33,11 @@ from typing import TYPE_CHECKING, Any
 from flask import Flask
 
 from .. import events, payload
-from ..announce import announce
+from ..announce import send
 from ..breaker import Breakers, BreakerState, CircuitBreaker
 from ..context import JobContext
 from ..context import context_parameter as _context_parameter
 from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed
-from ..events import Event
 from ..options import Backoff
 from ..registry import Task
 from ..retry import decide, describe, format_traceback
@@ -326,20 +325,8 @@ class Executor:
             kwargs[name] = run.ctx
         if events.wanted(events.job_started):  # past the gates: the attempt really starts
             claimed = run.claimed
-            announce(
-                self._app,
-                [
-                    Event(
-                        events.job_started.name,
-                        {
-                            "job_id": claimed.job_id,
-                            "task": claimed.task,
-                            "attempt": claimed.attempt,
-                        },
-                    )
-                ],
-                lambda: None,
-            )
+            data = {"job_id": claimed.job_id, "task": claimed.task, "attempt": claimed.attempt}
+            send(self._app, events.job_started, data)
         with run.lock:
             run.in_user_code = True
         try:

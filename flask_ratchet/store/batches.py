@@ -181,13 +181,15 @@ class BatchStore(DialectHooks):
 
     def lock_batches_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
         """:meth:`lock_batches` for the batches these jobs are children or parents of."""
-        mine = conn.execute(
-            sa.select(sa.func.coalesce(job.c.batch_id, job.c.job_id)).where(
-                job.c.job_id.in_(list(job_ids)),
-                sa.or_(job.c.batch_id.is_not(None), job.c.job_type == JobType.BATCH),
-            )
-        ).scalars()
-        self.lock_batches(conn, list(mine))
+        mine: list[uuid.UUID] = []
+        for part in chunks(job_ids):
+            mine += conn.execute(
+                sa.select(sa.func.coalesce(job.c.batch_id, job.c.job_id)).where(
+                    job.c.job_id.in_(list(part)),
+                    sa.or_(job.c.batch_id.is_not(None), job.c.job_type == JobType.BATCH),
+                )
+            ).scalars()
+        self.lock_batches(conn, mine)
 
     def uncount_child(self, conn: Connection, job_id: uuid.UUID) -> None:
         """A FAILED child is live again (retried, or paused): its failure no longer counts in

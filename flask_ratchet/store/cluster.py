@@ -31,6 +31,7 @@ from ..schema import (
     node,
 )
 from ..states import Action, JobStatus, sources, target
+from .base import chunks
 from .dialect import DialectHooks
 from .resources import release_node_permits, release_stale_permits
 
@@ -137,11 +138,26 @@ class ClusterStore(DialectHooks):
     def _take_back(self, conn: Connection, where: tuple[Any, ...], why: str) -> Recovered:
         running = sorted(sources(Action.RELEASE))
         spent = job_queue.c.attempts > job_queue.c.max_retries
-        failed = conn.execute(
-            sa.delete(job_queue)
-            .where(job_queue.c.status.in_(running), spent, *where)
-            .returning(job_queue.c.job_id, job_queue.c.attempts)
-        ).all()
+        doomed = (
+            conn.execute(
+                sa.select(job_queue.c.job_id).where(job_queue.c.status.in_(running), spent, *where)
+            )
+            .scalars()
+            .all()
+        )
+        # A job that fails here counts into its batch: batch rows first, then job rows, the
+        # order every batch writer follows (a cancel of the batch would otherwise deadlock).
+        self.lock_batches_of(conn, doomed)
+        failed = [
+            row
+            for part in chunks(doomed)
+            for row in conn.execute(
+                sa.delete(job_queue)
+                .where(job_queue.c.job_id.in_(list(part)), job_queue.c.status.in_(running), spent)
+                .where(*where)  # still true now: nobody else took the job meanwhile
+                .returning(job_queue.c.job_id, job_queue.c.attempts)
+            )
+        ]
         for row in failed:
             self.finish(
                 conn,

@@ -7,6 +7,7 @@ hooks; :mod:`.postgres` and :mod:`.sqlite` fill them in.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -58,4 +59,8 @@ class DialectHooks:
         result: str | None = None,
     ) -> None:
         """Write a terminal outcome to the cold row and free the business key."""
+        raise NotImplementedError
+
+    def lock_batches_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
+        """Lock the batch rows these jobs belong to, before any of their job rows."""
         raise NotImplementedError

@@ -253,6 +253,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         return True
 
     def pause(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        self.lock_batches_of(conn, [job_id])  # a revived FAILED child is uncounted: see cancel
         allowed = sources(Action.PAUSE)
         live_from = sorted(allowed & LIVE)
         paused = conn.execute(
@@ -281,6 +282,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         return current == JobStatus.PAUSED  # pausing a paused job is a no-op that succeeds
 
     def resume(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        self.lock_batches_of(conn, [job_id])  # resumed to FAILED, a child counts: see cancel
         for paused_from in (JobStatus.PENDING, JobStatus.FAILED):
             guard = (
                 job_queue.c.job_id == job_id,
@@ -309,6 +311,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         return False
 
     def retry(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        self.lock_batches_of(conn, [job_id])  # a retried child is uncounted: see cancel
         if not self._recreate_hot_row(
             conn, job_id, sorted(sources(Action.RETRY)), JobStatus.PENDING
         ):

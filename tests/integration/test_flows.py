@@ -33,6 +33,7 @@ from tests.flow_tasks import (
     progress_seen,
     step,
 )
+from tests.integration.helpers import finish
 
 
 @pytest.fixture(autouse=True)
@@ -512,3 +513,90 @@ def test_canceling_a_batch_while_a_worker_ends_its_last_child_commits_both(app: 
     assert outcome == {"complete": "committed", "cancel": "committed"}
     progress = handle.progress()
     assert (progress.succeeded, progress.failed, progress.finished) == (1, 1, True)
+
+
+def race_with_batch_cancel(batch_id: uuid.UUID, other: Any) -> dict[str, str]:
+    """Cancel a batch while ``other(conn)`` runs in a transaction of its own, started once
+    the cancel holds the batch row and before it touches any job row; how each one ended."""
+    state = ratchet.state
+    store, engine = state.store, state.engine
+    outcome: dict[str, str] = {}
+    holding = threading.Event()
+
+    def cancel() -> None:
+        try:
+            with store.begin(engine) as conn:
+                store.lock_batches_of(conn, [batch_id])  # cancel's first step ...
+                holding.set()
+                time.sleep(0.5)  # ... and the other writer starts meanwhile
+                assert store.cancel(conn, batch_id)
+            outcome["cancel"] = "committed"
+        except Exception as exc:
+            outcome["cancel"] = repr(exc)
+
+    def run_other() -> None:
+        holding.wait(10)
+        try:
+            with store.begin(engine) as conn:
+                other(conn)
+            outcome["other"] = "committed"
+        except Exception as exc:
+            outcome["other"] = repr(exc)
+
+    threads = [threading.Thread(target=cancel), threading.Thread(target=run_other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return outcome
+
+
+def test_recovering_a_spent_batch_child_while_the_batch_is_canceled_commits_both(
+    app: Flask,
+) -> None:
+    """Orphan recovery fails a child that used its last attempt (and counts it into its batch)
+    while the batch is canceled: both take the batch row before any job row, so on PostgreSQL
+    neither waits for the other in a cycle (they used to deadlock, and one of them raised)."""
+    store, engine = ratchet.state.store, ratchet.state.engine
+    handle = (
+        ratchet.enqueue_batch("orphaned")
+        .with_max_retries(0)
+        .add(batch_item, 1)
+        .add(batch_item, 2)
+        .submit()
+    )
+    with store.begin(engine) as conn:  # claimed by a node that never sends a heartbeat
+        assert len(store.claim_due(conn, 10, "gone", 0)) == 2
+    time.sleep(0.05)  # claimed before "now" on every clock
+    recovered: list[Any] = []
+    outcome = race_with_batch_cancel(
+        handle.id, lambda conn: recovered.append(store.recover_orphans(conn, 0))
+    )
+    assert outcome == {"cancel": "committed", "other": "committed"}
+    # The cancel came first: the children were canceled with their batch, none was left to fail.
+    assert (recovered[0].requeued, recovered[0].failed) == ([], [])
+    assert [status(c) for c in children_of(handle.id)] == [JobStatus.CANCELED] * 2
+    progress = handle.progress()
+    assert (progress.failed, progress.finished) == (2, True)
+
+
+def test_resuming_a_paused_failed_child_while_the_batch_is_canceled_commits_both(
+    app: Flask,
+) -> None:
+    """Resumed to FAILED, a child counts into its batch again: batch row first, as above."""
+    store, engine = ratchet.state.store, ratchet.state.engine
+    handle = ratchet.enqueue_batch("resumed").add(batch_item, 1).add(batch_item, 2).submit()
+    first, second = children_of(handle.id)
+    with store.begin(engine) as conn:
+        assert len(store.claim_due(conn, 10, "node-a", 0)) == 2
+    assert finish(first, JobStatus.FAILED)
+    assert ratchet.pause_job(first)  # FAILED -> PAUSED: live again, no longer counted
+    resumed: list[bool] = []
+    outcome = race_with_batch_cancel(
+        handle.id, lambda conn: resumed.append(store.resume(conn, first))
+    )
+    assert outcome == {"cancel": "committed", "other": "committed"}
+    assert resumed == [False]  # canceled with its batch before the resume could take it
+    assert [status(first), status(second)] == [JobStatus.CANCELED] * 2
+    progress = handle.progress()
+    assert (progress.failed, progress.finished) == (2, True)

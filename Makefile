@@ -35,6 +35,7 @@ bench: setup
 	$(PY) -m bench.enqueue_claim
 	$(PY) -m bench.worker --backlog 1000000
 	$(PY) -m bench.notify --processes 4 --threads 4
+	$(PY) -m bench.pickup_profile
 
 # Installs the peers into bench/.peers on its first run (pinned in bench/compare.py).
 bench-peers: setup

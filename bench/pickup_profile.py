@@ -1,0 +1,248 @@
+"""Where an idle pickup's time goes, on PostgreSQL: one row per stage, p50/p95/p99.
+
+    python -m bench.pickup_profile [--pg URL] [--pickups 200] [--rounds 2]
+
+The pickup of ``bench.stamp`` (200 jobs 20 ms apart to an idle worker at concurrency 4), with
+every hand-off stamped on the machine's monotonic clock (``time.perf_counter``, shared by all
+processes here), each as milliseconds after the moment just before the enqueue call:
+
+- ``enqueue returned``: the client's ``enqueue_now`` (its own transaction) is back;
+- ``NOTIFY sent`` / ``NOTIFY answered``: the client's wake-up sender starts and ends its NOTIFY;
+- ``worker woken``: the worker's LISTEN thread has the notification;
+- ``claim sent`` / ``claim answered``: the poller starts and ends the claim that took the job;
+- ``job started``: the job function's first line.
+
+The worker is a real ``flask ratchet worker`` whose app (:func:`profiled_app`) wraps the LISTEN
+callback and the store's claim to write those stamps; nothing in the package is changed.
+
+Then, for scale, the same machine's bare round trips on one psycopg connection, back to back
+and after 20 ms idle (as a pickup finds the machine): ``SELECT 1`` and a one-row INSERT that
+commits. Nothing is asserted: the figures go into the issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from flask import Flask
+
+from bench.enqueue_claim import db, fresh_pg, make_app, ratchet
+from bench.peers._common import IDLE_SECONDS, stop
+from bench.worker import ROOT, percentile, reset, warm_client
+from flask_ratchet.store.postgres import PostgresStore
+from flask_ratchet.worker import wakeup
+
+STAGES = (
+    ("enqueue returned", "enqueued"),
+    ("NOTIFY sent", "notify_sent"),
+    ("NOTIFY answered", "notify_answered"),
+    ("worker woken", "woken"),
+    ("claim sent", "claim_sent"),
+    ("claim answered", "claim_answered"),
+    ("job started", "started"),
+)
+
+_stamps_lock = threading.Lock()
+#: (start, end) of each NOTIFY this process sent, once :func:`_watch_notifies` is on.
+NOTIFIES: list[tuple[float, float]] = []
+
+
+def _stamp(kind: str, at: float, extra: str = "") -> None:
+    """One line in the worker's stamp file (``BENCH_STAMPS``)."""
+    with _stamps_lock, open(os.environ["BENCH_STAMPS"], "a") as f:
+        f.write(f"{kind} {at:.6f} {extra}\n")
+
+
+@ratchet.task
+def profiled(i: int) -> None:
+    """The pickup job: stamps its start."""
+    _stamp("started", time.perf_counter(), str(i))
+
+
+def profiled_app() -> Flask:
+    """The worker's app (``--app bench.pickup_profile:profiled_app()``), stamping its wake-ups
+    and claims."""
+    listener_init = wakeup.PgListener.__init__
+
+    def init(self: wakeup.PgListener, url: sa.URL, on_wake: Callable[[], None], *a: Any) -> None:
+        def woken() -> None:
+            _stamp("woken", time.perf_counter())
+            on_wake()
+
+        listener_init(self, url, woken, *a)
+
+    claim_due = PostgresStore.claim_due
+
+    def claim(self: PostgresStore, *args: Any) -> Any:
+        sent = time.perf_counter()
+        claimed = claim_due(self, *args)
+        if claimed:
+            _stamp("claim", sent, f"{time.perf_counter():.6f}")
+        return claimed
+
+    wakeup.PgListener.__init__ = init  # type: ignore[method-assign,assignment]
+    PostgresStore.claim_due = claim  # type: ignore[method-assign,assignment]
+    return make_app(os.environ["BENCH_URL"])
+
+
+def _watch_notifies() -> None:
+    """Record when this process's wake-up sender starts and ends each NOTIFY."""
+    execute = psycopg.Connection.execute
+
+    def timed(self: psycopg.Connection[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        result = execute(self, query, *args, **kwargs)
+        if isinstance(query, str) and query.startswith("NOTIFY"):
+            NOTIFIES.append((began, time.perf_counter()))
+        return result
+
+    psycopg.Connection.execute = timed  # type: ignore[method-assign]
+
+
+def _first_after(times: list[float], t: float) -> float | None:
+    return next((x for x in times if x >= t), None)
+
+
+def profile(url: str, n: int, spacing: float = 0.02) -> dict[str, list[float]]:
+    """One pickup run: each stage's milliseconds after its enqueue call began, per job."""
+    # The task by its importable name, as the worker knows it (not ``__main__``'s).
+    from bench.pickup_profile import profiled as task
+
+    reset(url)
+    fd, stamps = tempfile.mkstemp(prefix="bench-pickup-", suffix=".txt")
+    os.close(fd)
+    env = os.environ | {"BENCH_URL": url, "BENCH_STAMPS": stamps, "PYTHONPATH": str(ROOT)}
+    app_ref = "bench.pickup_profile:profiled_app()"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "flask",
+            "--app",
+            app_ref,
+            "ratchet",
+            "worker",
+            "--concurrency",
+            "4",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    calls: list[tuple[float, float]] = []
+    app = make_app(url)
+    try:
+        with app.app_context():
+            warm_client()
+            time.sleep(IDLE_SECONDS)
+            NOTIFIES.clear()  # the warm-up's
+            for i in range(n):
+                began = time.perf_counter()
+                ratchet.enqueue_now(task, i)
+                calls.append((began, time.perf_counter()))
+                time.sleep(spacing)
+            time.sleep(1.0)
+            db.engine.dispose()
+    finally:
+        stop(proc)
+    started: dict[int, float] = {}
+    woken: list[float] = []
+    claims: list[tuple[float, float]] = []
+    for line in Path(stamps).read_text().splitlines():
+        kind, at, *extra = line.split()
+        if kind == "started":
+            started[int(extra[0])] = float(at)
+        elif kind == "woken":
+            woken.append(float(at))
+        elif kind == "claim":
+            claims.append((float(at), float(extra[0])))
+    os.unlink(stamps)
+    stages: dict[str, list[float]] = {key: [] for _, key in STAGES}
+    for i, (began, returned) in enumerate(calls):
+        notify = next((x for x in NOTIFIES if x[0] >= began), None)
+        wake = _first_after(woken, began)
+        claim = next((c for c in claims if c[0] >= began), None)
+        if i not in started or notify is None or wake is None or claim is None:
+            continue  # found by a poll rather than a wake-up: not this path
+        times = {
+            "enqueued": returned,
+            "notify_sent": notify[0],
+            "notify_answered": notify[1],
+            "woken": wake,
+            "claim_sent": claim[0],
+            "claim_answered": claim[1],
+            "started": started[i],
+        }
+        for stage, when in times.items():
+            stages[stage].append((when - began) * 1000)
+    return stages
+
+
+def round_trips(url: str, n: int = 200) -> list[tuple[str, list[float]]]:
+    """Bare psycopg round trips, back to back and after 20 ms idle: sorted ms."""
+    conninfo = sa.make_url(url).set(drivername="postgresql").render_as_string(False)
+    rows = []
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        # A table of the database, not a temporary one: its commits are written to the WAL.
+        conn.execute("DROP TABLE IF EXISTS bench_rt")
+        conn.execute("CREATE TABLE bench_rt (id uuid PRIMARY KEY)")
+        statements: list[tuple[str, Callable[[], object]]] = [
+            ("SELECT 1", lambda: conn.execute("SELECT 1").fetchall()),
+            (
+                "one-row INSERT, committed",
+                lambda: conn.execute("INSERT INTO bench_rt VALUES (%s)", (uuid.uuid4(),)),
+            ),
+        ]
+        for gap in (0.0, 0.02):
+            for label, run in statements:
+                times = []
+                for _ in range(n):
+                    time.sleep(gap)
+                    began = time.perf_counter()
+                    run()
+                    times.append((time.perf_counter() - began) * 1000)
+                when = "after 20 ms idle" if gap else "back to back"
+                rows.append((f"{label}, {when}", sorted(times)))
+        conn.execute("DROP TABLE bench_rt")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--pickups", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    url = fresh_pg(args.pg, "ratchet_bench_pickup")
+    _watch_notifies()
+    print("| stage (ms after the enqueue call began) | p50 | p95 | p99 |")
+    print("|---|---:|---:|---:|")
+    for round_ in range(1, args.rounds + 1):
+        stages = profile(url, args.pickups)
+        woken = len(stages["started"])
+        print(f"| **run {round_}** ({woken} of {args.pickups} jobs taken by a wake-up) | | | |")
+        for label, key in STAGES:
+            values = sorted(stages[key])
+            cells = " | ".join(f"{percentile(values, p):.2f}" for p in (0.5, 0.95, 0.99))
+            print(f"| {label} | {cells} |")
+    print("| **bare round trips** (ms) | | | |")
+    for label, values in round_trips(url):
+        cells = " | ".join(f"{percentile(values, p):.2f}" for p in (0.5, 0.95, 0.99))
+        print(f"| {label} | {cells} |")
+
+
+if __name__ == "__main__":
+    main()

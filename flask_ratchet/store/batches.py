@@ -168,13 +168,16 @@ class BatchStore(DialectHooks):
         return None if row is None else progress_of(row)
 
     def lock_batches(self, conn: Connection, batch_ids: Sequence[uuid.UUID]) -> None:
-        """Lock batch rows, in id order, before any job row: every writer that may count into
-        or settle a batch takes its locks in this order, so none waits for another in a cycle
-        (PostgreSQL; SQLite's writers are serialised anyway)."""
-        if batch_ids:
+        """Lock unsettled batch rows, in id order, before any job row: every writer that may
+        count into or settle a batch takes its locks in this order, so none waits for another
+        in a cycle (PostgreSQL; SQLite's writers are serialised anyway). A settled batch is
+        never written again (all its writes are guarded by ``finished_at IS NULL``), so it is
+        not locked: that would only make writers wait, and order them against retention."""
+        # Chunks of the sorted ids are locked in order, one after another: still one order.
+        for part in chunks(sorted(set(batch_ids))):
             conn.execute(
                 sa.select(batch.c.batch_id)
-                .where(batch.c.batch_id.in_(sorted(set(batch_ids))))
+                .where(batch.c.batch_id.in_(list(part)), batch.c.finished_at.is_(None))
                 .order_by(batch.c.batch_id)
                 .with_for_update()
             ).all()

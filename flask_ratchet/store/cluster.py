@@ -19,6 +19,7 @@ from ..options import Priority
 from ..schema import (
     UtcDateTime,
     audit,
+    batch,
     business_key,
     dlq_alert,
     execution,
@@ -29,6 +30,7 @@ from ..schema import (
     job_tag,
     lock,
     node,
+    workflow_condition,
 )
 from ..states import Action, JobStatus, sources, target
 from .base import chunks
@@ -145,26 +147,27 @@ class ClusterStore(DialectHooks):
             .scalars()
             .all()
         )
-        # A job that fails here counts into its batch: batch rows first, then job rows, the
-        # order every batch writer follows (a cancel of the batch would otherwise deadlock).
+        # A job failed here counts into its batch: batch rows first, then job rows, the order
+        # every batch writer follows (a cancel of the batch could deadlock with this otherwise).
         self.lock_batches_of(conn, doomed)
-        failed = [
-            row
-            for part in chunks(doomed)
-            for row in conn.execute(
+        failed: list[tuple[uuid.UUID, int]] = []
+        for part in chunks(doomed):
+            gone = conn.execute(
                 sa.delete(job_queue)
+                # The conditions again: a job taken meanwhile (ended, or claimed by a live node)
+                # is left alone.
                 .where(job_queue.c.job_id.in_(list(part)), job_queue.c.status.in_(running), spent)
-                .where(*where)  # still true now: nobody else took the job meanwhile
+                .where(*where)
                 .returning(job_queue.c.job_id, job_queue.c.attempts)
             )
-        ]
-        for row in failed:
+            failed += [(row.job_id, row.attempts) for row in gone]
+        for job_id, attempts in failed:
             self.finish(
                 conn,
-                row.job_id,
+                job_id,
                 target(Action.FAIL, JobStatus.RUNNING),
-                attempts=row.attempts,
-                error=f"WorkerLost: {why}, on every one of its {row.attempts} attempts",
+                attempts=attempts,
+                error=f"WorkerLost: {why}, on every one of its {attempts} attempts",
             )
         requeued = conn.execute(
             sa.update(job_queue)
@@ -180,7 +183,7 @@ class ClusterStore(DialectHooks):
             )
             .returning(job_queue.c.job_id)
         )
-        return Recovered(list(requeued.scalars()), [r.job_id for r in failed])
+        return Recovered(list(requeued.scalars()), [job_id for job_id, _ in failed])
 
     # -- leases --------------------------------------------------------------------------------
 
@@ -271,9 +274,12 @@ class ClusterStore(DialectHooks):
             ],
         )
         ids = [r.job_id for r in rows]
-        # Children first: SQLite does not enforce the foreign keys' ON DELETE CASCADE.
-        for table in (job_log, execution, dlq_alert, job_tag, business_key, job):
+        # By hand, as SQLite does not enforce the foreign keys' ON DELETE CASCADE: batch rows
+        # first (the lock order of every batch writer), then what refers to a job row.
+        conn.execute(sa.delete(batch).where(batch.c.batch_id.in_(ids)))
+        for table in (job_log, execution, dlq_alert, job_tag, business_key, workflow_condition):
             conn.execute(sa.delete(table).where(table.c.job_id.in_(ids)))
+        conn.execute(sa.delete(job).where(job.c.job_id.in_(ids)))
         return len(ids)
 
     def purge_alerts(self, conn: Connection, older_than: float) -> int:

@@ -1,7 +1,9 @@
-"""What each dialect store provides to the shared SQL: its clock, transactions and INSERT.
+"""What the shared store parts call but do not define: each dialect's clock, transactions and
+INSERT, and two operations of the shared SQL that the parts call across each other.
 
 The shared parts (:mod:`.sql`, :mod:`.execution`, :mod:`.cluster`) are written against these
-hooks; :mod:`.postgres` and :mod:`.sqlite` fill them in.
+hooks; :mod:`.postgres` and :mod:`.sqlite` fill in the dialect's, :mod:`.sql` ``finish`` and
+:mod:`.batches` ``lock_batches_of``.
 """
 
 from __future__ import annotations
@@ -62,5 +64,6 @@ class DialectHooks:
         raise NotImplementedError
 
     def lock_batches_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
-        """Lock the batch rows these jobs belong to, before any of their job rows."""
+        """Lock the unsettled batches these jobs are children or parents of, before any job
+        row (the one lock order of batch writers)."""
         raise NotImplementedError

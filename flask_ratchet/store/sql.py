@@ -231,6 +231,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         else's, the delete matches nothing, and a late finish changes nothing.
         """
         action = Action.SUCCEED if status == JobStatus.SUCCEEDED else Action.FAIL
+        self.lock_batches_of(conn, [job_id])  # a child counts into its batch: see cancel
         gone = conn.execute(
             sa.delete(job_queue)
             .where(

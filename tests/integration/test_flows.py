@@ -7,11 +7,13 @@ import json
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+from sqlalchemy.engine import Connection
 
 from flask_ratchet import JobStatus, events
 from flask_ratchet.flow import NOT_YET
@@ -33,7 +35,7 @@ from tests.flow_tasks import (
     progress_seen,
     step,
 )
-from tests.integration.helpers import finish
+from tests.integration.helpers import count, finish
 
 
 @pytest.fixture(autouse=True)
@@ -515,9 +517,34 @@ def test_canceling_a_batch_while_a_worker_ends_its_last_child_commits_both(app: 
     assert (progress.succeeded, progress.failed, progress.finished) == (1, 1, True)
 
 
-def race_with_batch_cancel(batch_id: uuid.UUID, other: Any) -> dict[str, str]:
-    """Cancel a batch while ``other(conn)`` runs in a transaction of its own, started once
-    the cancel holds the batch row and before it touches any job row; how each one ended."""
+def wait_for_a_lock_wait(engine: sa.Engine) -> None:
+    """Until a transaction of this database waits for a lock (PostgreSQL). SQLite's writers
+    wait in ``BEGIN IMMEDIATE``, where nothing shows it: half a second there."""
+    if engine.dialect.name != "postgresql":
+        time.sleep(0.5)
+        return
+    deadline = time.monotonic() + 10
+    with engine.connect() as probe:
+        while time.monotonic() < deadline:
+            waiting = probe.execute(
+                sa.text(
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                )
+            ).scalar_one()
+            probe.rollback()  # pg_stat_activity is read once per transaction
+            if waiting:
+                return
+            time.sleep(0.01)
+    raise AssertionError("no transaction came to wait for a lock")
+
+
+def race_with_batch_cancel(
+    batch_id: uuid.UUID, other: Callable[[Connection], object]
+) -> dict[str, str]:
+    """Cancel a batch while ``other(conn)`` runs in a transaction of its own: the cancel takes
+    the batch row, waits until the other writer waits for a lock, then goes on to the job rows.
+    How each one ended."""
     state = ratchet.state
     store, engine = state.store, state.engine
     outcome: dict[str, str] = {}
@@ -528,8 +555,8 @@ def race_with_batch_cancel(batch_id: uuid.UUID, other: Any) -> dict[str, str]:
             with store.begin(engine) as conn:
                 store.lock_batches_of(conn, [batch_id])  # cancel's first step ...
                 holding.set()
-                time.sleep(0.5)  # ... and the other writer starts meanwhile
-                assert store.cancel(conn, batch_id)
+                wait_for_a_lock_wait(engine)  # ... the other writer is stuck on one ...
+                assert store.cancel(conn, batch_id)  # ... and the rest of the cancel
             outcome["cancel"] = "committed"
         except Exception as exc:
             outcome["cancel"] = repr(exc)
@@ -600,3 +627,15 @@ def test_resuming_a_paused_failed_child_while_the_batch_is_canceled_commits_both
     assert [status(first), status(second)] == [JobStatus.CANCELED] * 2
     progress = handle.progress()
     assert (progress.failed, progress.finished) == (2, True)
+
+
+def test_archiving_a_flow_takes_its_batch_and_condition_rows_with_it(app: Flask) -> None:
+    handle = ratchet.enqueue_batch("archived").add(batch_item, 1).on_success(step, "s").submit()
+    ratchet.enqueue(step, "a").then(step, "b").submit()
+    work(app)
+    store, engine = ratchet.state.store, ratchet.state.engine
+    assert handle.progress().finished
+    with store.begin(engine) as conn:
+        assert store.archive_ended(conn, older_than=0, limit=100) == count("ratchet_job")
+    assert count("ratchet_job") == count("ratchet_batch") == 0
+    assert count("ratchet_workflow_condition") == 0

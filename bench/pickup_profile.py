@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -40,7 +38,7 @@ from flask import Flask
 
 from bench.enqueue_claim import db, fresh_pg, make_app, ratchet
 from bench.peers._common import IDLE_SECONDS, stop
-from bench.worker import ROOT, percentile, reset, warm_client
+from bench.worker import percentile, reset, warm_client, worker
 from flask_ratchet.store.postgres import PostgresStore
 from flask_ratchet.worker import wakeup
 
@@ -123,25 +121,8 @@ def profile(url: str, n: int, spacing: float = 0.02) -> dict[str, list[float]]:
     reset(url)
     fd, stamps = tempfile.mkstemp(prefix="bench-pickup-", suffix=".txt")
     os.close(fd)
-    env = os.environ | {"BENCH_URL": url, "BENCH_STAMPS": stamps, "PYTHONPATH": str(ROOT)}
     app_ref = "bench.pickup_profile:profiled_app()"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flask",
-            "--app",
-            app_ref,
-            "ratchet",
-            "worker",
-            "--concurrency",
-            "4",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = worker(url, "--concurrency", "4", app=app_ref, env={"BENCH_STAMPS": stamps})
     calls: list[tuple[float, float]] = []
     app = make_app(url)
     try:

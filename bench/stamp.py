@@ -10,15 +10,13 @@ side-by-side table every system's job records ``time.time()`` as its function st
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 from flask import Flask
 
 from bench.enqueue_claim import db, make_app, ratchet
 from bench.peers import _common
-from bench.worker import ROOT, reset, warm_client
+from bench.worker import reset, warm_client, worker
 
 
 @ratchet.task
@@ -35,24 +33,7 @@ def stamp_app() -> Flask:
 def pickup(url: str, n: int = 200, spacing: float = 0.02, concurrency: int = 4) -> list[float]:
     """An idle ``flask ratchet worker``, ``n`` jobs enqueued ``spacing`` apart; sorted ms."""
     reset(url)
-    env = os.environ | {"BENCH_URL": url, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flask",
-            "--app",
-            "bench.stamp:stamp_app()",
-            "ratchet",
-            "worker",
-            "--concurrency",
-            str(concurrency),
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc = worker(url, "--concurrency", str(concurrency), app="bench.stamp:stamp_app()")
     path = _common.stamp_file()
     app = make_app(url)
     try:

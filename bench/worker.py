@@ -33,21 +33,19 @@ from bench.enqueue_claim import bulk, db, fresh_pg, make_app, noop, ratchet
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def worker(url: str, *args: str) -> subprocess.Popen[bytes]:
-    env = os.environ | {"BENCH_URL": url, "PYTHONPATH": str(ROOT)}
+def worker(
+    url: str,
+    *args: str,
+    app: str = "bench.worker:bench_app()",
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """A ``flask ratchet worker`` process on ``url`` with ``args``, loading ``app``, with
+    ``env`` added to this process's environment."""
+    added = {"BENCH_URL": url, "PYTHONPATH": str(ROOT)} | (env or {})
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "flask",
-            "--app",
-            "bench.worker:bench_app()",
-            "ratchet",
-            "worker",
-            *args,
-        ],
+        [sys.executable, "-m", "flask", "--app", app, "ratchet", "worker", *args],
         cwd=ROOT,
-        env=env,
+        env=os.environ | added,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

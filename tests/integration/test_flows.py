@@ -481,38 +481,18 @@ def test_canceling_a_batch_while_a_worker_ends_its_last_child_commits_both(app: 
     assert ratchet.cancel_job(first)
     with store.begin(engine) as conn:
         assert [c.job_id for c in store.claim_due(conn, 10, "n1", 0)] == [last]
-    outcome: dict[str, str] = {}
-    holding = threading.Event()
 
-    def complete() -> None:
-        try:
-            with store.begin(engine) as conn:
-                done = Finished(
-                    last, Outcome.SUCCEEDED, "t", 1, result="2", follow_up=True, batch_id=handle.id
-                )
-                store.complete_many(conn, "n1", [done])
-                holding.set()
-                time.sleep(0.5)  # the cancel below starts meanwhile
-                store.after_end(conn, [Ended(last, JobStatus.SUCCEEDED, batch_id=handle.id)])
-            outcome["complete"] = "committed"
-        except Exception as exc:
-            outcome["complete"] = repr(exc)
+    def complete(conn: Connection, started: threading.Event) -> None:
+        done = Finished(
+            last, Outcome.SUCCEEDED, "t", 1, result="2", follow_up=True, batch_id=handle.id
+        )
+        store.complete_many(conn, "n1", [done])
+        started.set()
+        time.sleep(0.5)  # the cancel starts meanwhile
+        store.after_end(conn, [Ended(last, JobStatus.SUCCEEDED, batch_id=handle.id)])
 
-    def cancel() -> None:
-        holding.wait(10)
-        try:
-            with store.begin(engine) as conn:
-                store.cancel(conn, handle.id)
-            outcome["cancel"] = "committed"
-        except Exception as exc:
-            outcome["cancel"] = repr(exc)
-
-    threads = [threading.Thread(target=complete), threading.Thread(target=cancel)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert outcome == {"complete": "committed", "cancel": "committed"}
+    outcome = two_writers(complete, lambda conn: store.cancel(conn, handle.id))
+    assert outcome == {"first": "committed", "second": "committed"}
     progress = handle.progress()
     assert (progress.succeeded, progress.failed, progress.finished) == (1, 1, True)
 
@@ -539,43 +519,53 @@ def wait_for_a_lock_wait(engine: sa.Engine) -> None:
     raise AssertionError("no transaction came to wait for a lock")
 
 
-def race_with_batch_cancel(
-    batch_id: uuid.UUID, other: Callable[[Connection], object]
+def two_writers(
+    first: Callable[[Connection, threading.Event], object],
+    second: Callable[[Connection], object],
 ) -> dict[str, str]:
-    """Cancel a batch while ``other(conn)`` runs in a transaction of its own: the cancel takes
-    the batch row, waits until the other writer waits for a lock, then goes on to the job rows.
-    How each one ended."""
-    state = ratchet.state
-    store, engine = state.store, state.engine
+    """``first(conn, started)`` and, once it sets ``started``, ``second(conn)``, each in a
+    transaction of its own, in two threads: how each one ended ("committed", or its error)."""
+    store, engine = ratchet.state.store, ratchet.state.engine
     outcome: dict[str, str] = {}
-    holding = threading.Event()
+    started = threading.Event()
 
-    def cancel() -> None:
+    def run(name: str, write: Callable[[Connection], object]) -> None:
         try:
             with store.begin(engine) as conn:
-                store.lock_batches_of(conn, [batch_id])  # cancel's first step ...
-                holding.set()
-                wait_for_a_lock_wait(engine)  # ... the other writer is stuck on one ...
-                assert store.cancel(conn, batch_id)  # ... and the rest of the cancel
-            outcome["cancel"] = "committed"
+                write(conn)
+            outcome[name] = "committed"
         except Exception as exc:
-            outcome["cancel"] = repr(exc)
+            outcome[name] = repr(exc)
 
-    def run_other() -> None:
-        holding.wait(10)
-        try:
-            with store.begin(engine) as conn:
-                other(conn)
-            outcome["other"] = "committed"
-        except Exception as exc:
-            outcome["other"] = repr(exc)
+    def run_second() -> None:
+        started.wait(10)
+        run("second", second)
 
-    threads = [threading.Thread(target=cancel), threading.Thread(target=run_other)]
+    threads = [
+        threading.Thread(target=run, args=("first", lambda conn: first(conn, started))),
+        threading.Thread(target=run_second),
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
     return outcome
+
+
+def race_with_batch_cancel(
+    batch_id: uuid.UUID, other: Callable[[Connection], object]
+) -> dict[str, str]:
+    """Cancel a batch while ``other(conn)`` runs: the cancel takes the batch row, waits until
+    the other writer waits for a lock, then goes on to the job rows. How each one ended."""
+    store, engine = ratchet.state.store, ratchet.state.engine
+
+    def cancel(conn: Connection, started: threading.Event) -> None:
+        store.lock_batches_of(conn, [batch_id])  # cancel's first step ...
+        started.set()
+        wait_for_a_lock_wait(engine)  # ... the other writer is stuck on one ...
+        assert store.cancel(conn, batch_id)  # ... and the rest of the cancel
+
+    return two_writers(cancel, other)
 
 
 def test_recovering_a_spent_batch_child_while_the_batch_is_canceled_commits_both(
@@ -599,7 +589,7 @@ def test_recovering_a_spent_batch_child_while_the_batch_is_canceled_commits_both
     outcome = race_with_batch_cancel(
         handle.id, lambda conn: recovered.append(store.recover_orphans(conn, 0))
     )
-    assert outcome == {"cancel": "committed", "other": "committed"}
+    assert outcome == {"first": "committed", "second": "committed"}
     # The cancel came first: the children were canceled with their batch, none was left to fail.
     assert (recovered[0].requeued, recovered[0].failed) == ([], [])
     assert [status(c) for c in children_of(handle.id)] == [JobStatus.CANCELED] * 2
@@ -622,7 +612,7 @@ def test_resuming_a_paused_failed_child_while_the_batch_is_canceled_commits_both
     outcome = race_with_batch_cancel(
         handle.id, lambda conn: resumed.append(store.resume(conn, first))
     )
-    assert outcome == {"cancel": "committed", "other": "committed"}
+    assert outcome == {"first": "committed", "second": "committed"}
     assert resumed == [False]  # canceled with its batch before the resume could take it
     assert [status(first), status(second)] == [JobStatus.CANCELED] * 2
     progress = handle.progress()

@@ -105,6 +105,10 @@ def _apply(
     op = _operation(s, action)
     outcome = Outcome(action)
     with s.connection() as conn:
+        # The selection's batches first, all at once and in order (the lock order of every batch
+        # writer): locked job by job, inside each operation, two batches could be taken out of
+        # order against a worker completing children of both.
+        s.store.lock_batches_of(conn, ids)
         for job_id in ids:
             try:
                 with conn.begin_nested():

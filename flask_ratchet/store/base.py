@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection, Engine
@@ -45,6 +45,10 @@ class NewJob:
     #: The job's end sets off more work (see :mod:`flask_ratchet.store.flow`).
     follow_up: bool = False
     callbacks: str | None = None  # JSON {"success": [...], "failure": [...]}
+
+    def due(self, now: datetime) -> datetime:
+        """When the job is due, ``now`` being the database's time of its submission."""
+        return self.run_at if self.run_at is not None else now + timedelta(seconds=self.delay)
 
 
 @dataclass(frozen=True, slots=True)

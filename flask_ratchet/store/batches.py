@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -173,6 +173,8 @@ class BatchStore(DialectHooks):
         in a cycle (PostgreSQL; SQLite's writers are serialised anyway). A settled batch is
         never written again (all its writes are guarded by ``finished_at IS NULL``), so it is
         not locked: that would only make writers wait, and order them against retention."""
+        if not self.locks_rows:
+            return
         # Chunks of the sorted ids are locked in order, one after another: still one order.
         for part in chunks(sorted(set(batch_ids))):
             conn.execute(
@@ -184,6 +186,8 @@ class BatchStore(DialectHooks):
 
     def lock_batches_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
         """:meth:`lock_batches` for the batches these jobs are children or parents of."""
+        if not self.locks_rows:
+            return  # lock_batches would lock nothing: no lookup either
         mine: list[uuid.UUID] = []
         for part in chunks(job_ids):
             mine += conn.execute(
@@ -317,12 +321,22 @@ class BatchStore(DialectHooks):
                 .select_from(job.join(job_queue, job_queue.c.job_id == job.c.job_id))
                 .where(job.c.batch_id == e.job_id)
             ).scalars()
-            tell = events.wanted(events.job_canceled)  # no event per child nobody hears
-            for child, status in self.end_live_many(conn, list(live), Action.CANCEL).items():
-                canceled.append(Ended(child, status, cascade=True, batch_id=e.job_id))
-                if tell:
-                    out.append(Event(events.job_canceled.name, {"job_id": child, "cascade": True}))
+            children = [
+                Ended(child, status, cascade=True, batch_id=e.job_id)
+                for child, status in self.end_live_many(conn, list(live), Action.CANCEL).items()
+            ]
+            announce_cascade(children, out)
+            canceled += children
         return canceled
+
+
+def announce_cascade(canceled: Iterable[Ended], out: list[Event]) -> None:
+    """A ``job_canceled`` event (``cascade``) for each job canceled because of another's end;
+    none built when nobody listens."""
+    if events.wanted(events.job_canceled):
+        out.extend(
+            Event(events.job_canceled.name, {"job_id": e.job_id, "cascade": True}) for e in canceled
+        )
 
 
 def progress_of(row: Any) -> BatchProgress:

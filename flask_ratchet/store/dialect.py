@@ -25,6 +25,9 @@ class DialectHooks:
 
     #: ``sqlalchemy.dialects.<name>.insert``: the INSERT with ``on_conflict_do_nothing``.
     dialect_insert: Any
+    #: Whether row locks order concurrent writers (``SELECT … FOR UPDATE``); False where whole
+    #: write transactions are serialised anyway (SQLite's ``BEGIN IMMEDIATE``).
+    locks_rows = True
 
     def begin(self, engine: Engine) -> AbstractContextManager[Connection]:
         """Open a write transaction on ``engine``; commit on success, roll back on error."""

@@ -38,7 +38,7 @@ from ..flow import (
 from ..schema import batch, job, job_queue, workflow_condition
 from ..states import Action, JobStatus
 from .base import chunks
-from .batches import BatchStore, Ended, JobLinks
+from .batches import BatchStore, Ended, JobLinks, announce_cascade
 
 log = logging.getLogger("flask_ratchet")
 
@@ -252,9 +252,7 @@ class FlowStore(BatchStore):
                 if status is not None:
                     canceled.append(Ended(cond.job_id, status, cascade=True))
             _chain_events(parent, links[parent_id], every, out)
-        if events.wanted(events.job_canceled):
-            for e in canceled:
-                out.append(Event(events.job_canceled.name, {"job_id": e.job_id, "cascade": True}))
+        announce_cascade(canceled, out)
         return canceled
 
     def _claim_decision(

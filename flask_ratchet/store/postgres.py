@@ -36,7 +36,7 @@ from .base import ClaimedJob, Inserted, NewJob, chunks
 from .driver import driver_statement
 from .execution import Finished
 from .postgres_completion import COMPLETE_STMT, complete_params
-from .postgres_copy import copy_jobs, copyable
+from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
 from .sql import SqlJobStore, job_values
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
@@ -69,9 +69,9 @@ RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_r
           j.depends_on, j.follow_up, j.batch_id
 """
 
-_JOB_COLUMNS = """job_id, task, job_type, priority, payload, params, max_retries, backoff,
-        backoff_base, timeout, resource_name, idempotency_key, business_key, depends_on,
-        recurring_id, fire_time, batch_id, follow_up, callbacks"""
+_JOB_COLUMNS = ", ".join(c for c, _ in SUBMITTED_COLUMNS)
+_JOB_PARAMS = ", ".join(f":{c}" for c, _ in SUBMITTED_COLUMNS)
+_RECORD_COLUMNS = ", ".join(f"{c} {t}" for c, t in SUBMITTED_COLUMNS)  # json_to_recordset's
 _CONFLICT = """
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, priority, max_retries, first_due_at, business_key"""
@@ -102,11 +102,7 @@ _ONE_JOBS_TAGS = "SELECT job.job_id, t.tag FROM job, unnest(CAST(:tags AS text[]
 _SUBMIT = f"""
 WITH input AS (
     SELECT * FROM json_to_recordset(CAST(:jobs AS json)) AS t(
-        job_id uuid, task text, job_type text, priority smallint, payload text, params text,
-        max_retries int, backoff text, backoff_base float8, timeout float8, resource_name text,
-        idempotency_key text, business_key text, depends_on uuid, recurring_id text,
-        fire_time timestamptz, batch_id uuid, follow_up boolean, callbacks text,
-        run_at timestamptz, delay float8)
+        {_RECORD_COLUMNS}, run_at timestamptz, delay float8)
 ), job AS (
     INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
     SELECT {_JOB_COLUMNS}, now(), coalesce(run_at, now() + make_interval(secs => delay)), 0
@@ -116,9 +112,7 @@ WITH input AS (
 _SUBMIT_ONE = f"""
 WITH job AS (
     INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
-    VALUES (:job_id, :task, :job_type, :priority, :payload, :params, :max_retries, :backoff,
-        :backoff_base, :timeout, :resource_name, :idempotency_key, :business_key, :depends_on,
-        :recurring_id, :fire_time, :batch_id, :follow_up, :callbacks, now(),
+    VALUES ({_JOB_PARAMS}, now(),
         coalesce(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)), 0)
     {_CONFLICT}{_AFTER_JOB.format(tags=_ONE_JOBS_TAGS)}"""
 _SUBMIT_STMT = sa.text(_SUBMIT)

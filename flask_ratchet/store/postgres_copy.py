@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -23,18 +23,27 @@ from sqlalchemy.engine import Connection
 from ..states import JobStatus
 from .base import Inserted, NewJob
 from .driver import translated_errors
+from .sql import job_values
 
-_JOB = """COPY ratchet_job (job_id, task, job_type, priority, payload, params, max_retries,
-    backoff, backoff_base, timeout, resource_name, depends_on, recurring_id, fire_time, batch_id,
-    follow_up, callbacks, created_at, first_due_at, attempts) FROM STDIN (FORMAT BINARY)"""
+#: The ``ratchet_job`` columns a submission writes (:func:`~.sql.job_values`'s), with their
+#: PostgreSQL types: the statements of :mod:`.postgres` and the COPY here both take them from it.
+SUBMITTED_COLUMNS = (
+    ("job_id", "uuid"), ("task", "text"), ("job_type", "text"), ("priority", "int2"),
+    ("payload", "text"), ("params", "text"), ("max_retries", "int4"), ("backoff", "text"),
+    ("backoff_base", "float8"), ("timeout", "float8"), ("resource_name", "text"),
+    ("idempotency_key", "text"), ("business_key", "text"), ("depends_on", "uuid"),
+    ("recurring_id", "text"), ("fire_time", "timestamptz"), ("batch_id", "uuid"),
+    ("follow_up", "bool"), ("callbacks", "text"),
+)  # fmt: skip
+_JOB = (
+    f"COPY ratchet_job ({', '.join(c for c, _ in SUBMITTED_COLUMNS)}, created_at, first_due_at, "
+    "attempts) FROM STDIN (FORMAT BINARY)"
+)
 _QUEUE = """COPY ratchet_job_queue (job_id, status, scheduled_time, priority, attempts,
     max_retries, version, updated_at) FROM STDIN (FORMAT BINARY)"""
 _TAG = "COPY ratchet_job_tag (job_id, tag) FROM STDIN (FORMAT BINARY)"
 # Binary rows carry no type names: each column's type, in order (``text`` also fits varchar).
-_JOB_TYPES = [
-    "uuid", "text", "text", "int2", "text", "text", "int4", "text", "float8", "float8", "text",
-    "uuid", "text", "timestamptz", "uuid", "bool", "text", "timestamptz", "timestamptz", "int4",
-]  # fmt: skip
+_JOB_TYPES = [t for _, t in SUBMITTED_COLUMNS] + ["timestamptz", "timestamptz", "int4"]
 _QUEUE_TYPES = ["uuid", "text", "timestamptz", "int2", "int4", "int4", "int4", "timestamptz"]
 _TAG_TYPES = ["uuid", "text"]
 _PENDING = JobStatus.PENDING.value
@@ -54,7 +63,7 @@ def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         # In UTC: psycopg gives the session's zone, where adding a delay would count wall-clock
         # time across a daylight-saving change (the statement's now() + interval does not).
         now: datetime = row[0].astimezone(UTC)
-        dues = [_due(new, now) for new in jobs]
+        dues = [new.due(now) for new in jobs]
         # Errors as SQLAlchemy's (a refused row is an IntegrityError, as from the statement).
         with translated_errors(conn, _JOB, None), cur.copy(_JOB) as copy:
             copy.set_types(_JOB_TYPES)
@@ -95,31 +104,6 @@ def _transaction(conn: Connection) -> Iterator[psycopg.Connection[Any]]:
         yield raw
 
 
-def _due(new: NewJob, now: datetime) -> datetime:
-    return new.run_at if new.run_at is not None else now + timedelta(seconds=new.delay)
-
-
 def _job_row(new: NewJob, now: datetime, due: datetime) -> tuple[Any, ...]:
-    o = new.options
-    return (
-        new.job_id,
-        new.task,
-        new.job_type,
-        int(o.priority),
-        new.payload,
-        new.params,
-        o.max_retries,
-        str(o.backoff),
-        o.backoff_base,
-        o.timeout,
-        o.resource,
-        new.depends_on,
-        new.recurring_id,
-        new.fire_time,
-        new.batch_id,
-        new.follow_up,
-        new.callbacks,
-        now,
-        due,
-        0,
-    )
+    values = job_values(new)  # the keys are NULL here: see copyable()
+    return (*(values[c] for c, _ in SUBMITTED_COLUMNS), now, due, 0)

@@ -37,6 +37,7 @@ class SqliteStore(SqlJobStore):
     """The store for ``sqlite:///path`` URLs."""
 
     dialect_insert = staticmethod(sqlite.insert)
+    locks_rows = False  # every write transaction begins IMMEDIATE: one writer at a time
 
     def __init__(self, synchronous: str | None = "NORMAL") -> None:
         self._synchronous = f"PRAGMA synchronous = {synchronous}" if synchronous else None
@@ -83,8 +84,7 @@ class SqliteStore(SqlJobStore):
         }
 
     def _time_params(self, new: NewJob, now: datetime) -> dict[str, Any]:
-        due = new.run_at if new.run_at is not None else now + timedelta(seconds=new.delay)
-        return {"p_now": now, "p_due": due}
+        return {"p_now": now, "p_due": new.due(now)}
 
     def claim_due(
         self, conn: Connection, limit: int, node_id: str, boost_minutes: int

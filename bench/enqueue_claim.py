@@ -8,7 +8,7 @@ Measures, each in a database of its own:
 - claim cost: the mean and p95 time of ``claim_due(10)`` (then released, so the backlog stays the
   same) with 10k pending jobs and again with ``--deep`` pending jobs (PostgreSQL only).
 
-Prints one table. Nothing here is asserted: the figures go into the issue notes.
+Prints one table. Nothing here is asserted.
 """
 
 from __future__ import annotations

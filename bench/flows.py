@@ -11,7 +11,7 @@
 - a chain of 100 steps run by an idle worker: the mean hand-off from one step's end to the next
   step's start.
 
-Prints one table. Nothing is asserted: the figures go into the issue notes.
+Prints one table. Nothing is asserted.
 """
 
 from __future__ import annotations

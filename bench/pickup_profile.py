@@ -17,14 +17,13 @@ callback and the store's claim to write those stamps; nothing in the package is 
 
 Then, for scale, the same machine's bare round trips on one psycopg connection, back to back
 and after 20 ms idle (as a pickup finds the machine): ``SELECT 1`` and a one-row INSERT that
-commits. Nothing is asserted: the figures go into the issue notes.
+commits. Nothing is asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 import threading
 import time
 import uuid
@@ -37,7 +36,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from bench.enqueue_claim import db, fresh_pg, make_app, ratchet
-from bench.peers._common import IDLE_SECONDS, stop
+from bench.peers._common import IDLE_SECONDS, stamp_file, stop
 from bench.worker import percentile, reset, warm_client, worker
 from flask_ratchet.store.postgres import PostgresStore
 from flask_ratchet.worker import wakeup
@@ -54,7 +53,7 @@ STAGES = (
 
 _stamps_lock = threading.Lock()
 #: (start, end) of each NOTIFY this process sent, once :func:`_watch_notifies` is on.
-NOTIFIES: list[tuple[float, float]] = []
+NOTIFIES: list[tuple[float, ...]] = []
 
 
 def _stamp(kind: str, at: float, extra: str = "") -> None:
@@ -109,8 +108,15 @@ def _watch_notifies() -> None:
     psycopg.Connection.execute = timed  # type: ignore[method-assign]
 
 
-def _first_after(times: list[float], t: float) -> float | None:
-    return next((x for x in times if x >= t), None)
+def _first_from(stamps: list[tuple[float, ...]], began: float) -> tuple[float, ...] | None:
+    """The first of ``stamps`` (each starting with its time) at or after ``began``."""
+    return next((x for x in stamps if x[0] >= began), None)
+
+
+def _row(label: str, values: list[float]) -> str:
+    """A table row: ``values``' p50, p95 and p99."""
+    cells = " | ".join(f"{percentile(sorted(values), p):.2f}" for p in (0.5, 0.95, 0.99))
+    return f"| {label} | {cells} |"
 
 
 def profile(url: str, n: int, spacing: float = 0.02) -> dict[str, list[float]]:
@@ -119,8 +125,7 @@ def profile(url: str, n: int, spacing: float = 0.02) -> dict[str, list[float]]:
     from bench.pickup_profile import profiled as task
 
     reset(url)
-    fd, stamps = tempfile.mkstemp(prefix="bench-pickup-", suffix=".txt")
-    os.close(fd)
+    stamps = stamp_file()
     app_ref = "bench.pickup_profile:profiled_app()"
     proc = worker(url, "--concurrency", "4", app=app_ref, env={"BENCH_STAMPS": stamps})
     calls: list[tuple[float, float]] = []
@@ -140,29 +145,29 @@ def profile(url: str, n: int, spacing: float = 0.02) -> dict[str, list[float]]:
     finally:
         stop(proc)
     started: dict[int, float] = {}
-    woken: list[float] = []
-    claims: list[tuple[float, float]] = []
+    woken: list[tuple[float, ...]] = []
+    claims: list[tuple[float, ...]] = []
     for line in Path(stamps).read_text().splitlines():
         kind, at, *extra = line.split()
         if kind == "started":
             started[int(extra[0])] = float(at)
         elif kind == "woken":
-            woken.append(float(at))
+            woken.append((float(at),))
         elif kind == "claim":
             claims.append((float(at), float(extra[0])))
     os.unlink(stamps)
     stages: dict[str, list[float]] = {key: [] for _, key in STAGES}
     for i, (began, returned) in enumerate(calls):
-        notify = next((x for x in NOTIFIES if x[0] >= began), None)
-        wake = _first_after(woken, began)
-        claim = next((c for c in claims if c[0] >= began), None)
+        notify = _first_from(NOTIFIES, began)
+        wake = _first_from(woken, began)
+        claim = _first_from(claims, began)
         if i not in started or notify is None or wake is None or claim is None:
             continue  # found by a poll rather than a wake-up: not this path
         times = {
             "enqueued": returned,
             "notify_sent": notify[0],
             "notify_answered": notify[1],
-            "woken": wake,
+            "woken": wake[0],
             "claim_sent": claim[0],
             "claim_answered": claim[1],
             "started": started[i],
@@ -216,13 +221,10 @@ def main() -> None:
         woken = len(stages["started"])
         print(f"| **run {round_}** ({woken} of {args.pickups} jobs taken by a wake-up) | | | |")
         for label, key in STAGES:
-            values = sorted(stages[key])
-            cells = " | ".join(f"{percentile(values, p):.2f}" for p in (0.5, 0.95, 0.99))
-            print(f"| {label} | {cells} |")
+            print(_row(label, stages[key]))
     print("| **bare round trips** (ms) | | | |")
     for label, values in round_trips(url):
-        cells = " | ".join(f"{percentile(values, p):.2f}" for p in (0.5, 0.95, 0.99))
-        print(f"| {label} | {cells} |")
+        print(_row(label, values))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@
   worker at the default concurrency runs for ``--backlog-seconds`` against the backlog; its
   peak RSS (``VmHWM``) is read from ``/proc`` before it is stopped.
 
-Prints one table. Nothing is asserted: the figures go into the issue notes.
+Prints one table. Nothing is asserted.
 """
 
 from __future__ import annotations

@@ -21,6 +21,18 @@ def count(table: str, url: str | None = None) -> int:
         engine.dispose()
 
 
+def lock_waits(engine: sa.Engine) -> int:
+    """Sessions of this PostgreSQL database waiting for a lock (a fresh connection each time:
+    ``pg_stat_activity`` is read once per transaction)."""
+    with engine.connect() as conn:
+        return int(
+            conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            ).scalar_one()
+        )
+
+
 def rows_written() -> dict[str, int]:
     """Counts of every table a submission writes."""
     return {

@@ -18,7 +18,7 @@ from flask_ratchet.store import console_reports as reports
 from flask_ratchet.store.console_writes import delete_ended_job
 from tests.acceptance.conftest import wait_until
 from tests.apps import add, ratchet
-from tests.integration.helpers import count, job_in
+from tests.integration.helpers import count, job_in, lock_waits
 
 
 def delete(job_id: uuid.UUID) -> bool:
@@ -152,20 +152,10 @@ def test_a_delete_waits_for_a_concurrent_pause_and_then_leaves_the_job(
         deleter = threading.Thread(target=delete_meanwhile)
         deleter.start()
         if dialect == "postgresql":
-            wait_until(lambda: _waiting_on_a_lock(engine), 10, "the delete to wait")
+            wait_until(lambda: lock_waits(engine), 10, "the delete to wait")
         else:  # SQLite shows no lock waits: the delete must simply not finish meanwhile
             deleter.join(0.3)
         assert deleter.is_alive() and outcome == []
     deleter.join(10)
     assert outcome == [False]
     assert ratchet.get_job(failed).status == JobStatus.PAUSED  # type: ignore[union-attr]
-
-
-def _waiting_on_a_lock(engine: sa.Engine) -> bool:
-    with engine.connect() as conn:
-        return bool(
-            conn.exec_driver_sql(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            ).scalar()
-        )

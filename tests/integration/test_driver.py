@@ -16,9 +16,12 @@ from tests.conftest import truncate_all
 AT = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
 
 
+#: A whole ``ratchet_lock`` row.
+ROW = {"lock_name": "a", "locked_by": "n", "locked_at": AT, "expires_at": AT}
+
+
 def _insert(engine: sa.Engine) -> DriverStatement:
-    return DriverStatement(sa.insert(lock), engine.dialect, ["lock_name", "locked_by",
-                           "locked_at", "expires_at"])  # fmt: skip
+    return DriverStatement(sa.insert(lock), engine.dialect, lock.c.keys())
 
 
 def test_values_are_stored_exactly_as_sqlalchemy_stores_them(app: Flask) -> None:
@@ -42,7 +45,7 @@ def test_values_are_stored_exactly_as_sqlalchemy_stores_them(app: Flask) -> None
 
 def test_a_driver_error_comes_back_as_sqlalchemys_and_nothing_is_written(app: Flask) -> None:
     engine = app.extensions["ratchet"].engine
-    values = {"lock_name": "a", "locked_by": "n", "locked_at": AT, "expires_at": AT}
+    values = dict(ROW)
     with engine.begin() as conn:
         _insert(engine).execute(conn, values)
     with pytest.raises(sa.exc.IntegrityError) as caught, engine.begin() as conn:
@@ -58,7 +61,7 @@ def test_a_missing_parameter_is_refused(app: Flask) -> None:
 
 def test_a_statement_outside_a_transaction_begins_one_the_caller_commits(app: Flask) -> None:
     engine = app.extensions["ratchet"].engine
-    values = {"lock_name": "a", "locked_by": "n", "locked_at": AT, "expires_at": AT}
+    values = dict(ROW)
     with engine.connect() as conn:
         _insert(engine).execute(conn, values)
         assert conn.in_transaction()
@@ -87,7 +90,7 @@ def test_a_lost_connection_is_invalidated(pg_url: str) -> None:
     truncate_all(pg_url)
     engine = sa.create_engine(pg_url)
     admin = sa.create_engine(pg_url, isolation_level="AUTOCOMMIT")
-    values = {"lock_name": "a", "locked_by": "n", "locked_at": AT, "expires_at": AT}
+    values = dict(ROW)
     try:
         with engine.connect() as conn:
             pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()

@@ -19,6 +19,7 @@ from flask_ratchet import JobStatus, events
 from flask_ratchet.flow import NOT_YET
 from flask_ratchet.schema import batch, job, job_queue, workflow_condition
 from flask_ratchet.worker.runner import Worker
+from tests.acceptance.conftest import wait_until
 from tests.apps import add, db, ratchet
 from tests.flow_tasks import (
     FlowNote,
@@ -35,7 +36,7 @@ from tests.flow_tasks import (
     progress_seen,
     step,
 )
-from tests.integration.helpers import count, finish
+from tests.integration.helpers import count, finish, lock_waits
 
 
 @pytest.fixture(autouse=True)
@@ -503,20 +504,7 @@ def wait_for_a_lock_wait(engine: sa.Engine) -> None:
     if engine.dialect.name != "postgresql":
         time.sleep(0.5)
         return
-    deadline = time.monotonic() + 10
-    with engine.connect() as probe:
-        while time.monotonic() < deadline:
-            waiting = probe.execute(
-                sa.text(
-                    "SELECT count(*) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-            probe.rollback()  # pg_stat_activity is read once per transaction
-            if waiting:
-                return
-            time.sleep(0.01)
-    raise AssertionError("no transaction came to wait for a lock")
+    wait_until(lambda: lock_waits(engine), 10, "a transaction to wait for a lock")
 
 
 def two_writers(

@@ -31,7 +31,7 @@ from flask_ratchet.store.recurring import FirePass, RecurringStore
 from flask_ratchet.worker.runner import Worker
 from tests.apps import Run, add, create_app, db, new_year_2099, ratchet, record_context
 from tests.conftest import truncate_all
-from tests.integration.helpers import count
+from tests.integration.helpers import count, lock_waits
 
 MONTHLY = "0 0 12 1 * ?"  # noon UTC on the 1st of every month
 
@@ -462,7 +462,7 @@ def test_a_registration_that_waited_for_a_firer_does_not_schedule_its_occurrence
         fired = RecurringStore(state.store).fire_due(conn, timedelta(seconds=60)).fired
         assert [f.fire_time for f in fired] == [occurrence]
         go.set()
-        poll_until(lambda: waiting_for_a_lock() == 1, "the registration to wait for the row")
+        poll_until(lambda: lock_waits(db.engine) == 1, "the registration to wait for the row")
     registration.join(30)
     assert errors == []
     assert registered[0].zone == "Europe/Berlin"
@@ -472,19 +472,6 @@ def test_a_registration_that_waited_for_a_firer_does_not_schedule_its_occurrence
     assert fired_next[0].fire_time == registered[0].next_fire
     times = children(m.id)
     assert len(times) == len(set(times))
-
-
-def waiting_for_a_lock() -> int:
-    """PostgreSQL sessions of this database waiting for a row lock."""
-    with db.engine.connect() as conn:
-        return int(
-            conn.execute(
-                sa.text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
 
 
 def poll_until(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:

@@ -1,8 +1,9 @@
 """The task registry and the allow-list: which functions may be enqueued and run.
 
-A function runs only if it was registered with ``@ratchet.task`` or is a module-level function of a
-module under a ``RATCHET_ALLOWED_MODULES`` prefix. Jobs store the task's name, never code, and
-the worker resolves the name through this registry again before running anything.
+A function runs only if it was registered with ``@ratchet.task`` or is a function defined at the
+top level of a module under a ``RATCHET_ALLOWED_MODULES`` prefix (not one such a module imported).
+Jobs store the task's name, never code, and the worker resolves the name through this registry
+again before running anything.
 """
 
 from __future__ import annotations
@@ -147,12 +148,13 @@ class TaskRegistry:
                 f"{module}:{qualname} is not a registered task; decorate it with @ratchet.task "
                 f"or add {module!r} to RATCHET_ALLOWED_MODULES"
             )
-        if _lookup(module, qualname) is not target:
+        name = default_name(target)
+        if _allowed_function(module, qualname, allowed) is not target:
             raise TaskNotAllowed(
-                f"{module}:{qualname} cannot be found again by name in its module; "
-                "enqueue a module-level function"
+                f"{name} cannot be found again by name in its module; enqueue a function "
+                "defined at the top level of its module"
             )
-        return Task(default_name(target), target, JobOptions())
+        return Task(name, target, JobOptions())
 
     def for_run(self, name: str, allowed: tuple[str, ...]) -> Task:
         """Return the task a stored job names, re-checking the allow-list.
@@ -168,19 +170,36 @@ class TaskRegistry:
                 f"task {name!r} is not registered in this worker and its module is not in "
                 "RATCHET_ALLOWED_MODULES; import the module that defines it in the worker's app"
             )
-        try:
-            func = _lookup(module, qualname)
-        except ImportError as exc:
-            raise TaskNotAllowed(f"task {name!r} cannot be imported: {exc}") from None
-        if func is None or not inspect.isfunction(func):
-            raise TaskNotAllowed(f"task {name!r} names no function in module {module!r}")
+        func = _allowed_function(module, qualname, allowed)
+        if func is None:
+            raise TaskNotAllowed(
+                f"task {name!r} names no function defined at the top level of module "
+                f"{module!r}; only such functions run from RATCHET_ALLOWED_MODULES"
+            )
         return Task(name, func, JobOptions())
 
 
-def _lookup(module: str, qualname: str) -> Any:
-    obj: Any = importlib.import_module(module)
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj
+def _allowed_function(module: str, name: str, allowed: tuple[str, ...]) -> Any:
+    """The function ``module.name`` if it may run under the allow-list, else ``None``.
+
+    Only a plain function *defined* in an allowed module runs: a top-level attribute (never a
+    path through another module, class or object, such as ``jobs:os.system``), whose own
+    ``__module__`` is allowed too, so that what a module merely imported (``from subprocess
+    import run``) stays out of reach of whoever can write a job row.
+
+    :raises TaskNotAllowed: if the module cannot be imported.
+    """
+    if not name.isidentifier():
+        return None
+    try:
+        namespace = importlib.import_module(module)
+    except Exception as exc:  # whatever an import raises, nothing of the module may run
+        raise TaskNotAllowed(f"module {module!r} cannot be imported: {exc}") from None
+    func = vars(namespace).get(name)
+    if (
+        not inspect.isfunction(func)
+        or func.__qualname__ != name  # an alias, or a function made elsewhere and bound here
+        or not module_allowed(func.__module__, allowed)
+    ):
+        return None
+    return func

@@ -219,6 +219,33 @@ def test_unknown_tasks_go_to_the_dead_letter_queue(app: Flask, workers: Workers)
     assert job(job_id).attempts == 1
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "tests.apps:os.popen",  # through a module the allowed module imported
+        "tests.apps:mapped_column",  # a function it imported from elsewhere
+        "tests.apps:Order",  # a class
+    ],
+)
+def test_the_allow_list_runs_only_functions_defined_in_the_module(
+    app: Flask, workers: Workers, tmp_path: Path, name: str
+) -> None:
+    proof = tmp_path / "ran"
+    job_id = ratchet.enqueue_now(record_run, 1).id
+    with db.engine.begin() as conn:
+        key = job_id if db.engine.dialect.name == "postgresql" else job_id.hex
+        conn.execute(
+            sa.text("UPDATE ratchet_job SET task = :task, payload = :payload WHERE job_id = :id"),
+            {"task": name, "payload": f'{{"args":["touch {proof}"],"kwargs":{{}}}}', "id": key},
+        )
+    workers.start(RATCHET_ALLOWED_MODULES=["tests.apps"])
+    wait_until(lambda: status(job_id) == JobStatus.FAILED, what="the job to be refused")
+    assert "TaskNotAllowed" in (job(job_id).error or "")
+    assert job(job_id).attempts == 1
+    assert not proof.exists()
+    assert count('"run"') == 0
+
+
 def test_the_listen_connection_recovers(pg_url: str, tmp_path: Path) -> None:
     """PostgreSQL only: SQLite workers watch ``PRAGMA data_version`` instead."""
     truncate_all(pg_url)

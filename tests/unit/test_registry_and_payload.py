@@ -84,6 +84,35 @@ def test_run_time_lookup_rechecks_the_allow_list() -> None:
         registry.for_run("os:system", ("tests",))
 
 
+alias = plain
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "json.dumps",  # through a module this one imported
+        "Service.method",  # through a class
+        "default_name",  # a function this module imported, defined elsewhere
+        "alias",  # bound here under another name
+        "Service",  # a class, not a function
+        "plain.__globals__",
+    ],
+)
+def test_only_functions_defined_in_an_allowed_module_run(name: str) -> None:
+    with pytest.raises(TaskNotAllowed, match="defined at the top level"):
+        TaskRegistry().for_run(f"{__name__}:{name}", (__name__,))
+
+
+def test_an_allowed_module_that_fails_to_import_runs_nothing() -> None:
+    with pytest.raises(TaskNotAllowed, match="cannot be imported"):
+        TaskRegistry().for_run("tests.unit.no_such_module:f", ("tests",))
+
+
+def test_only_top_level_functions_are_enqueued_from_the_allow_list() -> None:
+    with pytest.raises(TaskNotAllowed, match="top level of its module"):
+        TaskRegistry().for_submit(Service.method, (__name__,))
+
+
 def test_module_prefix_matching_is_by_dotted_segment() -> None:
     assert module_allowed("myapp", ("myapp",))
     assert module_allowed("myapp.tasks.mail", ("myapp.tasks",))

@@ -47,6 +47,8 @@ job_canceled = _signals.signal("ratchet.job-canceled")
 job_paused = _signals.signal("ratchet.job-paused")
 #: A job was resumed (``job_id``).
 job_resumed = _signals.signal("ratchet.job-resumed")
+#: A FAILED job was retried by hand (``job_id``): PENDING again, attempts reset, due now.
+job_retried = _signals.signal("ratchet.job-retried")
 #: A batch ended (``batch_id``, ``name``, ``status``, ``total``, ``succeeded``, ``failed``).
 batch_completed = _signals.signal("ratchet.batch-completed")
 #: The last step of a chain SUCCEEDED (``job_id``: that step).
@@ -67,6 +69,7 @@ SIGNALS: dict[str, NamedSignal] = {
         job_canceled,
         job_paused,
         job_resumed,
+        job_retried,
         batch_completed,
         chain_completed,
         chain_failed,

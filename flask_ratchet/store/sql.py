@@ -337,6 +337,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
             )
         )
         self.uncount_child(conn, job_id)  # its failure no longer counts in its batch
+        events.record(conn, [events.Event(events.job_retried.name, {"job_id": job_id})])
         return True
 
     def _recreate_hot_row(

@@ -5,11 +5,12 @@ from __future__ import annotations
 import threading
 import uuid
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from flask import Flask
 
-from flask_ratchet import IllegalTransition, JobNotFound, JobStatus, Priority
+from flask_ratchet import IllegalTransition, JobNotFound, JobStatus, Priority, events
 from flask_ratchet.job import Job
 from flask_ratchet.states import C, F, P, R, S, Z
 from tests.apps import add, charge, ratchet
@@ -79,6 +80,19 @@ def test_retry_resets_attempts_clears_the_error_and_is_due_now(app: Flask) -> No
     job = get(job_id)
     assert (job.status, job.attempts, job.error, job.finished_at) == (P, 0, None, None)
     assert [c.job_id for c in ratchet.claim_due(10, "n")] == [job_id]
+
+
+def test_retry_sends_its_event_after_the_commit(app: Flask) -> None:
+    heard: list[tuple[uuid.UUID, JobStatus]] = []
+
+    def receive(sender: Flask, job_id: uuid.UUID, **data: Any) -> None:
+        heard.append((job_id, get(job_id).status))  # from another connection: committed
+
+    failed, pending = job_in(F), job_in(P)
+    with events.job_retried.connected_to(receive):
+        assert ratchet.retry_job(failed)
+        assert not ratchet.retry_job(pending)  # refused: nothing to announce
+    assert heard == [(failed, P)]
 
 
 def test_cancel_of_a_running_job_fences_out_its_worker(app: Flask) -> None:

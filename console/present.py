@@ -14,7 +14,9 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from flask_ratchet.job import BatchProgress
+from flask_ratchet.job import BatchProgress, Job
+from flask_ratchet.payload import Unreadable
+from flask_ratchet.retry import sanitize
 from flask_ratchet.store.console_flows import WaitsOn
 from flask_ratchet.store.console_queries import Count
 from flask_ratchet.store.console_reports import Minute
@@ -100,15 +102,33 @@ def masked(value: Any) -> Any:
 
 
 def pretty_json(value: Any) -> str:
-    """Masked, indented JSON text (escaped by the template like any other text)."""
+    """Masked, indented JSON text (escaped by the template like any other text).
+
+    A stored value that is not readable JSON is shown as stored, after why it is unreadable,
+    with credentials and ``password=``-style values redacted as in errors.
+    """
+    if isinstance(value, Unreadable):
+        return f"{value.reason}; as stored:\n{sanitize(value.text, limit=UNREADABLE_SHOWN)}"
     return json.dumps(masked(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+#: How much of an unreadable stored value a page shows (characters).
+UNREADABLE_SHOWN = 16_000
+
+
+def arguments(job: Job) -> Any:
+    """A job's call as the page shows it: ``{"args": [...], "kwargs": {...}}``, or the
+    :class:`Unreadable` ``payload`` column."""
+    if isinstance(job.args, Unreadable):
+        return job.args
+    return {"args": job.args, "kwargs": job.kwargs}
 
 
 def audit_filter(target: str) -> str:
     """The filter of a filter action's audit target (``{"filter": …, "changed": […]}``)."""
     try:
         value = json.loads(target)
-    except ValueError:
+    except (ValueError, RecursionError):
         return target
     if isinstance(value, dict) and isinstance(value.get("filter"), dict):
         return " ".join(f"{k}={v}" for k, v in sorted(value["filter"].items()))

@@ -57,6 +57,7 @@ def register(bp: Blueprint) -> None:
     for name in (
         "masked",
         "pretty_json",
+        "arguments",
         "duration",
         "when",
         "count",

@@ -26,6 +26,15 @@ class PayloadTooLarge(RatchetError, ValueError):
     """The encoded payload is larger than ``RATCHET_MAX_PAYLOAD_BYTES``."""
 
 
+class UnreadableJob(RatchetError):
+    """A claimed job's stored row cannot be run as it is: a column holds text that is not JSON,
+    JSON of another shape than ratchet writes, or a value outside what the column allows.
+
+    The message names the column. The job ends FAILED for good (a dead letter): running it
+    again would read the same row.
+    """
+
+
 class DuplicateBusinessKey(RatchetError):
     """Another active (PENDING, RUNNING or PAUSED) job already holds this business key."""
 

@@ -84,10 +84,13 @@ class BatchCounts:
         """Counts from a parent's result; None for any other job's."""
         if not text:
             return None
-        data = json.loads(text)
-        if not isinstance(data, dict) or "total" not in data:
-            return None
-        return cls(int(data["total"]), int(data["succeeded"]), int(data["failed"]))
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or "total" not in data:
+                return None
+            return cls(int(data["total"]), int(data["succeeded"]), int(data["failed"]))
+        except (ValueError, TypeError, KeyError, RecursionError):
+            return None  # not counts ratchet wrote: read like any other job's result
 
 
 def holds(

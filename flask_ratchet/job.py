@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from .options import Backoff, Priority
+from .payload import Unreadable
 from .states import JobStatus
 
 T = TypeVar("T")
@@ -23,18 +24,27 @@ class JobHandle:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A read-only snapshot of one job, as :meth:`Ratchet.get_job` and ``find_jobs`` return it."""
+    """A read-only snapshot of one job, as :meth:`Ratchet.get_job` and ``find_jobs`` return it.
+
+    Stored values are read defensively. A JSON column that does not hold what ratchet writes
+    there (a row written by hand, or damaged) is an :class:`~flask_ratchet.payload.Unreadable`
+    holding the raw text and the reason, instead of raising: ``args`` and ``kwargs`` (both the
+    same one, for the ``payload`` column), ``params`` and ``result``; so is a ``priority`` or
+    ``backoff`` that is not one of its enum's values. A stored time outside
+    what Python can hold (before year 1, after 9999, ``infinity``) reads as
+    :data:`~flask_ratchet.schema.EARLIEST` or :data:`~flask_ratchet.schema.LATEST`.
+    """
 
     id: uuid.UUID
     task: str
     status: JobStatus
-    priority: Priority
-    args: list[Any]
-    kwargs: dict[str, Any]
-    params: dict[str, Any]
+    priority: Priority | Unreadable
+    args: list[Any] | Unreadable
+    kwargs: dict[str, Any] | Unreadable
+    params: dict[str, Any] | Unreadable
     attempts: int
     max_retries: int
-    backoff: Backoff
+    backoff: Backoff | Unreadable
     backoff_base: float
     timeout: float | None
     resource: str | None

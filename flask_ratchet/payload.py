@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from .errors import PayloadError, PayloadTooLarge
+from .errors import PayloadError, PayloadTooLarge, UnreadableJob
 
 
 def dumps(value: Any) -> str:
@@ -25,6 +26,72 @@ def dumps(value: Any) -> str:
 def loads(text: str | None) -> Any:
     """Decode JSON written by :func:`dumps` (``None`` stays ``None``)."""
     return None if text is None else json.loads(text)
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A stored value that cannot be read back as what ratchet wrote there: the column's raw
+    text, kept as it is (pages escape it like any other text).
+
+    Readers (:class:`~flask_ratchet.job.Job` snapshots, the console, ``flask ratchet jobs
+    show``) hold one in place of the decoded value instead of raising; ``str()`` gives the text.
+    """
+
+    text: str
+    #: Why it cannot be read, e.g. ``not valid JSON: Expecting value: line 1 column 1``.
+    reason: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def decode_stored(column: str, text: str | None, shape: type | None = None) -> Any:
+    """Decode a stored JSON column, refusing anything ratchet would not have written there.
+
+    ``shape`` is the JSON type the column holds (``dict`` or ``list``); ``None`` (SQL NULL)
+    passes as ``None``.
+
+    :raises UnreadableJob: naming ``column`` and saying what is wrong.
+    """
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise UnreadableJob(f"column {column!r} is not valid JSON: {exc}") from None
+    if shape is not None and not isinstance(value, shape):
+        raise UnreadableJob(
+            f"column {column!r} holds a JSON {_json_type(value)}, not the {_json_type(shape())} "
+            "ratchet writes there"
+        )
+    return value
+
+
+def decode_call(text: str) -> tuple[list[Any], dict[str, Any]]:
+    """The arguments of a stored call (the ``payload`` column): ``(args, kwargs)``.
+
+    :raises UnreadableJob: unless the text is ``{"args": [...], "kwargs": {...}}``.
+    """
+    call = decode_stored("payload", text, dict)
+    args, kwargs = call.get("args"), call.get("kwargs")
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise UnreadableJob(
+            "column 'payload' is not an object with an 'args' list and a 'kwargs' object"
+        )
+    return args, kwargs
+
+
+def read_stored(column: str, text: str | None, shape: type | None = None) -> Any:
+    """:func:`decode_stored` for readers: the value, or :class:`Unreadable` holding the text."""
+    try:
+        return decode_stored(column, text, shape)
+    except UnreadableJob as exc:
+        return Unreadable(str(text), str(exc))
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
+    return names.get(type(value), "number")
 
 
 #: The payload of a call without arguments (a declared recurring job, a batch's parent).

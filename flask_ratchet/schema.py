@@ -10,11 +10,16 @@ RUNNING, PAUSED) and carries everything the claim needs, so the claim touches on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
 
 from .options import Priority
 from .states import JobStatus
@@ -30,14 +35,76 @@ metadata = sa.MetaData(naming_convention=NAMING)
 VERSION_TABLE = "ratchet_alembic_version"
 
 
+#: What a stored time outside Python's range reads as: PostgreSQL holds years from 4713 BC to
+#: 294276 and ``infinity``, SQLite any text. The earliest is a day inside Python's range, so it
+#: is a ``datetime`` in any session time zone psycopg converts it to; the latest is the last
+#: second of 9999, at or after :data:`flask_ratchet.flow.NOT_YET` (a step's due time), which
+#: must read back as it was written.
+EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+
+
+class Representable(FunctionElement[datetime]):
+    """A stored time, held within ``EARLIEST``..``LATEST`` as it is read (PostgreSQL): psycopg
+    cannot load a time outside Python's range, and one such row would fail every read of it."""
+
+    name = "representable"
+    inherit_cache = True
+
+    def __init__(self, time: ColumnElement[datetime]) -> None:
+        super().__init__(time)
+        self.type = time.type
+
+
+@compiles(Representable)
+def _representable_as_is(element: Representable, compiler: SQLCompiler, **kw: Any) -> str:
+    return str(compiler.process(element.clauses, **kw))  # SQLite: see process_result_value
+
+
+@compiles(Representable, "postgresql")
+def _representable_postgresql(element: Representable, compiler: SQLCompiler, **kw: Any) -> str:
+    inner = compiler.process(element.clauses, **kw)
+    earliest, latest = (
+        f"TIMESTAMPTZ '{EARLIEST.isoformat()}'",
+        f"TIMESTAMPTZ '{LATEST.isoformat()}'",
+    )
+    # Not GREATEST/LEAST: they skip NULLs, and NULL must stay NULL.
+    return (
+        f"CASE WHEN {inner} < {earliest} THEN {earliest} "
+        f"WHEN {inner} > {latest} THEN {latest} ELSE {inner} END"
+    )
+
+
 class UtcDateTime(sa.TypeDecorator[datetime]):
     """A timestamp that is always an aware UTC ``datetime`` in Python.
 
     PostgreSQL stores ``timestamptz``; SQLite stores naive UTC text, which sorts in time order.
+    Every stored value is read as a ``datetime``: one Python cannot hold, or text SQLite holds
+    that is not a time, reads as ``EARLIEST`` or ``LATEST`` (a row written by hand must not make
+    every page that lists it fail).
     """
 
     impl = sa.DateTime(timezone=True)
     cache_ok = True
+
+    def column_expression(self, colexpr: ColumnElement[Any]) -> ColumnElement[datetime]:
+        return Representable(colexpr)
+
+    def result_processor(
+        self, dialect: Dialect, coltype: object
+    ) -> Callable[[Any], datetime | None] | None:
+        process = super().result_processor(dialect, coltype)
+        if process is None or dialect.name != "sqlite":
+            return process
+        parse = process
+
+        def tolerant(value: Any) -> datetime | None:
+            try:
+                return parse(value)
+            except (ValueError, TypeError, OverflowError):
+                return _nearest_end(value)
+
+        return tolerant
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -55,6 +122,13 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
         return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+def _nearest_end(text: Any) -> datetime:
+    """The end of Python's range nearest to a stored time it cannot hold: years past 9999 (more
+    than four digits) are late, anything else (a year 0, a negative year, not a time) early."""
+    year = str(text).split("-", 1)[0]
+    return LATEST if year.isdigit() and len(year) > 4 else EARLIEST
 
 
 def _id(name: str = "job_id", **kw: Any) -> sa.Column[Any]:

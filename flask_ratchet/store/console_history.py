@@ -123,7 +123,7 @@ _AFTER = {"retry": "PENDING", "cancel": "CANCELED", "pause": "PAUSED"}
 def _ids(scope: str, target: str) -> list[str]:
     try:
         data = json.loads(target)
-    except ValueError:
+    except (ValueError, RecursionError):
         return []
     ids = data.get("changed", []) if scope == "filter" and isinstance(data, dict) else data
     return [str(i) for i in ids] if isinstance(ids, list) else []

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from .. import payload
+from ..payload import Unreadable
 from ..schema import audit, dlq_alert, execution, job, job_log, job_queue, node
 from ..states import LIVE, JobStatus
 from .console_queries import COUNT_CAP, JOBS_WITH_HOT_ROW, Count, JobQuery, const, count_jobs
@@ -214,7 +215,8 @@ class JobExtras:
     executions: list[Any]
     logs: list[Any]
     logs_truncated: bool
-    progress: dict[str, Any] | None
+    #: The last progress reported; :class:`~flask_ratchet.payload.Unreadable` if not a JSON object.
+    progress: dict[str, Any] | Unreadable | None
     supersedes: list[uuid.UUID]
     dependents: list[uuid.UUID]
     alerts: list[Any]
@@ -251,12 +253,12 @@ def job_extras(conn: Connection, job_id: uuid.UUID, log_limit: int = 500) -> Job
         .order_by(dlq_alert.c.hour.desc())
         .limit(50)
     ).all()
-    progress = payload.loads(progress_text) if progress_text else None
+    progress = payload.read_stored("progress", progress_text, dict) if progress_text else None
     return JobExtras(
         executions=list(executions),
         logs=list(logs[:log_limit]),
         logs_truncated=len(logs) > log_limit,
-        progress=progress if isinstance(progress, dict) else None,
+        progress=progress,
         supersedes=list(supersedes),
         dependents=list(dependents),
         alerts=list(alerts),

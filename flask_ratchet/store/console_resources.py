@@ -368,7 +368,7 @@ def _snapshots(info: str | None) -> dict[str, BreakerSnapshot]:
         return {}
     try:
         value = json.loads(info)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {}
     published = value.get("breakers") if isinstance(value, dict) else None
     if not isinstance(published, dict):

@@ -341,5 +341,19 @@ def _callbacks(ended: list[Ended], links: dict[uuid.UUID, JobLinks], out: list[E
         which = {JobStatus.SUCCEEDED: "success", JobStatus.FAILED: "failure"}.get(e.status)
         if which is None:
             continue
-        for name in json.loads(text).get(which, []):
+        for name in _callback_names(e.job_id, text, which):
             out.append(Event(events.CALLBACK, {"task": name, "job_id": e.job_id}))
+
+
+def _callback_names(job_id: uuid.UUID, text: str, which: str) -> list[str]:
+    """The tasks a job's ``callbacks`` column names for ``which`` end. A column that is not the
+    JSON ratchet writes sets nothing off (and is logged): it must not fail the transaction that
+    ends the job, which would then be retried with the same row for ever."""
+    try:
+        names = json.loads(text).get(which, [])
+    except (ValueError, TypeError, AttributeError, RecursionError):
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        log.warning("job %s: column 'callbacks' is not readable, no callback is sent", job_id)
+        return []
+    return names

@@ -30,7 +30,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..errors import DuplicateBusinessKey
 from ..options import Priority
-from ..schema import UtcDateTime, business_key
+from ..schema import EARLIEST, UtcDateTime, business_key
 from ..states import Action, JobStatus, sources, target
 from .base import ClaimedJob, Inserted, NewJob, chunks
 from .driver import driver_statement
@@ -64,8 +64,10 @@ SET status = :running, picked_by = :node, picked_at = now(), attempts = q.attemp
 FROM picked, ratchet_job j
 WHERE q.job_id = picked.job_id AND j.job_id = q.job_id
 -- In the order of ClaimedJob's fields.
+-- A due time before year 1 (or -infinity) is due, but psycopg cannot load it: it is read as
+-- EARLIEST, or the claim would fail after marking its jobs RUNNING.
 RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_retries,
-          j.backoff, j.backoff_base, j.timeout, j.resource_name, q.scheduled_time, q.picked_at,
+          j.backoff, j.backoff_base, j.timeout, j.resource_name, {scheduled}, q.picked_at,
           j.depends_on, j.follow_up, j.batch_id
 """
 
@@ -119,11 +121,25 @@ _SUBMIT_STMT = sa.text(_SUBMIT)
 _SUBMIT_ONE_STMT = sa.text(_SUBMIT_ONE)
 _KEY_CONSTRAINT = "pk_ratchet_business_key"
 
-_BOOSTED = "priority + floor(extract(epoch FROM now() - scheduled_time) / (60 * :boost))"
+
+def _earliest(time: str) -> str:
+    return f"GREATEST({time}, TIMESTAMPTZ '{EARLIEST.isoformat()}')"
+
+
+# Subtracting -infinity fails the statement: a hand-written due time must not stop every claim.
+_BOOSTED = (
+    f"priority + floor(extract(epoch FROM now() - {_earliest('scheduled_time')}) / (60 * :boost))"
+)
 
 
 def _claim_sql(boosted: bool) -> sa.TextClause:
-    return sa.text(_CLAIM.format(levels=_LEVELS, effective=_BOOSTED if boosted else "priority"))
+    return sa.text(
+        _CLAIM.format(
+            levels=_LEVELS,
+            effective=_BOOSTED if boosted else "priority",
+            scheduled=_earliest("q.scheduled_time"),
+        )
+    )
 
 
 _CLAIM_PLAIN = _claim_sql(boosted=False)

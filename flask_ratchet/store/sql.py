@@ -25,10 +25,11 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from .. import events, payload
-from ..errors import DuplicateBusinessKey
+from ..errors import DuplicateBusinessKey, UnreadableJob
 from ..flow import JobType
 from ..job import Job, Page
 from ..options import Backoff, Priority
+from ..payload import Unreadable
 from ..schema import business_key, execution, job, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
@@ -430,9 +431,12 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
             self.after_end(conn, [Ended(job_id, status, result=result)])
 
     def result_of(self, conn: Connection, job_id: uuid.UUID) -> Any:
-        """A job's result (decoded JSON), or None if it has none or there is no such job."""
+        """A job's result (decoded JSON), or None if it has none or there is no such job.
+
+        :raises UnreadableJob: if the stored result is not JSON.
+        """
         text = conn.execute(sa.select(job.c.result).where(job.c.job_id == job_id)).scalar()
-        return payload.loads(text)
+        return payload.decode_stored("result", text)
 
     def mark_superseded(self, conn: Connection, job_id: uuid.UUID, by: uuid.UUID) -> None:
         conn.execute(sa.update(job).where(job.c.job_id == job_id).values(superseded_by=by))
@@ -630,20 +634,39 @@ def _parse_cursor(cursor: str) -> uuid.UUID:
         raise ValueError(f"cursor {cursor!r} is not one find_jobs() returned") from None
 
 
+E = TypeVar("E", Priority, Backoff)
+
+
+def _member(kind: type[E], column: str, value: Any) -> E | Unreadable:
+    """``value`` as a member of ``kind``, or :class:`Unreadable` if ratchet never writes it."""
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        allowed = ", ".join(str(m.value) for m in kind)
+        return Unreadable(str(value), f"column {column!r} holds {value!r}, not one of {allowed}")
+
+
 def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
+    """A snapshot of a job's rows. Stored JSON is read defensively: a column that is not what
+    ratchet writes comes back as :class:`~flask_ratchet.payload.Unreadable`, never an error."""
     live = row.status is not None
-    decoded = payload.loads(row.payload)
+    args: list[Any] | Unreadable
+    kwargs: dict[str, Any] | Unreadable
+    try:
+        args, kwargs = payload.decode_call(row.payload)
+    except UnreadableJob as exc:
+        args = kwargs = Unreadable(str(row.payload), str(exc))
     return Job(
         id=row.job_id,
         task=row.task,
         status=JobStatus(row.status if live else row.terminal_status),
-        priority=Priority(row.priority),
-        args=decoded["args"],
-        kwargs=decoded["kwargs"],
-        params=payload.loads(row.params) or {},
+        priority=_member(Priority, "priority", row.priority),
+        args=args,
+        kwargs=kwargs,
+        params=payload.read_stored("params", row.params, dict) or {},
         attempts=row.live_attempts if live else row.attempts,
         max_retries=row.max_retries,
-        backoff=Backoff(row.backoff),
+        backoff=_member(Backoff, "backoff", row.backoff),
         backoff_base=row.backoff_base,
         timeout=row.timeout,
         resource=row.resource_name,
@@ -657,7 +680,7 @@ def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
         paused_from=JobStatus(row.paused_from_status) if row.paused_from_status else None,
         finished_at=row.finished_at,
         error=row.last_error if live else row.terminal_error,
-        result=payload.loads(row.result),
+        result=payload.read_stored("result", row.result),
         superseded_by=row.superseded_by,
         depends_on=row.depends_on,
         recurring_id=row.recurring_id,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import math
 import queue
 import threading
 import time
@@ -37,10 +38,10 @@ from ..announce import send
 from ..breaker import Breakers, BreakerState, CircuitBreaker
 from ..context import JobContext
 from ..context import context_parameter as _context_parameter
-from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed
+from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed, UnreadableJob
 from ..options import Backoff
 from ..registry import Task
-from ..retry import decide, describe, format_traceback
+from ..retry import Decision, decide, describe, format_traceback
 from ..store.base import ClaimedJob
 from ..store.execution import Finished, Outcome
 from ..store.resources import Permit
@@ -92,7 +93,11 @@ class Run:
     @property
     def deadline(self) -> float | None:
         timeout = self.claimed.timeout
-        return None if timeout is None or not self.started else self.started + timeout
+        # ``not timeout > 0`` also holds for NaN: a stored timeout that is not a positive
+        # number never expires an attempt (the job fails as unreadable instead).
+        if timeout is None or not self.started or not timeout > 0:
+            return None
+        return self.started + timeout
 
 
 class Executor:
@@ -214,7 +219,9 @@ class Executor:
                     job_id=job.job_id,
                     task=job.task,
                     attempt=job.attempt,
-                    params=payload.loads(job.params) or {},
+                    # Decoded on the job's thread (``_read_row``): nothing a row holds may
+                    # fail the poller, which has the rest of the claim in hand.
+                    params={},
                     depends_on=job.depends_on,
                     _supervisor=self._supervisor,
                     # The claim a moment ago was the first "still mine?" check; the next is due
@@ -238,6 +245,9 @@ class Executor:
             with self._app.app_context(), run.ctx.bound():
                 outcome = self._attempt(run)
             self._finish(run, outcome)
+        except Exception as exc:
+            log.exception("ratchet worker failed while running job %s", run.claimed.job_id)
+            self._fail_unexpectedly(run, exc)
         except BaseException:  # never let a pool thread die silently
             log.exception("ratchet worker failed while running job %s", run.claimed.job_id)
         finally:
@@ -259,11 +269,11 @@ class Executor:
             _not_mine(claimed, "not run")
             return None
         try:
+            args, kwargs = _read_row(run)
             task = self._state.ratchet.registry.for_run(
                 claimed.task, self._state.config.allowed_modules
             )
-            call = payload.loads(claimed.payload)
-        except TaskNotAllowed as exc:
+        except (UnreadableJob, TaskNotAllowed) as exc:
             return self._failed(run, exc, permanent=True)
         breaker = self.breakers.get(task.service_name, task.circuit_breaker)
         if breaker is not None:
@@ -295,7 +305,7 @@ class Executor:
             held = answer.permit is Permit.GRANTED
         failure: BaseException | None = None
         try:
-            value = self._call(run, task, call)
+            value = self._call(run, task, args, kwargs)
         except BaseException as exc:
             failure = exc
         finally:
@@ -317,9 +327,9 @@ class Executor:
             return self._failed(run, exc, permanent=True)
         return self._outcome(run, Outcome.SUCCEEDED, result=result)
 
-    def _call(self, run: Run, task: Task, call: dict[str, Any]) -> Any:
+    def _call(self, run: Run, task: Task, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run the job's own code and return what it returns (or raise what it raises)."""
-        kwargs = dict(call["kwargs"])
+        kwargs = dict(kwargs)
         name = _context_parameter(task.func)
         if name is not None and name not in kwargs:
             kwargs[name] = run.ctx
@@ -330,7 +340,7 @@ class Executor:
         with run.lock:
             run.in_user_code = True
         try:
-            return task.func(*call["args"], **kwargs)
+            return task.func(*args, **kwargs)
         finally:
             self._leave_user_code(run)
 
@@ -380,14 +390,8 @@ class Executor:
         error, trace = describe(exc), format_traceback(exc)
         if isinstance(exc, JobTimeout):
             error = f"JobTimeout: ran longer than its timeout of {claimed.timeout:g}s"
-        decision = decide(
-            exc,
-            claimed.attempt,
-            claimed.max_retries,
-            Backoff(claimed.backoff),
-            claimed.backoff_base,
-        )
-        if permanent or not decision.retry:
+        decision = Decision(retry=False) if permanent else _retry_decision(claimed, exc)
+        if not decision.retry:
             return self._outcome(run, Outcome.FAILED, error=error, traceback=trace)
         return self._outcome(run, Outcome.RETRY, error=error, traceback=trace, delay=decision.delay)
 
@@ -408,6 +412,14 @@ class Executor:
             batch_id=claimed.batch_id,
             **fields,
         )
+
+    def _fail_unexpectedly(self, run: Run, exc: Exception) -> None:
+        """End a job whose attempt broke in ratchet's own handling, for good: the row it was
+        claimed from is the likely cause, and would break the next attempt the same way."""
+        try:
+            self._finish(run, self._failed(run, exc, permanent=True))
+        except Exception:
+            log.exception("job %s could not be reported as failed", run.claimed.job_id)
 
     def _finish(self, run: Run, outcome: Finished | None) -> None:
         with run.lock:
@@ -490,6 +502,54 @@ class Executor:
         with self._idle:
             self._idle.notify_all()
         return left
+
+
+def _read_row(run: Run) -> tuple[list[Any], dict[str, Any]]:
+    """Check what the claim read from the job's row and decode its JSON columns: the call's
+    ``(args, kwargs)``, with the params put in the job's context.
+
+    :raises UnreadableJob: naming the first column that ratchet could not have written.
+    """
+    claimed = run.claimed
+    args, kwargs = payload.decode_call(claimed.payload)
+    run.ctx.params = payload.decode_stored("params", claimed.params, dict) or {}
+    if claimed.backoff not in {b.value for b in Backoff}:
+        raise UnreadableJob(
+            f"column 'backoff' holds {claimed.backoff!r}, not one of "
+            f"{', '.join(b.value for b in Backoff)}"
+        )
+    if not _is_number(claimed.backoff_base) or not claimed.backoff_base >= 0:
+        raise UnreadableJob(
+            f"column 'backoff_base' holds {claimed.backoff_base!r}, not a number of seconds >= 0"
+        )
+    timeout = claimed.timeout
+    if timeout is not None and (not _is_number(timeout) or not timeout > 0):
+        raise UnreadableJob(
+            f"column 'timeout' holds {timeout!r}, not a positive number of seconds or NULL"
+        )
+    for column, count in (("attempts", claimed.attempt), ("max_retries", claimed.max_retries)):
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise UnreadableJob(f"column {column!r} holds {count!r}, not an integer")
+    return args, kwargs
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _retry_decision(claimed: ClaimedJob, exc: BaseException) -> Decision:
+    """Whether to retry a failed attempt. A row whose retry columns cannot be used (possible
+    only if the watchdog ends the attempt before ``_read_row`` refused the row) is not retried."""
+    try:
+        return decide(
+            exc,
+            claimed.attempt,
+            claimed.max_retries,
+            Backoff(claimed.backoff),
+            claimed.backoff_base,
+        )
+    except (ValueError, TypeError, ArithmeticError):
+        return Decision(retry=False)
 
 
 def _not_mine(claimed: ClaimedJob, what: str) -> None:

@@ -1,0 +1,145 @@
+"""Rows written straight into the tables, holding what ratchet never writes: every reader
+(``get_job``, the console's pages, ``flask ratchet jobs show``, the claim) reads them without
+raising, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+from markupsafe import escape
+
+from flask_ratchet import JobStatus
+from flask_ratchet.payload import Unreadable
+from flask_ratchet.schema import EARLIEST, LATEST, job, job_queue
+from tests.apps import add, db, ratchet
+from tests.integration.helpers import finish
+
+READ = {"X-Role": "read"}
+
+#: (column of ratchet_job, what it holds, the Job field that shows it).
+POISON = [
+    ("payload", "<b>not json", "args"),
+    ("payload", "[]", "args"),
+    ("payload", '{"args": 5, "kwargs": {}}', "args"),
+    ("payload", '"x"', "args"),
+    ("payload", "[" * 100_000, "args"),
+    ("params", "<b>not json", "params"),
+    ("params", "[1]", "params"),
+    ("result", "<b>not json", "result"),
+]
+
+
+def write(table: sa.Table, job_id: uuid.UUID, **values: object) -> None:
+    """Write ``values`` into a job's row as a hand or a damaged disk would: no checks."""
+    with db.engine.begin() as conn:
+        conn.execute(sa.update(table).where(table.c.job_id == job_id).values(**values))
+
+
+def write_raw(sql: str, job_id: uuid.UUID) -> None:
+    """Run ``sql`` with ``:id`` bound to the job's id (its own text: times out of range)."""
+    with db.engine.begin() as conn:
+        conn.execute(sa.text(sql).bindparams(sa.bindparam("id", job_id, type_=sa.Uuid())))
+
+
+def ended_job() -> uuid.UUID:
+    """A job that succeeded (so its result column is read)."""
+    job_id = ratchet.enqueue_now(add, 1, 2).id
+    assert [c.job_id for c in ratchet.claim_due(10, "node-a")] == [job_id]
+    assert finish(job_id, JobStatus.SUCCEEDED)
+    return job_id
+
+
+def poisoned(column: str, text: str) -> uuid.UUID:
+    job_id = ended_job()
+    write(job, job_id, **{column: text})
+    return job_id
+
+
+@pytest.mark.parametrize(("column", "text", "field"), POISON)
+def test_get_job_holds_the_raw_text_of_an_unreadable_column(
+    app: Flask, column: str, text: str, field: str
+) -> None:
+    job_id = poisoned(column, text)
+    found = ratchet.get_job(job_id)
+    assert found is not None
+    value = getattr(found, field)
+    assert isinstance(value, Unreadable), value
+    assert value.text == text
+    assert f"column {column!r}" in value.reason
+    assert found.status == JobStatus.SUCCEEDED  # the rest of the snapshot is read as usual
+    assert ratchet.find_jobs().items[0].id == job_id
+
+
+@pytest.mark.parametrize(("column", "text", "field"), POISON)
+def test_console_shows_the_raw_text_escaped(app: Flask, column: str, text: str, field: str) -> None:
+    job_id = poisoned(column, text)
+    client = app.test_client()
+    with app.app_context():
+        page = client.get(f"/ratchet/jobs/{job_id}", headers=READ)
+    assert page.status_code == 200
+    assert escape(text[:1000]) in page.text
+    assert "<b>not json" not in page.text
+    assert f"column {escape(repr(column))}" in page.text
+    with app.app_context():
+        listed = client.get("/ratchet/jobs", headers=READ)
+    assert listed.status_code == 200 and str(job_id) in listed.text
+
+
+@pytest.mark.parametrize(("column", "text", "field"), POISON)
+def test_jobs_show_prints_the_raw_text(app: Flask, column: str, text: str, field: str) -> None:
+    job_id = poisoned(column, text)
+    shown = app.test_cli_runner().invoke(args=["ratchet", "jobs", "show", str(job_id)])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)[field] == text
+
+
+def test_unreadable_progress_is_shown_as_stored(app: Flask) -> None:
+    job_id = ratchet.enqueue_now(add, 1, 2).id
+    write(job_queue, job_id, progress="<b>{oops")
+    with app.app_context():
+        page = app.test_client().get(f"/ratchet/jobs/{job_id}", headers=READ)
+    assert page.status_code == 200
+    assert "&lt;b&gt;{oops" in page.text and "column &#39;progress&#39;" in page.text
+
+
+def test_a_time_past_year_9999_reads_as_the_latest_and_is_never_due(
+    app: Flask, dialect: str
+) -> None:
+    job_id = ratchet.enqueue_now(add, 1, 2).id
+    far = "'33715-01-01 00:00:00+00'" if dialect == "postgresql" else "'33715-01-01 00:00:00'"
+    for table, column in (
+        ("ratchet_job_queue", "scheduled_time"),
+        ("ratchet_job", "first_due_at"),
+        ("ratchet_job", "created_at"),
+    ):
+        write_raw(f"UPDATE {table} SET {column} = {far} WHERE job_id = :id", job_id)
+    found = ratchet.get_job(job_id)
+    assert found is not None
+    assert (found.scheduled_at, found.created_at) == (LATEST, LATEST)
+    assert ratchet.claim_due(10, "node-a") == []
+    client = app.test_client()
+    for url in (
+        "/ratchet/",
+        "/ratchet/jobs",
+        f"/ratchet/jobs/{job_id}",
+        "/ratchet/jobs?sort=oldest",
+    ):
+        with app.app_context():
+            assert client.get(url, headers=READ).status_code == 200, url
+    assert ratchet.queue_health()["counts"]["PENDING"] == 1
+
+
+def test_a_due_time_before_year_1_is_claimed_as_the_earliest(app: Flask, dialect: str) -> None:
+    job_id = ratchet.enqueue_now(add, 1, 2).id
+    early = "'-infinity'" if dialect == "postgresql" else "'0000-01-01 00:00:00'"
+    write_raw(f"UPDATE ratchet_job_queue SET scheduled_time = {early} WHERE job_id = :id", job_id)
+    with app.app_context():
+        assert app.test_client().get("/ratchet/jobs", headers=READ).status_code == 200
+    (claimed,) = ratchet.claim_due(10, "node-a")
+    assert (claimed.job_id, claimed.scheduled_time) == (job_id, EARLIEST)
+    assert claimed.picked_at > datetime(2000, 1, 1, tzinfo=UTC)

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
 
-from . import actions, errors, pages, present, resource_actions, resource_pages, security
+from . import actions, errors, filters, pages, present, resource_actions, resource_pages, security
 from .htmx import CHANGED_EVENT
 
 #: Reflected into the page head so htmx never injects a style element (the CSP forbids it) and
@@ -48,11 +49,35 @@ def _template_globals() -> dict[str, Any]:
     }
 
 
+def _guard() -> None:
+    """The wall in front of every URL under the console's prefix, routed or not: the role, the
+    CSRF token and origin of a state change, then no NUL character in any parameter.
+
+    An app-wide hook, not the blueprint's: Flask runs a blueprint's hooks only for URLs that
+    matched one of its routes, so an unknown path would answer 404 and a GET on a POST-only
+    route 405 to anyone, mapping the routes. App-wide ``before_request`` hooks run for every
+    request, before ``dispatch_request`` raises the routing error. Static files stay behind the
+    wall too, as they always were.
+    """
+    if security.is_console_path():
+        security.authorize()
+        filters.refuse_nul_characters(request.args)
+        filters.refuse_nul_characters(request.form)
+
+
+def _headers(response: Response) -> Response:
+    """The console's headers on every response under its prefix: pages, refusals, routing
+    errors and server errors alike (Flask runs app-wide ``after_request`` hooks for each)."""
+    if security.is_console_path():
+        return security.secure_headers(response)
+    return response
+
+
 def register(bp: Blueprint) -> None:
     """Attach the views, guards and template helpers to ``bp``."""
-    bp.before_request(security.authorize)
+    bp.before_app_request(_guard)
     bp.register_error_handler(HTTPException, errors.answer)
-    bp.after_request(security.secure_headers)
+    bp.after_app_request(_headers)
     bp.context_processor(_template_globals)
     for name in (
         "masked",

@@ -8,7 +8,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 import pytest
-from flask import Flask
+from flask import Flask, g, request
 from flask_ratchet.console import filters
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -199,6 +199,20 @@ def test_with_a_role_unknown_urls_are_404_and_wrong_methods_405(console: Console
         answer = console.get(url)
         assert answer.status_code == status, url
         assert_console_headers(answer, url)
+
+
+def test_the_host_apps_own_hooks_run_before_a_page_asks_for_the_role(database_url: str) -> None:
+    app = create_app(database_url, RATCHET_CONSOLE_AUTH=lambda request: g.get("user_role"))
+
+    @app.before_request
+    def name_the_user() -> None:
+        g.user_role = request.headers.get("X-User-Role")
+
+    client = app.test_client()
+    assert client.get("/ratchet/", headers={"X-User-Role": "read"}).status_code == 200
+    assert client.get("/ratchet/").status_code == 403
+    with app.app_context():
+        db.engine.dispose()
 
 
 def test_a_console_closed_to_everyone_is_403_everywhere(database_url: str) -> None:

@@ -194,10 +194,13 @@ def selected() -> Response | str:
         abort(400, "select at least one job")
     if len(raw) > BULK_CAP:
         abort(400, f"at most {BULK_CAP} jobs at once")
-    try:
-        ids = list(dict.fromkeys(uuid.UUID(v) for v in raw))
-    except ValueError:
-        abort(400, "job_id must be job ids")
+    ids: list[uuid.UUID] = []
+    for value in raw:
+        key = filters.job_id(value)
+        if key is None:
+            abort(400, "job_id must be job ids")
+        if key not in ids:
+            ids.append(key)
     outcome = _apply(name, ids, "selected", lambda _: json.dumps([str(i) for i in ids]))
     return _answer(outcome, _back(url_for("ratchet_console.jobs")))
 
@@ -244,11 +247,10 @@ def on_filter() -> tuple[str, int] | Response | str:
     args = filters.filter_args(wanted.args)
     if not args:
         abort(400, "an action on every job needs at least one filter")
-    try:
-        bound = uuid.UUID(request.form.get("bound", ""))
-        confirmed = int(request.form.get("count", ""))
-    except ValueError:
-        abort(400, "bound and count must come from the confirmation page")
+    bound = filters.job_id(request.form.get("bound", ""))
+    if bound is None:
+        abort(400, "bound must be the job id from the confirmation page")
+    confirmed = filters.whole_number("count", request.form.get("count", ""), 0, filters.INT_MAX)
     s = state()
     among = SOURCES[name]
     with s.connection() as conn:

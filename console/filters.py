@@ -1,17 +1,26 @@
-"""The job list's query string: every input checked against an allow-list or a bound.
+"""Every value the console reads from a query string or a form, parsed in one place.
 
-A bad value is a 400 naming the parameter; nothing from the query string reaches SQL except
-through bound parameters of :mod:`flask_ratchet.store.console_queries`.
+A bad value is a 400 naming the parameter and saying what is allowed, raised before the value
+reaches the database; nothing from a request reaches SQL except through bound parameters of the
+``flask_ratchet.store.console_*`` modules.
+
+The parsers read ASCII only: ``str.isdigit()``, ``int()``, ``float()`` and ``uuid.UUID()`` also
+take other scripts' digits (``'²'`` passes ``isdigit()`` and then fails ``int()``; ``'٣'`` is 3),
+and ``int()`` refuses more than 4,300 digits with an error of its own. Each number is matched
+against a pattern of bounded length first, then checked against the range its column holds.
 """
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import NoReturn
 
 from flask import abort
+from werkzeug.datastructures import MultiDict
 
 from flask_ratchet.options import Priority
 from flask_ratchet.states import JobStatus
@@ -24,6 +33,27 @@ PAGE_SIZES = (25, 50, 100, 200)
 DEFAULT_PAGE_SIZE = 50
 MAX_TEXT = 255
 MAX_SEARCH = 200
+#: The largest value of an INTEGER column (PostgreSQL's ``integer``; SQLite would store more).
+INT_MAX = 2**31 - 1
+#: A whole number as a person types it: ASCII digits, no sign, no more than a BIGINT has.
+WHOLE_NUMBER = re.compile(r"[0-9]{1,19}")
+#: A number a form field may hold, in ASCII: ``int()`` and ``float()`` take more than this.
+SIGNED_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]{1,19}")
+DECIMAL_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,4})?")
+NOT_A_NUMBER = frozenset({"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "-infinity"})
+#: The longest number a form field may hold, as text.
+MAX_NUMBER_TEXT = 40
+#: A job id: 32 ASCII hex digits, hyphens where ``str(uuid)`` puts them or none at all.
+JOB_ID = re.compile(
+    r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+    r"|[0-9a-fA-F]{32}"
+)
+#: A keyset cursor as the store makes them: ``<kind>.<id>``, or ``p.<priority>.<id>``.
+CURSOR = re.compile(r"[a-z](?:\.[0-9]{1,3})?\.[0-9a-fA-F-]{32,36}")
+#: The longest date text: ``0001-01-01T00:00:00.000000+00:00:00.000000`` and a little more.
+MAX_DATE_TEXT = 48
+#: The longest parameter name a message repeats.
+MAX_NAME_SHOWN = 40
 #: Query-string names of the filters, in the order the form shows them.
 FILTER_NAMES = (
     "status",
@@ -58,12 +88,8 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         value = (values.get(name) or "").strip()
         if value:
             args[name] = value
-    status = args.get("status")
-    if status is not None and status not in JobStatus.__members__:
-        abort(400, f"unknown status {status!r}")
-    sort = args.get("sort", "newest")
-    if sort not in SORTS:
-        abort(400, f"sort must be one of {', '.join(SORTS)}")
+    status = one_of("status", args.get("status"), tuple(JobStatus.__members__))
+    sort = one_of("sort", args.get("sort"), SORTS) or "newest"
     for name in ("task", "tag", "business_key", "node", "recurring"):
         if len(args.get(name, "")) > MAX_TEXT:
             abort(400, f"{name} is longer than {MAX_TEXT} characters")
@@ -77,8 +103,8 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         business_key=args.get("business_key"),
         priority=_priority(args.get("priority")),
         node=args.get("node"),
-        created_after=_when("created_after", args.get("created_after")),
-        created_before=_when("created_before", args.get("created_before")),
+        created_after=when("created_after", args.get("created_after")),
+        created_before=when("created_before", args.get("created_before")),
         search=args.get("q"),
         recurring_id=args.get("recurring"),
         sort=sort,
@@ -106,13 +132,8 @@ def can_search_arguments() -> bool:
 def _check_search(q: str | None) -> None:
     """A job id is open to every role; argument text only to admins, and never a term that
     names a secret-looking key or spans a key and its value (it could probe a masked value)."""
-    if q is None:
+    if q is None or job_id(q) is not None:
         return
-    try:
-        uuid.UUID(q)
-        return
-    except ValueError:
-        pass
     if not can_search_arguments():
         abort(403, "argument text search needs the admin role; search by job id instead")
     if mentions_secret(q):
@@ -122,37 +143,107 @@ def _check_search(q: str | None) -> None:
 def _priority(value: str | None) -> int | None:
     if value is None:
         return None
-    if value.upper() in Priority.__members__:
+    # ASCII only: "lowe\u017ft".upper() is "LOWEST".
+    if value.isascii() and value.upper() in Priority.__members__:
         return int(Priority[value.upper()])
-    if value.isdigit() and int(value) in {int(p) for p in Priority}:
+    if WHOLE_NUMBER.fullmatch(value) and int(value) in {int(p) for p in Priority}:
         return int(value)
     abort(400, "priority must be 0-4 or LOWEST, LOW, NORMAL, HIGH, CRITICAL")
 
 
-def _when(name: str, value: str | None) -> datetime | None:
-    """``YYYY-MM-DDTHH:MM[:SS]`` (a browser's datetime-local input, read as UTC) or ISO 8601."""
+def refuse_nul_characters(values: MultiDict[str, str]) -> None:
+    """400 for a NUL character in any parameter's name or value.
+
+    PostgreSQL refuses NUL in a text parameter (SQLite stores it), so a filter holding one would
+    fail in the database; checked once for every parameter, it reaches no query at all.
+    """
+    for name, value in values.items(multi=True):
+        if "\x00" in name or "\x00" in value:
+            shown = name[:MAX_NAME_SHOWN].replace("\x00", "\\x00")
+            abort(400, f"{shown} must not contain a NUL character")
+
+
+def one_of(name: str, value: str | None, choices: tuple[str, ...]) -> str | None:
+    """``value`` (of the parameter ``name``), one of ``choices``, or None when it is absent or
+    blank; 400 otherwise."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    if value not in choices:
+        abort(400, f"{name} must be one of {', '.join(choices)}")
+    return value
+
+
+def whole_number(name: str, value: str, low: int, high: int) -> int:
+    """``value`` (of the parameter ``name``) as a whole number from ``low`` to ``high``, in
+    ASCII digits; 400 otherwise."""
+    text = value.strip()
+    if WHOLE_NUMBER.fullmatch(text) is None or not low <= int(text) <= high:
+        abort(400, f"{name} must be a whole number from {low} to {high}")
+    return int(text)
+
+
+def spelled_number(name: str, value: str) -> int | float | str:
+    """Form text as the number it spells (ASCII only), or the text itself when it spells none:
+    the library's own check then names exactly what was typed (``got 'abc'``, ``got nan``).
+
+    400 for text longer than any number needs, before ``int()`` or ``float()`` sees it.
+    """
+    text = value.strip()
+    if len(text) > MAX_NUMBER_TEXT:
+        abort(400, f"{name} must be a number of at most {MAX_NUMBER_TEXT} characters")
+    if SIGNED_WHOLE_NUMBER.fullmatch(text):
+        return int(text)
+    if DECIMAL_NUMBER.fullmatch(text) or text.lower() in NOT_A_NUMBER:
+        return float(text)
+    return text
+
+
+def when(name: str, value: str | None) -> datetime | None:
+    """``YYYY-MM-DDTHH:MM[:SS]`` (a browser's datetime-local input, read as UTC) or ISO 8601
+    with an offset, in UTC; None when absent; 400 for anything else.
+
+    A time whose offset takes it past the ends of the calendar in UTC (``9999-12-31T23:59-01:00``,
+    ``0001-01-01T00:00+01:00``) is refused: there is no such instant to compare with.
+    """
     if value is None:
         return None
+    if len(value) > MAX_DATE_TEXT or not value.isascii():
+        _bad_date(name)
     try:
-        when = datetime.fromisoformat(value)
+        parsed = datetime.fromisoformat(value)
     except ValueError:
-        abort(400, f"{name} must be a date and time like 2026-01-31T14:00")
-    return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+        _bad_date(name)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        abort(400, f"{name} must fall between 0001-01-01 and 9999-12-31 in UTC")
+
+
+def _bad_date(name: str) -> NoReturn:
+    abort(400, f"{name} must be a date and time like 2026-01-31T14:00")
+
+
+def job_id(value: str) -> uuid.UUID | None:
+    """``value`` as a job id, or None when it is not one (see :data:`JOB_ID`)."""
+    return uuid.UUID(value) if JOB_ID.fullmatch(value) else None
 
 
 def page_size(value: str | None) -> int:
     """The ``size`` parameter: one of :data:`PAGE_SIZES`, the default if absent; 400 else."""
     if not value:
         return DEFAULT_PAGE_SIZE
-    if not value.isdigit() or int(value) not in PAGE_SIZES:
+    if WHOLE_NUMBER.fullmatch(value) is None or int(value) not in PAGE_SIZES:
         abort(400, f"size must be one of {', '.join(map(str, PAGE_SIZES))}")
     return int(value)
 
 
 def checked_cursor(value: str | None) -> str | None:
-    """The ``cursor`` parameter as sent (the store checks it belongs to its list), None if
-    absent, or 400 if far too long."""
+    """The ``cursor`` parameter in the form the store makes them (the store then checks it
+    belongs to its list), None if absent; 400 otherwise."""
     cursor = value or None
-    if cursor is not None and len(cursor) > 100:
+    if cursor is not None and CURSOR.fullmatch(cursor) is None:
         abort(400, "bad cursor")
     return cursor

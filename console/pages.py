@@ -115,7 +115,9 @@ def _newest(
 def jobs_new() -> str:
     """The banner of the job list: how many matching jobs arrived since the page was drawn."""
     wanted = filters.parse(request.args)
-    newest = job_id_or_404(request.args.get("newest", ""))
+    newest = filters.job_id(request.args.get("newest", ""))
+    if newest is None:
+        abort(400, "newest must be a job id")
     s = state()
     with s.connection() as conn:
         n = queries.newer_than(conn, wanted.query, newest, NEW_CAP)
@@ -182,7 +184,7 @@ def _flow_live(flow: flows.JobFlow | None) -> bool:
 
 def batches() -> str:
     """Batches, newest first: progress, counts and metrics; live while one shown is running."""
-    wanted = _one_of("state", flows.BATCH_STATES)
+    wanted = filters.one_of("state", request.args.get("state"), flows.BATCH_STATES)
     size = filters.page_size(request.args.get("size"))
     cursor = filters.checked_cursor(request.args.get("cursor"))
     s = state()
@@ -209,7 +211,7 @@ def batches() -> str:
 def batch_detail(batch_id: str) -> str:
     """One batch: progress, metrics, follow-ups, and its children (keyset pages, by status)."""
     key = job_id_or_404(batch_id)
-    wanted = _one_of("status", tuple(JobStatus.__members__))
+    wanted = filters.one_of("status", request.args.get("status"), tuple(JobStatus.__members__))
     size = filters.page_size(request.args.get("size"))
     cursor = filters.checked_cursor(request.args.get("cursor"))
     s = state()
@@ -240,16 +242,6 @@ def batch_detail(batch_id: str) -> str:
         sizes=filters.PAGE_SIZES,
         window=flows.CHILD_WINDOW,
     )
-
-
-def _one_of(name: str, choices: tuple[str, ...]) -> str | None:
-    """The query-string value ``name``, one of ``choices`` or absent; 400 otherwise."""
-    value = request.args.get(name, "").strip()
-    if not value:
-        return None
-    if value not in choices:
-        abort(400, f"{name} must be one of {', '.join(choices)}")
-    return value
 
 
 def _page_args(size: int, **values: str | None) -> dict[str, str]:
@@ -344,8 +336,8 @@ def page_url(endpoint: str, args: dict[str, str], **changes: Any) -> str:
 
 
 def job_id_or_404(text: str) -> uuid.UUID:
-    """``text`` as a job id, or 404 (an id that is no UUID names no job)."""
-    try:
-        return uuid.UUID(text)
-    except ValueError:
+    """``text`` as a job id, or 404 (a path whose id is no job id names no job)."""
+    key = filters.job_id(text)
+    if key is None:
         abort(404)
+    return key

@@ -55,18 +55,6 @@ class ResetOutcome:
     action: str = "reset breaker"
 
 
-def _spelled(text: str) -> int | float | str:
-    """Form text as the number it spells, or the text itself: ``configure_resource`` then
-    names exactly what was typed in its error (``got 'abc'``, ``got 2.5``, ``got nan``)."""
-    text = text.strip()
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 def set_limit() -> Response | str:
     """POST …/resources/limit with ``name``, ``max_concurrent`` and ``retry_delay`` (seconds):
     create or change a resource's limit through ``ratchet.configure_resource``, and audit it.
@@ -76,8 +64,14 @@ def set_limit() -> Response | str:
     """
     name = request.form.get("name", "")
     # Any: whatever was typed goes to configure_resource, which checks it.
-    wanted_max: Any = _spelled(request.form.get("max_concurrent", ""))
-    wanted_delay: Any = _spelled(request.form.get("retry_delay", ""))
+    wanted_max: Any = filters.spelled_number(
+        "max_concurrent", request.form.get("max_concurrent", "")
+    )
+    wanted_delay: Any = filters.spelled_number("retry_delay", request.form.get("retry_delay", ""))
+    if isinstance(wanted_max, int) and wanted_max > filters.INT_MAX:
+        # Its column is an INTEGER: PostgreSQL would refuse the row, SQLite store a number
+        # no other reader expects.
+        abort(400, f"max_concurrent must be at most {filters.INT_MAX}")
     s = state()
     with s.connection() as conn:
         before = s.store.get_resource_limit(conn, name)

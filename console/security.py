@@ -39,6 +39,19 @@ CONTENT_SECURITY_POLICY = (
 )
 
 
+def is_console_path() -> bool:
+    """Whether the request's path lies under the console's prefix, routed or not.
+
+    Slashes are merged first: the app's URL map redirects ``//ratchet//jobs`` to the route it
+    names, which would tell a stranger the route exists.
+    """
+    prefix = current_app.extensions["ratchet"].config.console_url_prefix
+    if prefix is None:
+        return False
+    path = re.sub("/{2,}", "/", request.path)
+    return path == prefix or path.startswith(prefix + "/")
+
+
 def authorize() -> None:
     """Refuse every request the host app's ``RATCHET_CONSOLE_AUTH`` grants no role, and every
     state change that is not an admin's POST with the CSRF token from this site."""
@@ -103,7 +116,11 @@ def _same_origin() -> bool:
     source = request.headers.get("Origin") or request.headers.get("Referer")
     if not source or source == "null":
         return False
-    parts = urlsplit(source)
+    try:
+        parts = urlsplit(source)
+    except ValueError:
+        # An unclosed IPv6 bracket ("http://[x"): no page of this site sends that.
+        return False
     origin = f"{parts.scheme}://{parts.netloc}".lower()
     allowed = current_app.extensions["ratchet"].config.console_origins
     if allowed:

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint
+from flask import Blueprint, request
 from werkzeug.exceptions import HTTPException
+from werkzeug.wrappers import Response
 
-from . import actions, errors, pages, present, resource_actions, resource_pages, security
+from . import actions, errors, filters, pages, present, resource_actions, resource_pages, security
 from .htmx import CHANGED_EVENT
 
 #: Reflected into the page head so htmx never injects a style element (the CSP forbids it) and
@@ -48,11 +49,44 @@ def _template_globals() -> dict[str, Any]:
     }
 
 
+def _guard() -> None:
+    """The checks every console request passes: the role, the CSRF token and origin of a state
+    change, then no NUL character in any parameter."""
+    security.authorize()
+    filters.refuse_nul_characters(request.args)
+    filters.refuse_nul_characters(request.form)
+
+
+def _guard_unrouted() -> None:
+    """The same wall for a URL under the console's prefix that matches no route, or no route
+    for its method.
+
+    Flask runs a blueprint's hooks only for URLs that matched one of its routes, so such a URL
+    would answer 404 or 405 to anyone, mapping the routes. App-wide ``before_request`` hooks
+    run for every request, before ``dispatch_request`` raises the routing error. Routed console
+    URLs keep the blueprint's own hook, which runs after every app-wide one: a host app that
+    names its user in a hook of its own, registered after ``init_app``, still has by then
+    (for an unknown URL it may not have yet: at worst a 403 where a 404 was due). The host
+    app's own routes under the prefix, if any, are its own business.
+    """
+    if request.url_rule is None and security.is_console_path():
+        _guard()
+
+
+def _headers(response: Response) -> Response:
+    """The console's headers on every response under its prefix: pages, refusals, routing
+    errors and server errors alike (Flask runs app-wide ``after_request`` hooks for each)."""
+    if request.blueprint == "ratchet_console" or security.is_console_path():
+        return security.secure_headers(response)
+    return response
+
+
 def register(bp: Blueprint) -> None:
     """Attach the views, guards and template helpers to ``bp``."""
-    bp.before_request(security.authorize)
+    bp.before_request(_guard)
+    bp.before_app_request(_guard_unrouted)
     bp.register_error_handler(HTTPException, errors.answer)
-    bp.after_request(security.secure_headers)
+    bp.after_app_request(_headers)
     bp.context_processor(_template_globals)
     for name in (
         "masked",

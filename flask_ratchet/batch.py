@@ -259,35 +259,43 @@ class StreamingBatchBuilder(BatchBuilder):
         parent = self._parent()
         follow_ups, links = self._follow_up_jobs(parent.job_id)
         items = iter(self._items)
+        params = (
+            payload.encode_value("params", options.params, config.max_payload_bytes)
+            if options.params
+            else None
+        )
+
+        def next_chunk() -> list[NewJob]:
+            return [
+                NewJob(
+                    job_id=uuid7(),
+                    task=task.name,
+                    payload=payload.encode_arguments(
+                        task.name, (item,), {}, config.max_payload_bytes
+                    ),
+                    params=params,
+                    options=options,
+                    job_type=JobType.BATCH_CHILD,
+                    batch_id=parent.job_id,
+                    follow_up=True,
+                )
+                for item in islice(items, self._chunk_size)
+            ]
+
+        # The first chunk is read and encoded before anything is written: a batch that fits in
+        # one chunk is refused whole, before its first statement.
+        first = next_chunk()
 
         def stream(conn: Connection) -> int:
+            jobs = first
             store.insert_jobs(conn, [parent, *follow_ups])
             store.insert_batch(conn, NewBatch(parent.job_id, self._name, 0, self._progress_task))
             store.insert_links(conn, links)
             total = 0
-            params: str | None = None  # encoded once, with the first chunk
-            while chunk := list(islice(items, self._chunk_size)):
-                if options.params and params is None:
-                    params = payload.encode_value(
-                        "params", options.params, config.max_payload_bytes
-                    )
-                jobs = [
-                    NewJob(
-                        job_id=uuid7(),
-                        task=task.name,
-                        payload=payload.encode_arguments(
-                            task.name, (item,), {}, config.max_payload_bytes
-                        ),
-                        params=params,
-                        options=options,
-                        job_type=JobType.BATCH_CHILD,
-                        batch_id=parent.job_id,
-                        follow_up=True,
-                    )
-                    for item in chunk
-                ]
+            while jobs:
                 store.insert_jobs(conn, jobs)
                 total += len(jobs)
+                jobs = next_chunk()
             store.set_batch_total(conn, parent.job_id, total)
             if not total:
                 store.settle(conn, parent.job_id, self._name)  # no children: ended already

@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any, Self
 from sqlalchemy.exc import DBAPIError
 
 from . import payload
+from .errors import InvalidOption
 from .flow import NOT_YET, Condition, JobType
 from .ids import uuid7
 from .job import BatchProgress
-from .options import KEY_MAX_LENGTH, JobOptions, validate_options, validate_text
+from .options import KEY_MAX_LENGTH, JobOptions, shown, validate_options, validate_text
 from .store.base import NewJob
 from .store.batches import NewBatch
 from .store.flow import Link
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
     from .extension import RatchetState
 
+#: The largest failure count a follow-up may wait for (stored as a float: exact up to here).
+MAX_COUNT = 1_000_000_000
 #: The task name a batch's parent job carries (it never runs).
 BATCH_TASK = "flask_ratchet:batch"
 
@@ -140,7 +143,7 @@ class BatchBuilder(OptionSetters):
         """Run ``fn(*args, **kwargs)`` once the batch ended with at least ``rate`` (0 to 1) of
         its children SUCCEEDED."""
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
-            raise ValueError(f"a success rate must be a number from 0 to 1, got {rate!r}")
+            raise InvalidOption(f"a success rate must be a number from 0 to 1, got {shown(rate)}")
         return self._follow_up(Condition.SUCCESS_RATE, float(rate), fn, args, kwargs)
 
     def when_failure_count(
@@ -148,8 +151,10 @@ class BatchBuilder(OptionSetters):
     ) -> Self:
         """Run ``fn(*args, **kwargs)`` once the batch ended with at least ``count`` children
         failed or canceled."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"a failure count must be a whole number >= 1, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+            raise InvalidOption(
+                f"a failure count must be a whole number from 1 to {MAX_COUNT}, got {shown(count)}"
+            )
         return self._follow_up(Condition.FAILURE_COUNT, float(count), fn, args, kwargs)
 
     def _follow_up(
@@ -240,7 +245,9 @@ class StreamingBatchBuilder(BatchBuilder):
     def with_chunk_size(self, size: int) -> Self:
         """Children inserted per statement (default 500)."""
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 10_000:
-            raise ValueError(f"a chunk size must be a whole number from 1 to 10000, got {size!r}")
+            raise InvalidOption(
+                f"a chunk size must be a whole number from 1 to 10000, got {shown(size)}"
+            )
         self._chunk_size = size
         return self
 

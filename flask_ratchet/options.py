@@ -79,7 +79,7 @@ def seconds(name: str, value: timedelta | float | int) -> float:
     if isinstance(secs, bool) or not isinstance(secs, int | float) or not 0 <= secs <= _MAX_SECONDS:
         raise InvalidOption(
             f"{name} must be a timedelta or a number of seconds from 0 to {_MAX_SECONDS:.0f} "
-            f"({MAX_DURATION.days} days), got {_shown(value)}"
+            f"({MAX_DURATION.days} days), got {shown(value)}"
         )
     return float(secs)
 
@@ -90,7 +90,7 @@ def due_time(name: str, when: Any) -> datetime:
     :raises InvalidOption: for anything else (a naive datetime, a time out of that range).
     """
     if not (isinstance(when, datetime) and when.utcoffset() is not None):
-        raise InvalidOption(f"{name} needs an aware datetime (e.g. tzinfo=UTC), got {_shown(when)}")
+        raise InvalidOption(f"{name} needs an aware datetime (e.g. tzinfo=UTC), got {shown(when)}")
     try:
         utc: datetime | None = when.astimezone(UTC)
     except OverflowError:  # an offset that takes it past an end of the calendar
@@ -98,7 +98,7 @@ def due_time(name: str, when: Any) -> datetime:
     if utc is None or not EARLIEST_DUE <= utc <= LATEST_DUE:
         raise InvalidOption(
             f"{name} must be from {EARLIEST_DUE:%Y-%m-%d} to {LATEST_DUE:%Y-%m-%d} (UTC), "
-            f"got {_shown(when)}"
+            f"got {shown(when)}"
         )
     return utc
 
@@ -118,7 +118,7 @@ def validate_options(**changes: Any) -> dict[str, Any]:
                 out[name] = Priority(value)
             except ValueError:
                 raise InvalidOption(
-                    f"priority must be a Priority (LOWEST..CRITICAL) or 0-4, got {_shown(value)}"
+                    f"priority must be a Priority (LOWEST..CRITICAL) or 0-4, got {shown(value)}"
                 ) from None
         elif name == "max_retries":
             if (
@@ -128,7 +128,7 @@ def validate_options(**changes: Any) -> dict[str, Any]:
             ):
                 raise InvalidOption(
                     f"max_retries must be a whole number from 0 to {MAX_RETRIES_LIMIT}, "
-                    f"got {_shown(value)}"
+                    f"got {shown(value)}"
                 )
             out[name] = value
         elif name == "backoff":
@@ -137,7 +137,7 @@ def validate_options(**changes: Any) -> dict[str, Any]:
             except ValueError:
                 raise InvalidOption(
                     "backoff must be a Backoff (NONE, FIXED, EXPONENTIAL, JITTER), "
-                    f"got {_shown(value)}"
+                    f"got {shown(value)}"
                 ) from None
         elif name in ("backoff_base", "timeout"):
             if value is None and name == "timeout":
@@ -145,17 +145,17 @@ def validate_options(**changes: Any) -> dict[str, Any]:
             else:
                 secs = seconds(name, value)
                 if name == "timeout" and secs <= 0:
-                    raise InvalidOption(f"timeout must be positive, got {_shown(value)}")
+                    raise InvalidOption(f"timeout must be positive, got {shown(value)}")
                 out[name] = secs
         elif name == "resource":
             out[name] = _short_text("resource", value, RESOURCE_MAX_LENGTH, optional=True)
         elif name == "tags":
             if isinstance(value, str) or not isinstance(value, Iterable):
-                raise InvalidOption(f"tags must be a list of strings, got {_shown(value)}")
+                raise InvalidOption(f"tags must be a list of strings, got {shown(value)}")
             out[name] = tuple(dict.fromkeys(_short_text("tag", t, TAG_MAX_LENGTH) for t in value))
         elif name == "params":
             if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                raise InvalidOption(f"params must be a dict with string keys, got {_shown(value)}")
+                raise InvalidOption(f"params must be a dict with string keys, got {shown(value)}")
             payload.encode_valid("params", value)  # refused when set, not when submitted
             out[name] = dict(value)
         else:
@@ -197,12 +197,16 @@ def _short_text(name: str, value: Any, limit: int, *, optional: bool = False) ->
     if not isinstance(value, str) or not value or len(value) > limit or not storable_text(value):
         raise InvalidOption(
             f"{name} must be a non-empty string of at most {limit} characters, without NUL "
-            f"characters or lone surrogates, got {_shown(value)}"
+            f"characters or lone surrogates, got {shown(value)}"
         )
     return value
 
 
-def _shown(value: Any) -> str:
-    """``repr(value)``, cut: a refused value may be huge."""
-    text = repr(value)
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short, for a refusal's message: a refused value may be huge (an
+    int of more than 4,300 digits has no ``repr`` at all)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"a {type(value).__name__} too long to show"
     return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 1]}…"

@@ -13,13 +13,12 @@ without a limit row has no limit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidOption
-from .options import MAX_DURATION, RESOURCE_MAX_LENGTH, validate_text
+from .options import MAX_DURATION, RESOURCE_MAX_LENGTH, shown, validate_text
 
 if TYPE_CHECKING:
     from .extension import RatchetState
@@ -53,19 +52,18 @@ def resource_limit(
     ):
         raise InvalidOption(
             f"max_concurrent of resource {name!r} must be a whole number >= 1, "
-            f"got {max_concurrent!r}"
+            f"got {shown(max_concurrent)}"
         )
     delay = retry_delay.total_seconds() if isinstance(retry_delay, timedelta) else retry_delay
     if (
         isinstance(delay, bool)
         or not isinstance(delay, int | float)
-        or not math.isfinite(delay)
         or not 0 < delay <= MAX_DURATION.total_seconds()
     ):
         # Zero is refused too: a job due again at once would be claimed and deferred in a loop.
         raise InvalidOption(
             f"retry_delay of resource {name!r} must be a positive number of seconds or a "
-            f"timedelta, at most {MAX_DURATION.days} days, got {retry_delay!r}"
+            f"timedelta, at most {MAX_DURATION.days} days, got {shown(retry_delay)}"
         )
     return ResourceLimit(name, max_concurrent, float(delay))
 

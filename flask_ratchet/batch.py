@@ -27,10 +27,11 @@ from typing import TYPE_CHECKING, Any, Self
 from sqlalchemy.exc import DBAPIError
 
 from . import payload
+from .errors import InvalidOption
 from .flow import NOT_YET, Condition, JobType
 from .ids import uuid7
 from .job import BatchProgress
-from .options import KEY_MAX_LENGTH, JobOptions, validate_options, validate_text
+from .options import KEY_MAX_LENGTH, JobOptions, shown, validate_options, validate_text
 from .store.base import NewJob
 from .store.batches import NewBatch
 from .store.flow import Link
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 
     from .extension import RatchetState
 
+#: The largest failure count a follow-up may wait for (stored as a float: exact up to here).
+MAX_COUNT = 1_000_000_000
 #: The task name a batch's parent job carries (it never runs).
 BATCH_TASK = "flask_ratchet:batch"
 
@@ -140,7 +143,7 @@ class BatchBuilder(OptionSetters):
         """Run ``fn(*args, **kwargs)`` once the batch ended with at least ``rate`` (0 to 1) of
         its children SUCCEEDED."""
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate <= 1:
-            raise ValueError(f"a success rate must be a number from 0 to 1, got {rate!r}")
+            raise InvalidOption(f"a success rate must be a number from 0 to 1, got {shown(rate)}")
         return self._follow_up(Condition.SUCCESS_RATE, float(rate), fn, args, kwargs)
 
     def when_failure_count(
@@ -148,8 +151,10 @@ class BatchBuilder(OptionSetters):
     ) -> Self:
         """Run ``fn(*args, **kwargs)`` once the batch ended with at least ``count`` children
         failed or canceled."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"a failure count must be a whole number >= 1, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_COUNT:
+            raise InvalidOption(
+                f"a failure count must be a whole number from 1 to {MAX_COUNT}, got {shown(count)}"
+            )
         return self._follow_up(Condition.FAILURE_COUNT, float(count), fn, args, kwargs)
 
     def _follow_up(
@@ -240,7 +245,9 @@ class StreamingBatchBuilder(BatchBuilder):
     def with_chunk_size(self, size: int) -> Self:
         """Children inserted per statement (default 500)."""
         if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 10_000:
-            raise ValueError(f"a chunk size must be a whole number from 1 to 10000, got {size!r}")
+            raise InvalidOption(
+                f"a chunk size must be a whole number from 1 to 10000, got {shown(size)}"
+            )
         self._chunk_size = size
         return self
 
@@ -259,35 +266,43 @@ class StreamingBatchBuilder(BatchBuilder):
         parent = self._parent()
         follow_ups, links = self._follow_up_jobs(parent.job_id)
         items = iter(self._items)
+        params = (
+            payload.encode_value("params", options.params, config.max_payload_bytes)
+            if options.params
+            else None
+        )
+
+        def next_chunk() -> list[NewJob]:
+            return [
+                NewJob(
+                    job_id=uuid7(),
+                    task=task.name,
+                    payload=payload.encode_arguments(
+                        task.name, (item,), {}, config.max_payload_bytes
+                    ),
+                    params=params,
+                    options=options,
+                    job_type=JobType.BATCH_CHILD,
+                    batch_id=parent.job_id,
+                    follow_up=True,
+                )
+                for item in islice(items, self._chunk_size)
+            ]
+
+        # The first chunk is read and encoded before anything is written: a batch that fits in
+        # one chunk is refused whole, before its first statement.
+        first = next_chunk()
 
         def stream(conn: Connection) -> int:
+            jobs = first
             store.insert_jobs(conn, [parent, *follow_ups])
             store.insert_batch(conn, NewBatch(parent.job_id, self._name, 0, self._progress_task))
             store.insert_links(conn, links)
             total = 0
-            params: str | None = None  # encoded once, with the first chunk
-            while chunk := list(islice(items, self._chunk_size)):
-                if options.params and params is None:
-                    params = payload.encode_value(
-                        "params", options.params, config.max_payload_bytes
-                    )
-                jobs = [
-                    NewJob(
-                        job_id=uuid7(),
-                        task=task.name,
-                        payload=payload.encode_arguments(
-                            task.name, (item,), {}, config.max_payload_bytes
-                        ),
-                        params=params,
-                        options=options,
-                        job_type=JobType.BATCH_CHILD,
-                        batch_id=parent.job_id,
-                        follow_up=True,
-                    )
-                    for item in chunk
-                ]
+            while jobs:
                 store.insert_jobs(conn, jobs)
                 total += len(jobs)
+                jobs = next_chunk()
             store.set_batch_total(conn, parent.job_id, total)
             if not total:
                 store.settle(conn, parent.job_id, self._name)  # no children: ended already

@@ -18,8 +18,16 @@ class TaskNotAllowed(RatchetError, LookupError):
     """The function is not a registered task and is not under ``RATCHET_ALLOWED_MODULES``."""
 
 
-class PayloadError(RatchetError, TypeError):
-    """Arguments, params or a result cannot be stored as JSON."""
+class PayloadError(RatchetError, TypeError, ValueError):
+    """Arguments, params or a result cannot be stored: not JSON, nested more than
+    :data:`~flask_ratchet.payload.MAX_DEPTH` levels deep, or holding text that is not valid
+    Unicode (a lone surrogate). A ``TypeError`` for callers that catch it as one, and a
+    ``ValueError`` like every other refused value."""
+
+
+class InvalidOption(RatchetError, ValueError):
+    """A value given to a submission (an option, key, name, tag, duration or due time) is not
+    allowed; the message names it and says what is. Raised before anything is written."""
 
 
 class PayloadTooLarge(RatchetError, ValueError):

@@ -29,7 +29,7 @@ from .errors import IllegalTransition, JobNotFound
 from .flow_facade import FlowFacade
 from .ids import job_id_of
 from .job import Job, JobHandle, Page
-from .options import Backoff, JobOptions, Priority, seconds, validate_options
+from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from .recurring import RecurringDefinition
 from .recurring_facade import RecurringFacade
 from .registry import TaskRegistry
@@ -342,18 +342,23 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
     def schedule(
         self, delay: timedelta | float, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
     ) -> JobBuilder:
-        """Start building a job due ``delay`` after now (the database's clock)."""
+        """Start building a job due ``delay`` after now (the database's clock).
+
+        :raises InvalidOption: unless ``delay`` is a ``timedelta`` or seconds from 0 to
+            ``options.MAX_DURATION`` (100 years).
+        """
         return make_builder(self.state, fn, args, kwargs, delay=seconds("delay", delay))
 
     def schedule_at(
         self, when: datetime, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
     ) -> JobBuilder:
-        """Start building a job due at ``when`` (an aware datetime)."""
-        if not isinstance(when, datetime) or when.tzinfo is None:
-            raise ValueError(
-                f"schedule_at() needs an aware datetime (e.g. tzinfo=UTC), got {when!r}"
-            )
-        return make_builder(self.state, fn, args, kwargs, run_at=when)
+        """Start building a job due at ``when`` (an aware datetime).
+
+        :raises InvalidOption: for a naive datetime, or one before ``options.EARLIEST_DUE``
+            (1970) or after ``options.LATEST_DUE`` (9999-01-01 UTC).
+        """
+        run_at = due_time("schedule_at()", when)
+        return make_builder(self.state, fn, args, kwargs, run_at=run_at)
 
     def enqueue_many(self, builders: Iterable[JobBuilder]) -> list[JobHandle]:
         """Submit many jobs in one transaction with multi-row inserts; all or nothing."""

@@ -6,15 +6,30 @@ for one job. The resolved options are what the store writes.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import IntEnum, StrEnum
 from typing import Any
+
+from . import payload
+from .errors import InvalidOption
 
 MAX_RETRIES_LIMIT = 1000
 KEY_MAX_LENGTH = 255
 TAG_MAX_LENGTH = 100
 RESOURCE_MAX_LENGTH = 100
+#: The longest delay, timeout, backoff base or resource retry delay (100 years of 365 days):
+#: far beyond any schedule, and ``now`` plus it is a time every database and Python can hold.
+MAX_DURATION = timedelta(days=36_500)
+_MAX_SECONDS = MAX_DURATION.total_seconds()
+#: The due times ``schedule_at`` accepts. A job due after the year 9998 could not be shown (its
+#: due time near the end of Python's calendar) and would pass for a dependent waiting at
+#: ``flow.NOT_YET``; one due before 1970 is a mistake, not a job due long ago.
+EARLIEST_DUE = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_DUE = datetime(9999, 1, 1, tzinfo=UTC)
+#: How much of a refused value a message shows.
+_SHOWN = 80
 
 
 class Priority(IntEnum):
@@ -55,24 +70,55 @@ class JobOptions:
 
 
 def seconds(name: str, value: timedelta | float | int) -> float:
-    """Return a duration in seconds, refusing anything that is not a positive duration."""
-    if isinstance(value, timedelta):
-        value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-        raise ValueError(f"{name} must be a timedelta or a number of seconds >= 0, got {value!r}")
-    return float(value)
+    """Return a duration in seconds: a ``timedelta`` or a number from 0 to
+    :data:`MAX_DURATION` (NaN, infinities and booleans are refused).
+
+    :raises InvalidOption: naming ``name`` and the allowed range.
+    """
+    secs = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(secs, bool) or not isinstance(secs, int | float) or not 0 <= secs <= _MAX_SECONDS:
+        raise InvalidOption(
+            f"{name} must be a timedelta or a number of seconds from 0 to {_MAX_SECONDS:.0f} "
+            f"({MAX_DURATION.days} days), got {shown(value)}"
+        )
+    return float(secs)
+
+
+def due_time(name: str, when: Any) -> datetime:
+    """Return an aware due time in UTC, from :data:`EARLIEST_DUE` to :data:`LATEST_DUE`.
+
+    :raises InvalidOption: for anything else (a naive datetime, a time out of that range).
+    """
+    if not (isinstance(when, datetime) and when.utcoffset() is not None):
+        raise InvalidOption(f"{name} needs an aware datetime (e.g. tzinfo=UTC), got {shown(when)}")
+    try:
+        utc: datetime | None = when.astimezone(UTC)
+    except OverflowError:  # an offset that takes it past an end of the calendar
+        utc = None
+    if utc is None or not EARLIEST_DUE <= utc <= LATEST_DUE:
+        raise InvalidOption(
+            f"{name} must be from {EARLIEST_DUE:%Y-%m-%d} to {LATEST_DUE:%Y-%m-%d} (UTC), "
+            f"got {shown(when)}"
+        )
+    return utc
 
 
 def validate_options(**changes: Any) -> dict[str, Any]:
-    """Validate option values given by a user; return them normalised."""
+    """Validate option values given by a user; return them normalised.
+
+    :raises InvalidOption: naming the option and what is allowed.
+    :raises PayloadError: for params that cannot be stored (see :mod:`flask_ratchet.payload`).
+    """
     out: dict[str, Any] = {}
     for name, value in changes.items():
         if name == "priority":
             try:
+                if isinstance(value, bool):  # True is 1 to IntEnum, never a priority here
+                    raise ValueError
                 out[name] = Priority(value)
             except ValueError:
-                raise ValueError(
-                    f"priority must be a Priority (LOWEST..CRITICAL) or 0-4, got {value!r}"
+                raise InvalidOption(
+                    f"priority must be a Priority (LOWEST..CRITICAL) or 0-4, got {shown(value)}"
                 ) from None
         elif name == "max_retries":
             if (
@@ -80,17 +126,18 @@ def validate_options(**changes: Any) -> dict[str, Any]:
                 or not isinstance(value, int)
                 or not 0 <= value <= MAX_RETRIES_LIMIT
             ):
-                raise ValueError(
+                raise InvalidOption(
                     f"max_retries must be a whole number from 0 to {MAX_RETRIES_LIMIT}, "
-                    f"got {value!r}"
+                    f"got {shown(value)}"
                 )
             out[name] = value
         elif name == "backoff":
             try:
                 out[name] = Backoff(value)
             except ValueError:
-                raise ValueError(
-                    f"backoff must be a Backoff (NONE, FIXED, EXPONENTIAL, JITTER), got {value!r}"
+                raise InvalidOption(
+                    "backoff must be a Backoff (NONE, FIXED, EXPONENTIAL, JITTER), "
+                    f"got {shown(value)}"
                 ) from None
         elif name in ("backoff_base", "timeout"):
             if value is None and name == "timeout":
@@ -98,15 +145,18 @@ def validate_options(**changes: Any) -> dict[str, Any]:
             else:
                 secs = seconds(name, value)
                 if name == "timeout" and secs <= 0:
-                    raise ValueError(f"timeout must be positive, got {value!r}")
+                    raise InvalidOption(f"timeout must be positive, got {shown(value)}")
                 out[name] = secs
         elif name == "resource":
             out[name] = _short_text("resource", value, RESOURCE_MAX_LENGTH, optional=True)
         elif name == "tags":
+            if isinstance(value, str) or not isinstance(value, Iterable):
+                raise InvalidOption(f"tags must be a list of strings, got {shown(value)}")
             out[name] = tuple(dict.fromkeys(_short_text("tag", t, TAG_MAX_LENGTH) for t in value))
         elif name == "params":
             if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
-                raise ValueError(f"params must be a dict with string keys, got {value!r}")
+                raise InvalidOption(f"params must be a dict with string keys, got {shown(value)}")
+            payload.encode_valid("params", value)  # refused when set, not when submitted
             out[name] = dict(value)
         else:
             raise TypeError(f"unknown job option {name!r}")
@@ -114,7 +164,11 @@ def validate_options(**changes: Any) -> dict[str, Any]:
 
 
 def validate_text(name: str, value: Any, limit: int) -> str:
-    """Validate a required name: a non-empty string of at most ``limit`` characters."""
+    """Validate a required name: a non-empty string of at most ``limit`` characters, that both
+    databases store as it is (see :func:`storable_text`).
+
+    :raises InvalidOption: naming ``name``.
+    """
     return _short_text(name, value, limit)  # type: ignore[return-value]
 
 
@@ -123,11 +177,36 @@ def validate_key(name: str, value: Any) -> str:
     return _short_text(name, value, KEY_MAX_LENGTH)  # type: ignore[return-value]
 
 
+def storable_text(value: str) -> bool:
+    """Whether both databases store ``value`` as it is: PostgreSQL refuses NUL characters
+    (SQLite would keep them), and a lone surrogate cannot be encoded as UTF-8."""
+    if "\x00" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _short_text(name: str, value: Any, limit: int, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
-    if not isinstance(value, str) or not value or len(value) > limit:
-        raise ValueError(
-            f"{name} must be a non-empty string of at most {limit} characters, got {value!r}"
+    if not isinstance(value, str) or not value or len(value) > limit or not storable_text(value):
+        raise InvalidOption(
+            f"{name} must be a non-empty string of at most {limit} characters, without NUL "
+            f"characters or lone surrogates, got {shown(value)}"
         )
     return value
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short, for a refusal's message: a refused value may be huge (an
+    int of more than 4,300 digits has no ``repr`` at all)."""
+    try:
+        text = repr(value)
+    except ValueError:
+        return f"a {type(value).__name__} too long to show"
+    return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 1]}…"

@@ -3,6 +3,11 @@
 Only JSON is ever stored or run: never pickle. Encoding happens once, at enqueue, so a bad argument
 is refused before anything is written. Tuples come back as lists and dict keys as strings, as JSON
 has it; encode dates, UUIDs and Decimals yourself (``d.isoformat()``, ``str(u)``).
+
+What both databases can store is refused alike: text must be valid Unicode (a lone surrogate such
+as ``"\\ud800"`` cannot be written as UTF-8), and lists and dicts may be nested at most
+:data:`MAX_DEPTH` levels deep inside one argument, param or result. A NUL character inside a
+string or key is fine: JSON writes it as the escape ``\\u0000``, which is plain text.
 """
 
 from __future__ import annotations
@@ -14,13 +19,62 @@ from typing import Any
 
 from .errors import PayloadError, PayloadTooLarge, UnreadableJob
 
+#: How deep lists and dicts may be nested inside one argument, param value or result.
+MAX_DEPTH = 64
+
+#: What every refusal of a value advises.
+JSON_ONLY = (
+    "Pass only JSON types (str, int, float, bool, None, list, dict) with valid Unicode text, "
+    f"nested at most {MAX_DEPTH} levels deep; encode dates with .isoformat(), UUIDs and "
+    "Decimals with str()"
+)
+_SURROGATE = "holds text that is not valid Unicode (a lone surrogate such as '\\ud800')"
+_CONTAINERS = (list, tuple, dict)
+
+
+def encode(value: Any, depth: int = MAX_DEPTH) -> tuple[str, int]:
+    """Encode ``value`` as compact JSON; return the text and its size in UTF-8 bytes.
+
+    :raises PayloadError: saying what is wrong (``"is not JSON: …"``, ``"is nested …"`` or
+        ``"holds text …"``), for a caller to prefix with what the value is.
+    """
+    try:
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except RecursionError:
+        raise PayloadError(_too_deep(depth)) from None
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"is not JSON: {exc}") from None
+    # Every level opens a bracket, so fewer brackets than levels allowed (the common case)
+    # needs no walk.
+    if text.count("[") + text.count("{") > depth and _deeper_than(value, depth):
+        raise PayloadError(_too_deep(depth))
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        raise PayloadError(_SURROGATE) from None
+    return text, size
+
 
 def dumps(value: Any) -> str:
-    """Encode ``value`` as compact JSON; raise :class:`PayloadError` if it is not JSON."""
-    try:
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise PayloadError(f"not JSON: {exc}") from None
+    """Encode ``value`` as compact JSON; raise :class:`PayloadError` if it cannot be stored."""
+    return encode(value)[0]
+
+
+def _too_deep(depth: int) -> str:
+    return f"is nested more than {depth} levels deep (lists and dicts inside each other)"
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether lists and dicts nest more than ``depth`` levels in ``value``, without recursion
+    (a value too deep for the encoder must not be too deep for its check)."""
+    stack = [(value, 1)] if isinstance(value, _CONTAINERS) else []
+    while stack:
+        node, level = stack.pop()
+        if level > depth:
+            return True
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((child, level + 1) for child in children if isinstance(child, _CONTAINERS))
+    return False
 
 
 def loads(text: str | None) -> Any:
@@ -105,26 +159,31 @@ def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], 
     :raises PayloadTooLarge: if the encoding exceeds ``limit`` bytes.
     """
     try:
-        text = dumps({"args": list(args), "kwargs": dict(kwargs)})
+        # Two levels for the envelope: the limit is each argument's own.
+        text, size = encode({"args": list(args), "kwargs": dict(kwargs)}, MAX_DEPTH + 2)
     except PayloadError:
         raise PayloadError(_first_bad_argument(task, args, kwargs)) from None
-    check_size(f"the arguments of {task}", text, limit)
+    _check_size(f"the arguments of {task}", size, limit)
     return text
 
 
 def encode_value(what: str, value: Any, limit: int) -> str:
-    """Encode params or a result; refuse non-JSON and oversized values."""
-    try:
-        text = dumps(value)
-    except PayloadError as exc:
-        raise PayloadError(f"{what} is {exc}; return or pass only JSON types") from None
-    check_size(what, text, limit)
+    """Encode params or a result; refuse what cannot be stored (see :func:`encode`) and
+    oversized values."""
+    text, size = encode_valid(what, value)
+    _check_size(what, size, limit)
     return text
 
 
-def check_size(what: str, text: str, limit: int) -> None:
-    """Raise :class:`PayloadTooLarge` if ``text`` is longer than ``limit`` bytes in UTF-8."""
-    size = len(text.encode())
+def encode_valid(what: str, value: Any) -> tuple[str, int]:
+    """:func:`encode`, with a refusal naming ``what`` (e.g. ``"the params of t"``)."""
+    try:
+        return encode(value)
+    except PayloadError as exc:
+        raise PayloadError(f"{what} {exc}. {JSON_ONLY}") from None
+
+
+def _check_size(what: str, size: int, limit: int) -> None:
     if size > limit:
         raise PayloadTooLarge(
             f"{what} encode to {size} bytes, over RATCHET_MAX_PAYLOAD_BYTES ({limit}); store large "
@@ -137,11 +196,12 @@ def _first_bad_argument(task: str, args: Sequence[Any], kwargs: Mapping[str, Any
     named += [(f"keyword argument {k!r}", v) for k, v in kwargs.items()]
     for label, value in named:
         try:
-            dumps(value)
+            encode(value)
         except PayloadError as exc:
-            return (
-                f"{label} of {task} is {type(value).__name__!r}, {exc}. Pass only JSON types "
-                "(str, int, float, bool, None, list, dict); encode dates with .isoformat(), "
-                "UUIDs and Decimals with str()"
-            )
+            return f"{label} of {task} ({type(value).__name__}) {exc}. {JSON_ONLY}"
+    for key in kwargs:
+        try:
+            encode(key)
+        except PayloadError as exc:
+            return f"the name of keyword argument {key!r} of {task} {exc}"
     return f"the arguments of {task} are not JSON"  # e.g. a non-string dict key in kwargs

@@ -17,7 +17,7 @@ from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
 from .errors import TaskNotAllowed
-from .options import JobOptions
+from .options import JobOptions, validate_text
 
 NAME_MAX_LENGTH = 255
 
@@ -95,16 +95,13 @@ class TaskRegistry:
         ``"external-api"``), a :class:`~flask_ratchet.breaker.BreakerSettings` or a dict of its
         fields; ``service`` lets tasks share one breaker.
 
-        :raises ValueError: for a bad name, service or breaker (naming the presets).
+        :raises InvalidOption: for a bad name or service (see ``options.validate_text``).
+        :raises ValueError: for a bad breaker (naming the presets).
         """
         check_importable(func)
-        name = name or default_name(func)
-        if not isinstance(name, str) or not name or len(name) > NAME_MAX_LENGTH:
-            raise ValueError(f"task name must be 1-{NAME_MAX_LENGTH} characters, got {name!r}")
-        if service is not None and (
-            not isinstance(service, str) or not service or len(service) > NAME_MAX_LENGTH
-        ):
-            raise ValueError(f"service must be 1-{NAME_MAX_LENGTH} characters, got {service!r}")
+        name = validate_text("task name", name or default_name(func), NAME_MAX_LENGTH)
+        if service is not None:
+            validate_text("service", service, NAME_MAX_LENGTH)
         breaker = None if circuit_breaker is None else breaker_settings(circuit_breaker)
         with self._lock:
             existing = self._by_name.get(name)
@@ -154,7 +151,7 @@ class TaskRegistry:
                 f"{name} cannot be found again by name in its module; enqueue a function "
                 "defined at the top level of its module"
             )
-        return Task(name, target, JobOptions())
+        return Task(validate_text("task name", name, NAME_MAX_LENGTH), target, JobOptions())
 
     def for_run(self, name: str, allowed: tuple[str, ...]) -> Task:
         """Return the task a stored job names, re-checking the allow-list.

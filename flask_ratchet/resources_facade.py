@@ -13,12 +13,12 @@ without a limit row has no limit.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from .options import RESOURCE_MAX_LENGTH, validate_text
+from .errors import InvalidOption
+from .options import MAX_DURATION, RESOURCE_MAX_LENGTH, shown, validate_text
 
 if TYPE_CHECKING:
     from .extension import RatchetState
@@ -42,7 +42,7 @@ def resource_limit(
 ) -> ResourceLimit:
     """Validate a limit given by a user (``retry_delay`` in seconds or a ``timedelta``).
 
-    :raises ValueError: naming the bad value.
+    :raises InvalidOption: naming the bad value.
     """
     validate_text("a resource name", name, RESOURCE_MAX_LENGTH)
     if (
@@ -50,21 +50,20 @@ def resource_limit(
         or not isinstance(max_concurrent, int)
         or max_concurrent < 1
     ):
-        raise ValueError(
+        raise InvalidOption(
             f"max_concurrent of resource {name!r} must be a whole number >= 1, "
-            f"got {max_concurrent!r}"
+            f"got {shown(max_concurrent)}"
         )
     delay = retry_delay.total_seconds() if isinstance(retry_delay, timedelta) else retry_delay
     if (
         isinstance(delay, bool)
         or not isinstance(delay, int | float)
-        or not math.isfinite(delay)
-        or delay <= 0
+        or not 0 < delay <= MAX_DURATION.total_seconds()
     ):
         # Zero is refused too: a job due again at once would be claimed and deferred in a loop.
-        raise ValueError(
+        raise InvalidOption(
             f"retry_delay of resource {name!r} must be a positive number of seconds or a "
-            f"timedelta, got {retry_delay!r}"
+            f"timedelta, at most {MAX_DURATION.days} days, got {shown(retry_delay)}"
         )
     return ResourceLimit(name, max_concurrent, float(delay))
 
@@ -93,8 +92,8 @@ class ResourcesFacade:
         Lowering a limit takes no permit back: jobs holding one finish, and new ones wait until
         the count is under the new limit.
 
-        :raises ValueError: for a bad name, ``max_concurrent < 1`` or a delay that is not
-            positive; nothing is written.
+        :raises InvalidOption: for a bad name, ``max_concurrent < 1`` or a delay that is not
+            positive or longer than ``options.MAX_DURATION``; nothing is written.
         """
         limit = resource_limit(name, max_concurrent, retry_delay)
         state = self.state

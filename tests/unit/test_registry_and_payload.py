@@ -147,3 +147,47 @@ def test_oversized_payload_is_refused_with_the_limit() -> None:
         payload.encode_arguments("t", ("x" * 200,), {}, 100)
     with pytest.raises(PayloadTooLarge):
         payload.encode_value("the result", "é" * 60, 100)  # counted in UTF-8 bytes
+
+
+def _nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for level in range(depth):
+        value = [value] if level % 2 else {"k": value}
+    return value
+
+
+def test_nesting_is_allowed_up_to_the_limit_in_each_argument_and_value() -> None:
+    deepest = _nested(payload.MAX_DEPTH)
+    text = payload.encode_arguments("t", (deepest,), {"k": deepest}, 10**6)
+    assert json.loads(text) == {"args": [deepest], "kwargs": {"k": deepest}}
+    assert json.loads(payload.encode_value("the result", deepest, 10**6)) == deepest
+
+
+@pytest.mark.parametrize("depth", [payload.MAX_DEPTH + 1, 100_000])
+def test_deeper_nesting_is_a_payload_error_not_a_recursion_error(depth: int) -> None:
+    with pytest.raises(PayloadError, match=f"argument 2 .* more than {payload.MAX_DEPTH} levels"):
+        payload.encode_arguments("t", (1, _nested(depth)), {}, 10**7)
+    with pytest.raises(PayloadError, match="the result is nested"):
+        payload.encode_value("the result", _nested(depth), 10**7)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "where"),
+    [
+        (("\ud800",), {}, "argument 1"),
+        ((1, {"ok": [{"\udfff": 1}]}), {}, "argument 2"),
+        ((), {"\ud800": 1}, "keyword argument"),
+    ],
+)
+def test_lone_surrogates_are_refused_naming_the_argument(
+    args: tuple[Any, ...], kwargs: dict[str, Any], where: str
+) -> None:
+    with pytest.raises(PayloadError, match=f"{where}.*not valid Unicode") as info:
+        payload.encode_arguments("t", args, kwargs, 1000)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, TypeError)
+
+
+def test_nul_inside_json_is_stored_as_its_plain_text_escape() -> None:
+    text = payload.encode_arguments("t", ("a\x00b",), {"k\x00": 1}, 1000)
+    assert "\x00" not in text
+    assert json.loads(text) == {"args": ["a\x00b"], "kwargs": {"k\x00": 1}}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
 from .errors import PayloadError, PayloadTooLarge, UnreadableJob
 
@@ -43,6 +44,9 @@ class Unreadable:
 
     def __str__(self) -> str:
         return self.text
+
+    def __format__(self, spec: str) -> str:
+        return format(self.text, spec)  # lines up in tables like the value it stands for
 
 
 def decode_stored(column: str, text: str | None, shape: type | None = None) -> Any:
@@ -87,6 +91,19 @@ def read_stored(column: str, text: str | None, shape: type | None = None) -> Any
         return decode_stored(column, text, shape)
     except UnreadableJob as exc:
         return Unreadable(str(text), str(exc))
+
+
+E = TypeVar("E", bound=Enum)
+
+
+def read_member(kind: type[E], column: str, value: Any) -> E | Unreadable:
+    """A stored enum column for readers: ``value`` as a member of ``kind``, or
+    :class:`Unreadable` holding the text if ratchet never writes it (a status, a priority…)."""
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        allowed = ", ".join(str(m.value) for m in kind)
+        return Unreadable(str(value), f"column {column!r} holds {value!r}, not one of {allowed}")
 
 
 def _json_type(value: Any) -> str:

@@ -17,7 +17,8 @@ from flask_ratchet import JobStatus
 from flask_ratchet.payload import Unreadable
 from flask_ratchet.schema import EARLIEST, LATEST, job, job_queue
 from tests.apps import add, db, ratchet
-from tests.integration.helpers import finish
+from tests.integration.helpers import finish, job_in
+from tests.integration.test_console import Console
 
 READ = {"X-Role": "read"}
 
@@ -143,3 +144,82 @@ def test_a_due_time_before_year_1_is_claimed_as_the_earliest(app: Flask, dialect
     (claimed,) = ratchet.claim_due(10, "node-a")
     assert (claimed.job_id, claimed.scheduled_time) == (job_id, EARLIEST)
     assert claimed.picked_at > datetime(2000, 1, 1, tzinfo=UTC)
+
+
+# -- statuses ratchet never writes -------------------------------------------------------------
+
+UNKNOWN = "<b>LOST"
+
+
+def with_unknown_status(where: str) -> uuid.UUID:
+    """A job whose status column (``where``) holds :data:`UNKNOWN`: a live job's hot row, an
+    ended job's cold row, or the status a paused job was paused from."""
+    if where == "terminal_status":
+        job_id = ended_job()
+        write(job, job_id, terminal_status=UNKNOWN)
+    elif where == "paused_from_status":
+        job_id = job_in(JobStatus.PAUSED)
+        write(job_queue, job_id, paused_from_status=UNKNOWN)
+    else:
+        job_id = ratchet.enqueue_now(add, 1, 2).id
+        write(job_queue, job_id, status=UNKNOWN)
+    return job_id
+
+
+STATUS_COLUMNS = [
+    ("status", "status"),
+    ("terminal_status", "status"),
+    ("paused_from_status", "paused_from"),
+]
+
+
+@pytest.mark.parametrize(("column", "field"), STATUS_COLUMNS)
+def test_an_unknown_status_is_read_as_its_raw_text(app: Flask, column: str, field: str) -> None:
+    job_id = with_unknown_status(column)
+    found = ratchet.get_job(job_id)
+    assert found is not None
+    value = getattr(found, field)
+    assert isinstance(value, Unreadable) and value.text == UNKNOWN
+    assert f"column {column!r}" in value.reason
+    assert [j.id for j in ratchet.find_jobs().items] == [job_id]
+    assert ratchet.claim_due(10, "node-a") == []  # the claim takes PENDING rows only
+    client = app.test_client()
+    for url in ("/ratchet/", "/ratchet/jobs", f"/ratchet/jobs/{job_id}"):
+        with app.app_context():
+            page = client.get(url, headers=READ)
+        assert page.status_code == 200, url
+        assert UNKNOWN not in page.text, url
+    listed = app.test_cli_runner().invoke(args=["ratchet", "jobs", "list"])
+    assert listed.exit_code == 0, listed.output
+    if field == "status":
+        assert escape(UNKNOWN) in page.text  # the job page
+        assert f"{job_id}  {UNKNOWN}" in listed.output
+    shown = app.test_cli_runner().invoke(args=["ratchet", "jobs", "show", str(job_id)])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)[field] == UNKNOWN
+
+
+@pytest.mark.parametrize("column", ["status", "terminal_status"])
+def test_no_action_moves_a_job_of_unknown_status(app: Flask, column: str) -> None:
+    job_id = with_unknown_status(column)
+    for action in ("retry", "pause", "resume", "cancel"):
+        assert getattr(ratchet, f"{action}_job")(job_id) is False, action
+    console = Console(app.test_client())
+    for action in ("retry", "pause", "resume", "cancel", "delete"):
+        answer = console.post(f"/ratchet/jobs/{job_id}/{action}")
+        assert answer.status_code == 200 and "was not" in answer.text, action
+    found = ratchet.get_job(job_id)
+    assert found is not None and isinstance(found.status, Unreadable)
+    assert found.status.text == UNKNOWN
+
+
+def test_a_batch_parent_of_unknown_status_is_listed(app: Flask) -> None:
+    batch_id = ratchet.enqueue_batch("nightly").add(add, 1, 2).submit().id
+    write(job_queue, batch_id, status=UNKNOWN)
+    (child,) = [j.id for j in ratchet.find_jobs().items if j.id != batch_id]
+    client = app.test_client()
+    for url in ("/ratchet/batches", f"/ratchet/batches/{batch_id}", f"/ratchet/jobs/{child}"):
+        with app.app_context():
+            page = client.get(url, headers=READ)
+        assert page.status_code == 200, url
+        assert escape(UNKNOWN) in page.text and UNKNOWN not in page.text, url

@@ -8,7 +8,7 @@ has it; encode dates, UUIDs and Decimals yourself (``d.isoformat()``, ``str(u)``
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -91,6 +91,25 @@ def read_stored(column: str, text: str | None, shape: type | None = None) -> Any
         return decode_stored(column, text, shape)
     except UnreadableJob as exc:
         return Unreadable(str(text), str(exc))
+
+
+T = TypeVar("T")
+
+
+def read_with(decode: Callable[[str], T], text: str) -> T | Unreadable:
+    """A stored value for readers: ``decode(text)``, or :class:`Unreadable` holding the text if
+    ``decode`` refuses it (raises :class:`~flask_ratchet.errors.UnreadableJob`)."""
+    try:
+        return decode(text)
+    except UnreadableJob as exc:
+        return Unreadable(str(text), str(exc))
+
+
+def read_call(text: str) -> tuple[list[Any] | Unreadable, dict[str, Any] | Unreadable]:
+    """:func:`decode_call` for readers: ``(args, kwargs)``, or the :class:`Unreadable` ``payload``
+    column as both."""
+    call = read_with(decode_call, text)
+    return (call, call) if isinstance(call, Unreadable) else call
 
 
 E = TypeVar("E", bound=Enum)

@@ -25,11 +25,10 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from .. import events, payload
-from ..errors import DuplicateBusinessKey, UnreadableJob
+from ..errors import DuplicateBusinessKey
 from ..flow import JobType
 from ..job import Job, Page
 from ..options import Backoff, Priority
-from ..payload import Unreadable
 from ..schema import business_key, execution, job, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
@@ -638,12 +637,7 @@ def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
     """A snapshot of a job's rows. Stored JSON is read defensively: a column that is not what
     ratchet writes comes back as :class:`~flask_ratchet.payload.Unreadable`, never an error."""
     live = row.status is not None
-    args: list[Any] | Unreadable
-    kwargs: dict[str, Any] | Unreadable
-    try:
-        args, kwargs = payload.decode_call(row.payload)
-    except UnreadableJob as exc:
-        args = kwargs = Unreadable(str(row.payload), str(exc))
+    args, kwargs = payload.read_call(row.payload)
     return Job(
         id=row.job_id,
         task=row.task,

@@ -17,7 +17,7 @@ from flask_ratchet import JobStatus
 from flask_ratchet.options import JobOptions
 from flask_ratchet.payload import Unreadable
 from flask_ratchet.recurring import RecurringStatus, encode_options
-from flask_ratchet.schema import EARLIEST, LATEST, job, job_queue, recurring
+from flask_ratchet.schema import EARLIEST, LATEST, batch, job, job_queue, recurring
 from tests.apps import add, db, ratchet
 from tests.integration.helpers import finish, job_in
 from tests.integration.test_console import Console
@@ -326,3 +326,24 @@ def test_a_master_of_unknown_status_is_never_fired_and_registers_anew(app: Flask
     assert ratchet.run_recurring_now(bad.id) is None
     ratchet.schedule_recurring(MONTHLY, "UTC", add, 3, 4).with_business_key("bad").submit()
     assert master(bad.id).status == RecurringStatus.ACTIVE
+
+
+# -- numbers no finished work adds up to -------------------------------------------------------
+
+
+def test_a_batch_of_endless_metrics_is_shown_as_stored(app: Flask, dialect: str) -> None:
+    batch_id = ratchet.enqueue_batch("nightly").add(add, 1, 2).submit().id
+    # SQLite reads a stored NaN as NULL: infinity is what both databases keep.
+    run = float("nan") if dialect == "postgresql" else float("inf")
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.update(batch)
+            .where(batch.c.batch_id == batch_id)
+            .values(child_run_ms=run, child_wait_ms=float("-inf"))
+        )
+    client = app.test_client()
+    for url in ("/ratchet/batches", f"/ratchet/batches/{batch_id}"):
+        with app.app_context():
+            page = client.get(url, headers=READ)
+        assert page.status_code == 200, url
+    assert f"{run / 1000} s" in page.text and "-inf s" in page.text

@@ -347,7 +347,7 @@ def recurring_one(action: str) -> Response | str:
         recurring_id,
         changed,
         child=child,
-        status=None if found is None else found.status.value,
+        status=None if found is None else str(found.status),
     )
     return notice_or_page(
         "ratchet/_recurring_notice.html",

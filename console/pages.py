@@ -145,7 +145,7 @@ def job_detail(job_id: str) -> str:
             ("resume", Action.RESUME),
             ("cancel", Action.CANCEL),
         )
-        if allowed(action, job.status)
+        if isinstance(job.status, JobStatus) and allowed(action, job.status)
     ]
     if job.is_terminal:
         actions.append("delete")

@@ -8,6 +8,7 @@ Jinja's autoescape escapes everything these return.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -139,6 +140,8 @@ def duration(seconds: float | None) -> str:
     """``0.42 s``, ``3 m 05 s``, ``2 h 10 m``, ``4 d 3 h``; an em dash for None."""
     if seconds is None:
         return NONE
+    if not math.isfinite(seconds):
+        return f"{seconds} s"  # a stored sum or duration of NaN or infinity, shown as it is
     if seconds < 60:
         return f"{seconds:.2f} s" if seconds < 10 else f"{seconds:.0f} s"
     minutes, secs = divmod(int(seconds), 60)

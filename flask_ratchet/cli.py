@@ -107,9 +107,19 @@ def jobs_list(status: str | None, task: str | None, tag: str | None, limit: int)
         status=status.upper() if status else None, task=task, tag=tag, limit=limit
     )
     for job in page.items:
-        click.echo(f"{job.id}  {job.status:<9}  {job.attempts}/{job.max_retries + 1}  {job.task}")
+        click.echo(
+            f"{job.id}  {job.status:<9}  {job.attempts}/{_tries(job.max_retries)}  {job.task}"
+        )
     if page.next_cursor:
         click.echo(f"(more: newest older than {page.next_cursor})")
+
+
+def _tries(max_retries: object) -> str:
+    """How many attempts a job may make; SQLite keeps any text a hand wrote in an integer
+    column, which is printed as it is."""
+    if isinstance(max_retries, int):
+        return str(max_retries + 1)
+    return f"{max_retries}+1"
 
 
 @jobs_cli.command("show")

@@ -434,7 +434,7 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
             old = state.store.get_job(conn, key)
             if old is None:
                 raise JobNotFound(f"no job has id {key}")
-            if not allowed(Action.CANCEL, old.status):
+            if not isinstance(old.status, JobStatus) or not allowed(Action.CANCEL, old.status):
                 raise IllegalTransition(
                     f"job {key} is {old.status}: only PENDING, PAUSED or RUNNING jobs "
                     "can be replaced"

@@ -29,15 +29,16 @@ class Job:
     Stored values are read defensively. A JSON column that does not hold what ratchet writes
     there (a row written by hand, or damaged) is an :class:`~flask_ratchet.payload.Unreadable`
     holding the raw text and the reason, instead of raising: ``args`` and ``kwargs`` (both the
-    same one, for the ``payload`` column), ``params`` and ``result``; so is a ``priority`` or
-    ``backoff`` that is not one of its enum's values. A stored time outside
+    same one, for the ``payload`` column), ``params`` and ``result``; so is a ``status``,
+    ``paused_from``, ``priority`` or ``backoff`` that is not one of its enum's values (compare
+    ``status`` with a :class:`JobStatus`: an unreadable one equals none). A stored time outside
     what Python can hold (before year 1, after 9999, ``infinity``) reads as
     :data:`~flask_ratchet.schema.EARLIEST` or :data:`~flask_ratchet.schema.LATEST`.
     """
 
     id: uuid.UUID
     task: str
-    status: JobStatus
+    status: JobStatus | Unreadable
     priority: Priority | Unreadable
     args: list[Any] | Unreadable
     kwargs: dict[str, Any] | Unreadable
@@ -56,7 +57,7 @@ class Job:
     scheduled_at: datetime
     picked_by: str | None
     picked_at: datetime | None
-    paused_from: JobStatus | None
+    paused_from: JobStatus | Unreadable | None
     finished_at: datetime | None
     error: str | None
     result: Any

@@ -13,9 +13,10 @@ string or key is fine: JSON writes it as the escape ``\\u0000``, which is plain 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, TypeVar
 
 from .errors import PayloadError, PayloadTooLarge, UnreadableJob
 
@@ -98,6 +99,9 @@ class Unreadable:
     def __str__(self) -> str:
         return self.text
 
+    def __format__(self, spec: str) -> str:
+        return format(self.text, spec)  # lines up in tables like the value it stands for
+
 
 def decode_stored(column: str, text: str | None, shape: type | None = None) -> Any:
     """Decode a stored JSON column, refusing anything ratchet would not have written there.
@@ -141,6 +145,38 @@ def read_stored(column: str, text: str | None, shape: type | None = None) -> Any
         return decode_stored(column, text, shape)
     except UnreadableJob as exc:
         return Unreadable(str(text), str(exc))
+
+
+T = TypeVar("T")
+
+
+def read_with(decode: Callable[[str], T], text: str) -> T | Unreadable:
+    """A stored value for readers: ``decode(text)``, or :class:`Unreadable` holding the text if
+    ``decode`` refuses it (raises :class:`~flask_ratchet.errors.UnreadableJob`)."""
+    try:
+        return decode(text)
+    except UnreadableJob as exc:
+        return Unreadable(str(text), str(exc))
+
+
+def read_call(text: str) -> tuple[list[Any] | Unreadable, dict[str, Any] | Unreadable]:
+    """:func:`decode_call` for readers: ``(args, kwargs)``, or the :class:`Unreadable` ``payload``
+    column as both."""
+    call = read_with(decode_call, text)
+    return (call, call) if isinstance(call, Unreadable) else call
+
+
+E = TypeVar("E", bound=Enum)
+
+
+def read_member(kind: type[E], column: str, value: Any) -> E | Unreadable:
+    """A stored enum column for readers: ``value`` as a member of ``kind``, or
+    :class:`Unreadable` holding the text if ratchet never writes it (a status, a priority…)."""
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        allowed = ", ".join(str(m.value) for m in kind)
+        return Unreadable(str(value), f"column {column!r} holds {value!r}, not one of {allowed}")
 
 
 def _json_type(value: Any) -> str:

@@ -19,13 +19,15 @@ import json
 import re
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, ClassVar
 
 from .cron import next_fire
-from .options import Backoff, JobOptions, Priority
+from .errors import UnreadableJob
+from .options import JobOptions, validate_options
+from .payload import Unreadable, decode_stored
 
 #: Catch-up counts above this are refused: a policy, not a backlog generator.
 CATCH_UP_MAX = 1000
@@ -138,38 +140,59 @@ def encode_options(options: JobOptions) -> str:
 
 
 def decode_options(text: str) -> JobOptions:
-    """The inverse of :func:`encode_options`."""
-    raw = json.loads(text)
-    return JobOptions(
-        priority=Priority(raw["priority"]),
-        max_retries=raw["max_retries"],
-        backoff=Backoff(raw["backoff"]),
-        backoff_base=raw["backoff_base"],
-        timeout=raw["timeout"],
-        resource=raw["resource"],
-        tags=tuple(raw["tags"]),
-        params=raw["params"],
-    )
+    """The inverse of :func:`encode_options`, checking each value as a user's is checked: a
+    master's row may have been written by hand.
+
+    :raises UnreadableJob: naming the ``options`` column, for anything ratchet does not write.
+    """
+    raw = decode_stored("options", text, dict)
+    try:
+        return JobOptions(**validate_options(**{name: raw[name] for name in _OPTION_NAMES}))
+    except KeyError as exc:
+        raise UnreadableJob(f"column 'options' has no {exc} option") from None
+    except (ValueError, TypeError) as exc:
+        raise UnreadableJob(f"column 'options' holds options ratchet never writes: {exc}") from None
+
+
+_OPTION_NAMES = tuple(f.name for f in fields(JobOptions))
+
+
+def decode_misfire(text: str) -> Misfire:
+    """A master's stored misfire policy.
+
+    :raises UnreadableJob: naming the ``misfire`` column, for anything ``str(Misfire)`` does
+        not write.
+    """
+    try:
+        return Misfire.parse(text)
+    except (ValueError, TypeError) as exc:
+        raise UnreadableJob(f"column 'misfire' holds {text!r}: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
 class RecurringJob:
-    """A read-only snapshot of one master, as :meth:`Ratchet.list_recurring` returns it."""
+    """A read-only snapshot of one master, as :meth:`Ratchet.list_recurring` returns it.
+
+    Stored values are read defensively, as in :class:`~flask_ratchet.job.Job`: a ``status``,
+    ``misfire``, ``options`` or ``payload`` column (``args`` and ``kwargs``) that does not hold
+    what ratchet writes is an :class:`~flask_ratchet.payload.Unreadable` with the raw text.
+    """
 
     id: str
     name: str
     task: str
+    #: As stored: a row written by hand may hold an expression or zone that cannot be evaluated.
     cron: str
     zone: str
-    status: RecurringStatus
+    status: RecurringStatus | Unreadable
     #: The next occurrence (UTC); ``None`` when paused, canceled, or the schedule has ended.
     next_fire: datetime | None
     #: The fire time of the newest child.
     last_fire: datetime | None
-    misfire: Misfire
-    options: JobOptions
-    args: list[Any]
-    kwargs: dict[str, Any]
+    misfire: Misfire | Unreadable
+    options: JobOptions | Unreadable
+    args: list[Any] | Unreadable
+    kwargs: dict[str, Any] | Unreadable
     created_at: datetime
     updated_at: datetime
 

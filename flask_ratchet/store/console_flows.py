@@ -27,6 +27,7 @@ from sqlalchemy.sql import Select
 
 from ..flow import JobType, waits_for_parent
 from ..job import BatchProgress
+from ..payload import Unreadable
 from ..schema import batch, job, job_queue, workflow_condition
 from ..states import JobStatus
 from .batches import progress_of
@@ -61,7 +62,7 @@ class BatchRow:
     """A batch as the console shows it: its counts and metrics, and its parent job's status."""
 
     progress: BatchProgress
-    status: JobStatus
+    status: JobStatus | Unreadable
 
     @property
     def id(self) -> uuid.UUID:
@@ -109,7 +110,7 @@ class FlowNode:
 
     id: uuid.UUID
     task: str
-    status: JobStatus
+    status: JobStatus | Unreadable
     #: PENDING (or PAUSED) and due at NOT_YET: its parent has not ended yet.
     waiting: bool
     waits_on: WaitsOn | None

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
 from ..options import Priority
+from ..payload import Unreadable, read_member
 from ..schema import job, job_queue
 from ..states import LIVE, JobStatus
 from .sql import narrowed, tags_of
@@ -59,7 +60,7 @@ class JobRow:
 
     id: uuid.UUID
     task: str
-    status: JobStatus
+    status: JobStatus | Unreadable
     priority: int
     attempts: int
     max_retries: int
@@ -147,12 +148,12 @@ def where_status(stmt: Select[Any], status: JobStatus) -> Select[Any]:
     return stmt.where(job.c.terminal_status == const(status), job_queue.c.job_id.is_(None))
 
 
-def live_or_cold(live: str | None, ended: str | None) -> JobStatus:
-    """A job's status: its hot row's while it is live, else its cold row's."""
-    found = live if live is not None else ended
-    if found is None:
-        raise ValueError("a job with neither a hot row nor a terminal status")
-    return JobStatus(found)
+def live_or_cold(live: str | None, ended: str | None) -> JobStatus | Unreadable:
+    """A job's status: its hot row's while it is live, else its cold row's; the stored text as
+    :class:`~flask_ratchet.payload.Unreadable` if it is not one of the six."""
+    if live is not None:
+        return read_member(JobStatus, "status", live)
+    return read_member(JobStatus, "terminal_status", ended)
 
 
 def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Select[Any]:

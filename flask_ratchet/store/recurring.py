@@ -25,13 +25,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from .. import payload
-from ..cron import next_fire
+from ..cron import CronError, next_fire, zone_info
 from ..ids import uuid7
+from ..options import JobOptions
+from ..payload import Unreadable
 from ..recurring import (
     Misfire,
     RecurringDefinition,
     RecurringJob,
     RecurringStatus,
+    decode_misfire,
     decode_options,
     plan_fires,
 )
@@ -115,7 +118,9 @@ class RecurringStore:
             sa.select(recurring).where(recurring.c.recurring_id == d.id).with_for_update()
         ).one()
         changes: dict[str, Any]
-        if row.status == RecurringStatus.CANCELED:
+        # A status ratchet never writes (a row written by hand) is replaced like CANCELED: no
+        # operation could ever move it, and the id would be lost for good.
+        if row.status not in _LIVE:
             changes = {"status": RecurringStatus.ACTIVE, "created_at": now, "last_fire": None}
             changes |= {"next_fire": _first_after(d.cron, d.zone, now, row.last_fire)} | values
         else:
@@ -157,18 +162,23 @@ class RecurringStore:
         ).all()
         fired: list[Fired] = []
         for row in due:
+            readable = _fireable(self._to_job(row))
+            if isinstance(readable, str):
+                self._set_aside(conn, row, now, readable)
+                continue
+            misfire, options = readable
             try:
                 fires, upcoming = plan_fires(
                     row.cron,
                     row.zone,
                     row.next_fire,
                     now,
-                    Misfire.parse(row.misfire),
+                    misfire,
                     threshold,
                     after=row.last_fire,
                 )
             except (ValueError, OverflowError) as exc:
-                self._set_aside(conn, row, now, exc)
+                self._set_aside(conn, row, now, _schedule_damage(row, exc))
                 continue
             advanced = conn.execute(
                 sa.update(recurring)
@@ -185,7 +195,7 @@ class RecurringStore:
             )
             if advanced.rowcount != 1:
                 continue  # another firer advanced it first: its children exist
-            child = _child(row, None)  # options decoded once, however many fire times
+            child = _child(row, options)
             children = [replace(child, job_id=uuid7(), fire_time=t) for t in fires]
             if children and not self._insert_children(conn, row.recurring_id, children):
                 continue
@@ -217,21 +227,19 @@ class RecurringStore:
             return False
         return True
 
-    def _set_aside(self, conn: Connection, row: Row[Any], now: datetime, exc: Exception) -> None:
-        """Pause a master whose schedule cannot be evaluated, so that it leaves the due set.
+    def _set_aside(self, conn: Connection, row: Row[Any], now: datetime, why: str) -> None:
+        """Pause a master that cannot be fired (``why`` names the column), so that it leaves
+        the due set; the other masters of the pass fire as usual.
 
         Left due, it would be picked up by every pass of every worker (and on SQLite each pass
         takes the write lock) only to fail again. Pausing keeps its definition: fix it by
         registering it again, then resume it.
         """
         log.error(
-            "recurring job %s cannot be evaluated (cron %r, zone %r, misfire %r: %s); paused it. "
+            "recurring job %s cannot be evaluated (%s); paused it. "
             "Register a valid definition and resume it",
             row.recurring_id,
-            row.cron,
-            row.zone,
-            row.misfire,
-            exc,
+            why,
         )
         conn.execute(
             sa.update(recurring)
@@ -266,26 +274,29 @@ class RecurringStore:
         return paused.rowcount == 1 or self._status(conn, recurring_id) == RecurringStatus.PAUSED
 
     def resume(self, conn: Connection, recurring_id: str) -> bool:
-        """PAUSED → ACTIVE, next due at the first occurrence after now (no catch-up)."""
+        """PAUSED → ACTIVE, next due at the first occurrence after now (no catch-up).
+
+        A master that could not be fired (a column ratchet never writes) is not resumed.
+        """
         row = conn.execute(
-            sa.select(recurring.c.cron, recurring.c.zone, recurring.c.last_fire)
+            sa.select(recurring)
             .where(
                 recurring.c.recurring_id == recurring_id,
                 recurring.c.status == RecurringStatus.PAUSED,
             )
             .with_for_update()
         ).first()
-        if row is None:
+        if row is None or isinstance(_fireable(self._to_job(row)), str):
             return False
         now = self.jobs.now(conn)
+        try:
+            upcoming = _first_after(row.cron, row.zone, now, row.last_fire)
+        except (ValueError, OverflowError):
+            return False
         conn.execute(
             sa.update(recurring)
             .where(recurring.c.recurring_id == recurring_id)
-            .values(
-                status=RecurringStatus.ACTIVE,
-                next_fire=_first_after(row.cron, row.zone, now, row.last_fire),
-                updated_at=now,
-            )
+            .values(status=RecurringStatus.ACTIVE, next_fire=upcoming, updated_at=now)
         )
         return True
 
@@ -300,7 +311,8 @@ class RecurringStore:
 
     def run_now(self, conn: Connection, recurring_id: str) -> uuid.UUID | None:
         """Create one extra child of an ACTIVE or PAUSED master, due now, outside its schedule
-        (its ``fire_time`` is empty). ``None`` if there is no such master."""
+        (its ``fire_time`` is empty). ``None`` if there is no such master, or if it cannot be
+        fired (a column ratchet never writes)."""
         row = conn.execute(
             sa.select(recurring).where(
                 recurring.c.recurring_id == recurring_id, recurring.c.status.in_(_LIVE)
@@ -308,7 +320,10 @@ class RecurringStore:
         ).first()
         if row is None:
             return None
-        (inserted,) = self.jobs.insert_jobs(conn, [_child(row, None)])
+        readable = _fireable(self._to_job(row))
+        if isinstance(readable, str):
+            return None
+        (inserted,) = self.jobs.insert_jobs(conn, [_child(row, readable[1])])
         return inserted.job_id
 
     # -- reads ---------------------------------------------------------------------------------
@@ -337,20 +352,22 @@ class RecurringStore:
 
     @staticmethod
     def _to_job(row: Row[Any]) -> RecurringJob:
-        decoded = payload.loads(row.payload)
+        """A snapshot of a master's row; a column that is not what ratchet writes there is read
+        as :class:`~flask_ratchet.payload.Unreadable`, never an error."""
+        args, kwargs = payload.read_call(row.payload)
         return RecurringJob(
             id=row.recurring_id,
             name=row.name,
             task=row.task,
             cron=row.cron,
             zone=row.zone,
-            status=RecurringStatus(row.status),
+            status=payload.read_member(RecurringStatus, "status", row.status),
             next_fire=row.next_fire,
             last_fire=row.last_fire,
-            misfire=Misfire.parse(row.misfire),
-            options=decode_options(row.options),
-            args=decoded["args"],
-            kwargs=decoded["kwargs"],
+            misfire=payload.read_with(decode_misfire, row.misfire),
+            options=payload.read_with(decode_options, row.options),
+            args=args,
+            kwargs=kwargs,
             created_at=row.created_at,
             updated_at=row.updated_at,
         )
@@ -373,9 +390,9 @@ def _first_after(
     return next_fire(cron, zone, now if last_fire is None else max(now, last_fire))
 
 
-def _child(row: Row[Any], fire_time: datetime | None) -> NewJob:
-    """The child job of master ``row`` for ``fire_time``: due now, with the master's options."""
-    options = decode_options(row.options)
+def _child(row: Row[Any], options: JobOptions) -> NewJob:
+    """A child job of master ``row`` (its ``options`` decoded), due now, outside its schedule;
+    the firing gives each its fire time."""
     return NewJob(
         job_id=uuid7(),
         task=row.task,
@@ -383,5 +400,26 @@ def _child(row: Row[Any], fire_time: datetime | None) -> NewJob:
         params=payload.dumps(options.params) if options.params else None,
         options=options,
         recurring_id=row.recurring_id,
-        fire_time=fire_time,
+        fire_time=None,
     )
+
+
+def _fireable(master: RecurringJob) -> tuple[Misfire, JobOptions] | str:
+    """What firing a master needs beyond its schedule (its misfire policy and its children's
+    options), or why it cannot be fired as stored, naming the column."""
+    if isinstance(master.args, Unreadable):
+        return master.args.reason
+    if isinstance(master.misfire, Unreadable):
+        return master.misfire.reason
+    if isinstance(master.options, Unreadable):
+        return master.options.reason
+    return master.misfire, master.options
+
+
+def _schedule_damage(row: Row[Any], exc: Exception) -> str:
+    """Why a master's schedule cannot be evaluated, naming the column that holds the cause."""
+    try:
+        zone_info(row.zone)
+    except CronError:
+        return f"column 'zone' holds {row.zone!r}: {exc}"
+    return f"column 'cron' holds {row.cron!r} (in zone {row.zone!r}): {exc}"

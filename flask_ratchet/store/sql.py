@@ -25,11 +25,10 @@ from sqlalchemy.sql import Select
 from sqlalchemy.sql.elements import ColumnElement
 
 from .. import events, payload
-from ..errors import DuplicateBusinessKey, UnreadableJob
+from ..errors import DuplicateBusinessKey
 from ..flow import JobType
 from ..job import Job, Page
 from ..options import Backoff, Priority
-from ..payload import Unreadable
 from ..schema import business_key, execution, job, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
@@ -634,39 +633,26 @@ def _parse_cursor(cursor: str) -> uuid.UUID:
         raise ValueError(f"cursor {cursor!r} is not one find_jobs() returned") from None
 
 
-E = TypeVar("E", Priority, Backoff)
-
-
-def _member(kind: type[E], column: str, value: Any) -> E | Unreadable:
-    """``value`` as a member of ``kind``, or :class:`Unreadable` if ratchet never writes it."""
-    try:
-        return kind(value)
-    except (ValueError, TypeError):
-        allowed = ", ".join(str(m.value) for m in kind)
-        return Unreadable(str(value), f"column {column!r} holds {value!r}, not one of {allowed}")
-
-
 def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
     """A snapshot of a job's rows. Stored JSON is read defensively: a column that is not what
     ratchet writes comes back as :class:`~flask_ratchet.payload.Unreadable`, never an error."""
     live = row.status is not None
-    args: list[Any] | Unreadable
-    kwargs: dict[str, Any] | Unreadable
-    try:
-        args, kwargs = payload.decode_call(row.payload)
-    except UnreadableJob as exc:
-        args = kwargs = Unreadable(str(row.payload), str(exc))
+    args, kwargs = payload.read_call(row.payload)
     return Job(
         id=row.job_id,
         task=row.task,
-        status=JobStatus(row.status if live else row.terminal_status),
-        priority=_member(Priority, "priority", row.priority),
+        status=payload.read_member(
+            JobStatus,
+            "status" if live else "terminal_status",
+            row.status if live else row.terminal_status,
+        ),
+        priority=payload.read_member(Priority, "priority", row.priority),
         args=args,
         kwargs=kwargs,
         params=payload.read_stored("params", row.params, dict) or {},
         attempts=row.live_attempts if live else row.attempts,
         max_retries=row.max_retries,
-        backoff=_member(Backoff, "backoff", row.backoff),
+        backoff=payload.read_member(Backoff, "backoff", row.backoff),
         backoff_base=row.backoff_base,
         timeout=row.timeout,
         resource=row.resource_name,
@@ -677,7 +663,11 @@ def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
         scheduled_at=row.scheduled_time if live else row.first_due_at,
         picked_by=row.picked_by,
         picked_at=row.picked_at,
-        paused_from=JobStatus(row.paused_from_status) if row.paused_from_status else None,
+        paused_from=(
+            payload.read_member(JobStatus, "paused_from_status", row.paused_from_status)
+            if row.paused_from_status
+            else None
+        ),
         finished_at=row.finished_at,
         error=row.last_error if live else row.terminal_error,
         result=payload.read_stored("result", row.result),

@@ -1,16 +1,19 @@
 """Rows a worker cannot run, written straight into the tables beside good jobs in one claim: the
-worker survives, the good jobs succeed, each poison job fails for good naming its column."""
+worker survives, the good jobs succeed, each poison job fails for good naming its column; a
+recurring master it cannot fire is set aside while the others fire."""
 
 from __future__ import annotations
 
+import signal
 import uuid
 
 import sqlalchemy as sa
 from flask import Flask
 
-from flask_ratchet import JobStatus
-from flask_ratchet.schema import job
-from tests.acceptance.conftest import Workers
+from flask_ratchet import JobStatus, RecurringStatus
+from flask_ratchet.schema import job, recurring
+from tests.acceptance.conftest import Workers, wait_until
+from tests.acceptance.test_recurring import EVERY_SECOND, PATIENT
 from tests.apps import db, ratchet, record_run
 
 #: (column of ratchet_job, what it holds): each unreadable in turn.
@@ -51,3 +54,42 @@ def test_poison_rows_fail_alone_and_the_worker_goes_on(app: Flask, workers: Work
         assert found.error.startswith(f"UnreadableJob: column {column!r} "), found.error
         assert found.attempts == 1  # for good: the same row would fail the same way again
     assert ratchet.queue_health()["counts"]["RUNNING"] == 0
+
+
+def succeeded_children(recurring_id: str) -> int:
+    with db.engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.select(sa.func.count()).where(
+                    job.c.recurring_id == recurring_id,
+                    job.c.terminal_status == JobStatus.SUCCEEDED,
+                )
+            ).scalar_one()
+        )
+
+
+def test_a_damaged_recurring_master_is_set_aside_and_the_others_fire(
+    app: Flask, workers: Workers, dialect: str
+) -> None:
+    good, bad = (
+        ratchet.schedule_recurring(EVERY_SECOND, "UTC", record_run, n)
+        .with_business_key(name)
+        .submit()
+        for n, name in ((1, "good"), (2, "bad"))
+    )
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.update(recurring)
+            .where(recurring.c.recurring_id == bad.id)
+            .values(options="<b>not json")
+        )
+    proc = workers.start("--concurrency", "2", **(PATIENT if dialect == "sqlite" else {}))
+    wait_until(lambda: succeeded_children(good.id) >= 3, what="three children of the good master")
+    assert proc.poll() is None, workers.output(proc)
+    set_aside = ratchet.get_recurring(bad.id)
+    assert set_aside is not None and set_aside.status == RecurringStatus.PAUSED
+    assert {j.recurring_id for j in ratchet.find_jobs().items} == {good.id}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 0, workers.output(proc)
+    logged = workers.output(proc)
+    assert logged.count("recurring job bad cannot be evaluated (column 'options'") == 1, logged

@@ -14,10 +14,21 @@ from flask import Flask
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
+from flask_ratchet.options import JobOptions
 from flask_ratchet.payload import Unreadable
-from flask_ratchet.schema import EARLIEST, LATEST, job, job_queue
+from flask_ratchet.recurring import RecurringStatus, encode_options
+from flask_ratchet.schema import EARLIEST, LATEST, batch, job, job_queue, recurring
 from tests.apps import add, db, ratchet
-from tests.integration.helpers import finish
+from tests.integration.helpers import finish, job_in
+from tests.integration.test_console import Console
+from tests.integration.test_recurring import (
+    MONTHLY,
+    children,
+    firer,
+    master,
+    set_next_fire,
+    two_masters,
+)
 
 READ = {"X-Role": "read"}
 
@@ -143,3 +154,196 @@ def test_a_due_time_before_year_1_is_claimed_as_the_earliest(app: Flask, dialect
     (claimed,) = ratchet.claim_due(10, "node-a")
     assert (claimed.job_id, claimed.scheduled_time) == (job_id, EARLIEST)
     assert claimed.picked_at > datetime(2000, 1, 1, tzinfo=UTC)
+
+
+# -- statuses ratchet never writes -------------------------------------------------------------
+
+UNKNOWN = "<b>LOST"
+
+
+def with_unknown_status(where: str) -> uuid.UUID:
+    """A job whose status column (``where``) holds :data:`UNKNOWN`: a live job's hot row, an
+    ended job's cold row, or the status a paused job was paused from."""
+    if where == "terminal_status":
+        job_id = ended_job()
+        write(job, job_id, terminal_status=UNKNOWN)
+    elif where == "paused_from_status":
+        job_id = job_in(JobStatus.PAUSED)
+        write(job_queue, job_id, paused_from_status=UNKNOWN)
+    else:
+        job_id = ratchet.enqueue_now(add, 1, 2).id
+        write(job_queue, job_id, status=UNKNOWN)
+    return job_id
+
+
+STATUS_COLUMNS = [
+    ("status", "status"),
+    ("terminal_status", "status"),
+    ("paused_from_status", "paused_from"),
+]
+
+
+@pytest.mark.parametrize(("column", "field"), STATUS_COLUMNS)
+def test_an_unknown_status_is_read_as_its_raw_text(app: Flask, column: str, field: str) -> None:
+    job_id = with_unknown_status(column)
+    found = ratchet.get_job(job_id)
+    assert found is not None
+    value = getattr(found, field)
+    assert isinstance(value, Unreadable) and value.text == UNKNOWN
+    assert f"column {column!r}" in value.reason
+    assert [j.id for j in ratchet.find_jobs().items] == [job_id]
+    assert ratchet.claim_due(10, "node-a") == []  # the claim takes PENDING rows only
+    client = app.test_client()
+    for url in ("/ratchet/", "/ratchet/jobs", f"/ratchet/jobs/{job_id}"):
+        with app.app_context():
+            page = client.get(url, headers=READ)
+        assert page.status_code == 200, url
+        assert UNKNOWN not in page.text, url
+    listed = app.test_cli_runner().invoke(args=["ratchet", "jobs", "list"])
+    assert listed.exit_code == 0, listed.output
+    if field == "status":
+        assert escape(UNKNOWN) in page.text  # the job page
+        assert f"{job_id}  {UNKNOWN}" in listed.output
+    shown = app.test_cli_runner().invoke(args=["ratchet", "jobs", "show", str(job_id)])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)[field] == UNKNOWN
+
+
+@pytest.mark.parametrize("column", ["status", "terminal_status"])
+def test_no_action_moves_a_job_of_unknown_status(app: Flask, column: str) -> None:
+    job_id = with_unknown_status(column)
+    for action in ("retry", "pause", "resume", "cancel"):
+        assert getattr(ratchet, f"{action}_job")(job_id) is False, action
+    console = Console(app.test_client())
+    for action in ("retry", "pause", "resume", "cancel", "delete"):
+        answer = console.post(f"/ratchet/jobs/{job_id}/{action}")
+        assert answer.status_code == 200 and "was not" in answer.text, action
+    found = ratchet.get_job(job_id)
+    assert found is not None and isinstance(found.status, Unreadable)
+    assert found.status.text == UNKNOWN
+
+
+def test_a_batch_parent_of_unknown_status_is_listed(app: Flask) -> None:
+    batch_id = ratchet.enqueue_batch("nightly").add(add, 1, 2).submit().id
+    write(job_queue, batch_id, status=UNKNOWN)
+    (child,) = [j.id for j in ratchet.find_jobs().items if j.id != batch_id]
+    client = app.test_client()
+    for url in ("/ratchet/batches", f"/ratchet/batches/{batch_id}", f"/ratchet/jobs/{child}"):
+        with app.app_context():
+            page = client.get(url, headers=READ)
+        assert page.status_code == 200, url
+        assert escape(UNKNOWN) in page.text and UNKNOWN not in page.text, url
+
+
+# -- recurring masters -------------------------------------------------------------------------
+
+#: (column of ratchet_recurring, what it holds): each damaged in turn.
+MASTER_POISON = [
+    ("options", "<b>not json"),
+    ("options", '{"priority": 2}'),
+    ("options", json.dumps(json.loads(encode_options(JobOptions())) | {"priority": 99})),
+    ("payload", "<b>not json"),
+    ("payload", "[]"),
+    ("misfire", "<b>SOMETIMES"),
+    ("cron", "<b>every day"),
+    ("zone", "<b>Mars/Olympus"),
+]
+
+
+def damage(recurring_id: str, column: str, text: str) -> None:
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.update(recurring)
+            .where(recurring.c.recurring_id == recurring_id)
+            .values({column: text})
+        )
+
+
+#: What the readers could not read before (a cron or zone that cannot be evaluated always read).
+UNREADABLE_MASTER = [(c, t) for c, t in MASTER_POISON if c not in ("cron", "zone")]
+
+
+@pytest.mark.parametrize(("column", "text"), [*UNREADABLE_MASTER, ("status", UNKNOWN)])
+def test_readers_show_a_damaged_master_as_stored(app: Flask, column: str, text: str) -> None:
+    _, bad, _ = two_masters()
+    damage(bad.id, column, text)
+    found = ratchet.get_recurring(bad.id)
+    assert found is not None
+    shown = getattr(found, "args" if column == "payload" else column)
+    assert str(shown) == text
+    if isinstance(shown, Unreadable):
+        assert f"column {column!r}" in shown.reason
+    assert bad.id in [m.id for m in ratchet.list_recurring(include_canceled=True)]
+    client = app.test_client()
+    for url in ("/ratchet/recurring?canceled=1", f"/ratchet/recurring/cancel?id={bad.id}"):
+        with app.app_context():
+            page = client.get(url, headers=READ)
+        assert page.status_code == 200, url
+        assert text not in page.text, url
+        if column in ("status", "misfire") and "cancel" not in url:
+            assert escape(text) in page.text, url
+    listed = app.test_cli_runner().invoke(args=["ratchet", "recurring", "list", "--all"])
+    assert listed.exit_code == 0, listed.output
+    assert bad.id in listed.output
+
+
+@pytest.mark.parametrize(("column", "text"), MASTER_POISON)
+def test_the_firing_sets_a_damaged_master_aside_and_fires_the_others(
+    app: Flask, caplog: pytest.LogCaptureFixture, column: str, text: str
+) -> None:
+    good, bad, due = two_masters()
+    for m in (good, bad):
+        set_next_fire(m.id, due)
+    damage(bad.id, column, text)
+    assert [f.recurring_id for f in firer().fire_pass().fired] == [good.id]
+    assert children(bad.id) == []
+    set_aside = ratchet.get_recurring(bad.id)
+    assert set_aside is not None
+    assert (set_aside.status, set_aside.next_fire) == (RecurringStatus.PAUSED, None)
+    (logged,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert f"recurring job {bad.id} cannot be evaluated (column {column!r}" in logged
+    # Not resumed as it is: it would be set aside again. Run now needs no schedule, only
+    # the arguments and options of its child.
+    refused = ("resume",) if column in ("cron", "zone") else ("resume", "run")
+    assert ratchet.resume_recurring(bad.id) is False
+    if "run" in refused:
+        assert ratchet.run_recurring_now(bad.id) is None
+    console = Console(app.test_client())
+    for action in refused:
+        answer = console.post(f"/ratchet/recurring/{action}", {"id": bad.id})
+        assert answer.status_code == 200 and "was not" in answer.text, action
+    assert children(bad.id) == []
+
+
+def test_a_master_of_unknown_status_is_never_fired_and_registers_anew(app: Flask) -> None:
+    good, bad, due = two_masters()
+    for m in (good, bad):
+        set_next_fire(m.id, due)
+    damage(bad.id, "status", UNKNOWN)
+    assert [f.recurring_id for f in firer().fire_pass().fired] == [good.id]
+    for change in (ratchet.pause_recurring, ratchet.resume_recurring, ratchet.cancel_recurring):
+        assert change(bad.id) is False, change
+    assert ratchet.run_recurring_now(bad.id) is None
+    ratchet.schedule_recurring(MONTHLY, "UTC", add, 3, 4).with_business_key("bad").submit()
+    assert master(bad.id).status == RecurringStatus.ACTIVE
+
+
+# -- numbers no finished work adds up to -------------------------------------------------------
+
+
+def test_a_batch_of_endless_metrics_is_shown_as_stored(app: Flask, dialect: str) -> None:
+    batch_id = ratchet.enqueue_batch("nightly").add(add, 1, 2).submit().id
+    # SQLite reads a stored NaN as NULL: infinity is what both databases keep.
+    run = float("nan") if dialect == "postgresql" else float("inf")
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.update(batch)
+            .where(batch.c.batch_id == batch_id)
+            .values(child_run_ms=run, child_wait_ms=float("-inf"))
+        )
+    client = app.test_client()
+    for url in ("/ratchet/batches", f"/ratchet/batches/{batch_id}"):
+        with app.app_context():
+            page = client.get(url, headers=READ)
+        assert page.status_code == 200, url
+    assert f"{run / 1000} s" in page.text and "-inf s" in page.text

@@ -18,23 +18,20 @@ from flask_ratchet.redact import MASK as MASK
 from flask_ratchet.redact import masked as masked
 from flask_ratchet.redact import mentions_secret as mentions_secret
 from flask_ratchet.redact import secret_key as secret_key
-from flask_ratchet.redact import text_masked
+from flask_ratchet.redact import stored_text_masked
 from flask_ratchet.store.console_flows import WaitsOn
 from flask_ratchet.store.console_queries import Count
 from flask_ratchet.store.console_reports import Minute
 from flask_ratchet.store.console_resources import WAITING_CAP, Waiting
 
 # The masking rules (MASK, masked, mentions_secret, secret_key, imported above) live in the
-# library, which shows stored values outside the console too; the console uses them from here.
+# library, which shows stored values outside the console too.
+
+#: Stored free text (an error, a traceback, a log line) with its secrets masked.
+masked_text = stored_text_masked
 
 #: What an absent value shows.
 NONE = "\N{EM DASH}"
-
-
-def masked_text(value: object) -> str:
-    """Stored free text (an error, a traceback, a log line) with its secrets masked. A stored
-    value that is not text (a row written by hand) is shown as its ``str``."""
-    return text_masked(value if isinstance(value, str) else str(value))
 
 
 def pretty_json(value: Any) -> str:

@@ -142,6 +142,12 @@ def text_masked(text: str) -> str:
     return _SECRET_VALUES.sub(_value_masked, url_passwords_masked(text))
 
 
+def stored_text_masked(value: object) -> str:
+    """A stored error, traceback or log line as a reader shows it: :func:`text_masked`. A
+    value that is not text (a row written by hand) is shown as its ``str``."""
+    return text_masked(value if isinstance(value, str) else str(value))
+
+
 def open_url_password_masked(head: str) -> str:
     """``head``, the start of a longer text cut just after it, with a URL password that the cut
     left without its ``@`` masked: ``… postgresql://app:hun`` would show part of a secret that

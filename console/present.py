@@ -1,5 +1,5 @@
-"""How values look on the page: masked JSON, durations, times, counts, the throughput chart,
-batch bars, flow conditions, waiting counts and failure rates.
+"""How values look on the page: masked JSON and text, durations, times, counts, the throughput
+chart, batch bars, flow conditions, waiting counts and failure rates.
 
 Pure functions, registered as Jinja filters by :mod:`.views`. Nothing here marks text as safe:
 Jinja's autoescape escapes everything these return.
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -17,89 +16,25 @@ from zoneinfo import ZoneInfo
 
 from flask_ratchet.job import BatchProgress, Job
 from flask_ratchet.payload import Unreadable
+from flask_ratchet.redact import MASK as MASK
+from flask_ratchet.redact import masked as masked
+from flask_ratchet.redact import mentions_secret as mentions_secret
+from flask_ratchet.redact import secret_key as secret_key
+from flask_ratchet.redact import stored_text_masked
 from flask_ratchet.retry import sanitize
 from flask_ratchet.store.console_flows import WaitsOn
 from flask_ratchet.store.console_queries import Count
 from flask_ratchet.store.console_reports import Minute
 from flask_ratchet.store.console_resources import WAITING_CAP, Waiting
 
-MASK = "••••••"
+# The masking rules (MASK, masked, mentions_secret, secret_key, imported above) live in the
+# library, which shows stored values outside the console too.
+
+#: Stored free text (an error, a traceback, a log line) with its secrets masked.
+masked_text = stored_text_masked
+
 #: What an absent value shows.
 NONE = "\N{EM DASH}"
-#: Words that make a key secret when they stand as a whole segment of it (``client_secret``,
-#: ``accessToken``, ``x-auth-token``), but not inside another word (``author``, ``passenger``).
-SECRET_WORDS = frozenset(
-    {
-        "password",
-        "passwd",
-        "passphrase",
-        "pwd",
-        "secret",
-        "secrets",
-        "token",
-        "tokens",
-        "apikey",
-        "key",
-        "keys",
-        "auth",
-        "authorization",
-        "credential",
-        "credentials",
-        "cookie",
-        "cookies",
-        "session",
-        "signature",
-        "cvv",
-        "pin",
-        "ssn",
-    }
-)
-#: A last segment that says the key holds a fact about a secret, not the secret itself
-#: (``token_count``, ``session_ttl``).
-NOT_SECRET_LAST = frozenset(
-    {"count", "counts", "length", "len", "size", "limit", "max", "min", "type", "kind", "ttl"}
-)
-#: ``user:password@`` in a URL (``postgresql://app:hunter2@db/prod``): the password part.
-URL_CREDENTIALS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@")
-_SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
-
-
-def segments(text: str) -> list[str]:
-    """The lower-case words of a key: split on ``_``, ``-``, ``.``, spaces and camelCase."""
-    return [m.group().lower() for m in _SEGMENT.finditer(text)]
-
-
-def secret_key(key: object) -> bool:
-    """Whether values under ``key`` are masked: a whole segment is a secret word, and the key
-    does not end in a word that makes it a count or size of one (``token_count``)."""
-    parts = segments(str(key))
-    if not parts or parts[-1] in NOT_SECRET_LAST:
-        return False
-    return any(p in SECRET_WORDS for p in parts)
-
-
-def mentions_secret(text: str) -> bool:
-    """Whether search text names a secret-looking key anywhere (a stricter test than
-    :func:`secret_key`: no exception for counts), or spans a key and its value (``word":"``).
-
-    Argument search runs over the stored JSON, where masked values are in clear text: a term
-    that reaches into them would confirm a secret one character at a time.
-    """
-    if '":' in text:
-        return True
-    return any(p in SECRET_WORDS for p in segments(text))
-
-
-def masked(value: Any) -> Any:
-    """``value`` with every value under a secret-looking key replaced, at any depth, and the
-    password of every ``scheme://user:password@host`` inside a string."""
-    if isinstance(value, dict):
-        return {k: (MASK if secret_key(k) else masked(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(v) for v in value]
-    if isinstance(value, str):
-        return URL_CREDENTIALS.sub(lambda m: f"{m.group(1)}{MASK}@", value)
-    return value
 
 
 def pretty_json(value: Any) -> str:

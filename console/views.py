@@ -90,6 +90,7 @@ def register(bp: Blueprint) -> None:
     bp.context_processor(_template_globals)
     for name in (
         "masked",
+        "masked_text",
         "pretty_json",
         "arguments",
         "duration",

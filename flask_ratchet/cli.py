@@ -17,7 +17,11 @@ from flask.cli import AppGroup
 
 from . import migrate
 from .cron import CronError, next_fire_times, zone_info
+from .ids import job_id_of
+from .payload import Unreadable
+from .redact import masked, stored_text_masked
 from .states import JobStatus
+from .store.console_reports import job_logs
 
 ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
 
@@ -124,13 +128,53 @@ def _tries(max_retries: object) -> str:
 
 @jobs_cli.command("show")
 @click.argument("job_id")
-def jobs_show(job_id: str) -> None:
+@click.option(
+    "--reveal-secrets",
+    is_flag=True,
+    help="Print arguments, params, result and error in clear (default: masked as the console "
+    "masks them, so that secrets stay out of terminal scrollback and CI logs).",
+)
+def jobs_show(job_id: str, reveal_secrets: bool) -> None:
     """Show one job as JSON."""
     job = _ratchet().get_job(job_id)
     if job is None:
         raise click.ClickException(f"no job has id {job_id}")
     fields = {name: getattr(job, name) for name in job.__dataclass_fields__}
+    if not reveal_secrets:
+        fields = _secrets_masked(fields)
     click.echo(json.dumps(fields, indent=2, default=str))
+
+
+def _secrets_masked(fields: dict[str, Any]) -> dict[str, Any]:
+    """A job's fields with the values under secret-looking keys and URL passwords masked in
+    what the job was given and gave back, and secrets masked in its error."""
+    shown = dict(fields)
+    for name in ("args", "kwargs", "params", "result"):
+        value = shown[name]
+        # The raw text of a column that cannot be decoded may hold secrets all the same.
+        shown[name] = (
+            stored_text_masked(value.text) if isinstance(value, Unreadable) else masked(value)
+        )
+    if shown["error"] is not None:
+        shown["error"] = stored_text_masked(shown["error"])
+    return shown
+
+
+@jobs_cli.command("logs")
+@click.argument("job_id")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=500, show_default=True)
+def jobs_logs(job_id: str, limit: int) -> None:
+    """Show a job's log lines, oldest first, with URL passwords and secret values masked."""
+    try:
+        key = job_id_of(job_id)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    state = current_app.extensions["ratchet"]
+    with state.connection() as conn:
+        lines = job_logs(conn, key, limit)
+    for line in lines:
+        message = stored_text_masked(line.message)
+        click.echo(f"{line.logged_at:%Y-%m-%d %H:%M:%S} #{line.attempt} {line.level:<7} {message}")
 
 
 @jobs_cli.command("retry")

@@ -18,9 +18,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-#: Log lines kept per attempt, and the longest line, so one chatty job cannot flood the table.
+from .retry import sanitize
+
+#: What one attempt's log may store, so one chatty job cannot flood the table or the job's
+#: page: at most this many lines, of at most this many characters each, and at most this many
+#: bytes of text (UTF-8) in all. Lines past either limit are dropped and counted, and a last line
+#: says how many (it fits in the byte budget too).
 MAX_LOG_LINES = 1000
-MAX_LOG_LINE = 4000
+MAX_LOG_LINE = 2000
+MAX_LOG_BYTES = 64 * 1024
+#: The part of :data:`MAX_LOG_BYTES` kept for the line saying what was dropped.
+_DROPPED_NOTE_ROOM = 200
 #: How often a job's progress or cancel check may reach the database.
 CHECK_INTERVAL = 1.0
 
@@ -63,6 +71,7 @@ class JobContext:
     _stopped: bool = field(default=False, repr=False)
     _lines: list[LogLine] = field(default_factory=list, repr=False)
     _dropped: int = field(default=0, repr=False)
+    _log_bytes: int = field(default=0, repr=False)
     _last_check: float = field(default=0.0, repr=False)
     _last_progress: float = field(default=0.0, repr=False)
     _previous: Any = field(default=_UNREAD, repr=False)
@@ -123,12 +132,18 @@ class JobContext:
         self._stopped = True
 
     def record(self, record: logging.LogRecord) -> None:
-        """Keep one log line for storage."""
-        if len(self._lines) >= MAX_LOG_LINES:
+        """Keep one log line for storage: cut, with its secrets masked like an error's, while
+        the attempt's log is within its limits; after that only counted."""
+        if self._dropped or len(self._lines) >= MAX_LOG_LINES:
             self._dropped += 1
             return
-        # NUL cannot be stored in PostgreSQL text (see retry.sanitize).
-        message = record.getMessage()[:MAX_LOG_LINE].replace("\x00", "\ufffd")
+        message = sanitize(record.getMessage(), MAX_LOG_LINE)
+        size = len(message.encode())
+        if self._log_bytes + size > MAX_LOG_BYTES - _DROPPED_NOTE_ROOM:
+            # Every later line is dropped too, so what is kept is the log's unbroken start.
+            self._dropped += 1
+            return
+        self._log_bytes += size
         self._lines.append(
             LogLine(datetime.fromtimestamp(record.created, UTC), record.levelname, message)
         )
@@ -137,9 +152,13 @@ class JobContext:
         """The lines logged so far (and a note of any dropped), emptying the buffer."""
         lines, self._lines = self._lines, []
         if self._dropped:
-            note = f"{self._dropped} more log lines were dropped (limit {MAX_LOG_LINES})"
+            note = (
+                f"{self._dropped} more log lines were dropped (an attempt keeps at most "
+                f"{MAX_LOG_LINES} lines and {MAX_LOG_BYTES // 1024} KiB of log text)"
+            )
             lines.append(LogLine(datetime.now(UTC), "WARNING", note))
             self._dropped = 0
+        self._log_bytes = 0
         return lines
 
     @contextmanager

@@ -6,18 +6,20 @@ Pure functions, no IO: the worker asks them what to do with a failure.
 from __future__ import annotations
 
 import random
-import re
 import traceback
 from dataclasses import dataclass
 
 from .errors import DoNotRetry
 from .options import Backoff
+from .redact import open_url_password_masked, text_masked
 
 #: No backoff delay is longer than a day.
 MAX_DELAY = 24 * 3600.0
 #: Stored error messages and tracebacks are cut to these lengths (characters).
 MAX_ERROR = 2000
 MAX_TRACEBACK = 16000
+#: The first line of a traceback that lost its outer frames.
+TRACEBACK_CUT = "… (traceback cut)\n"
 
 _DO_NOT_RETRY_ATTR = "__ratchet_do_not_retry__"
 
@@ -83,32 +85,34 @@ def decide(
     return Decision(retry=True, delay=backoff_delay(policy, base, attempt))
 
 
-_URL_CREDENTIALS = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<user>[^:/@\s]*):[^@/\s]+@")
-_SECRET_VALUES = re.compile(
-    r"(?P<key>\b[\w-]*(?:password|passwd|pwd|token|secret|api[_-]?key|authorization)[\w-]*"
-    r"['\"]?\s*[=:]\s*)(?P<value>'[^']*'|\"[^\"]*\"|[^\s'\",;&]+)",
-    re.IGNORECASE,
-)
-
-
-def _mask(match: re.Match[str]) -> str:
-    value = match["value"]
-    quote = value[0] if value[0] in "'\"" else ""
-    return f"{match['key']}{quote}***{quote}"
+#: How much of each part of a traceback (a frame, an exception's line) is kept, so that one huge
+#: part cannot push every frame out of :data:`MAX_TRACEBACK`.
+MAX_TRACEBACK_PART = 4000
+#: Room left at the end of a cut text for its ``… [N more]``.
+_MORE_ROOM = 20
 
 
 def sanitize(text: str, limit: int = MAX_ERROR) -> str:
-    """Redact credentials in URLs and ``password=``/``token=``-style values; cut to ``limit``.
+    """The start of ``text``, cut to ``limit`` characters, with credentials in URLs and
+    ``password=``/``token=``-style values redacted (:func:`flask_ratchet.redact.text_masked`).
 
-    NUL characters become U+FFFD: PostgreSQL text cannot hold them, and an outcome the database
+    The text is cut before it is searched, so a message of any size costs as much as ``limit``
+    characters of it; a URL password the cut left without its ``@`` is hidden as well. NUL
+    characters become U+FFFD: PostgreSQL text cannot hold them, and an outcome the database
     refuses would be retried for ever.
     """
-    text = text.replace("\x00", "\ufffd")
-    text = _URL_CREDENTIALS.sub(r"\g<scheme>\g<user>:***@", text)
-    text = _SECRET_VALUES.sub(_mask, text)
-    if len(text) > limit:
-        text = text[: limit - 20] + f"… [{len(text) - limit + 20} more]"
-    return text
+    room = limit - _MORE_ROOM
+    dropped = len(text) - room if len(text) > limit else 0
+    kept = open_url_password_masked(text[:room]) if dropped else text
+    masked = _masked(kept)
+    if len(masked) > limit:  # a mask can be longer than what it hides
+        dropped += len(masked) - room
+        masked = masked[:room]
+    return f"{masked}… [{dropped} more]" if dropped else masked
+
+
+def _masked(text: str) -> str:
+    return text_masked(text.replace("\x00", "\ufffd"))
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
@@ -125,8 +129,22 @@ def describe(exc: BaseException) -> str:
 
 
 def format_traceback(exc: BaseException) -> str:
-    """The sanitised traceback, cut from the top so the innermost frames survive."""
-    text = sanitize("".join(traceback.format_exception(exc)), limit=10**9)
-    if len(text) > MAX_TRACEBACK:
-        text = "… (traceback cut)\n" + text[-(MAX_TRACEBACK - 20) :]
-    return text
+    """The sanitised traceback, cut from the top so the innermost frames survive.
+
+    Cut in whole parts (a frame, an exception's line, each first cut to
+    :data:`MAX_TRACEBACK_PART`), newest first, and only the parts kept are searched for secrets:
+    a cut never starts inside a secret whose name it would drop.
+    """
+    parts = traceback.TracebackException.from_exception(exc).format()
+    kept: list[str] = []
+    room = MAX_TRACEBACK - len(TRACEBACK_CUT)
+    for part in reversed(list(parts)):
+        text = sanitize(part, MAX_TRACEBACK_PART)
+        if not text.endswith("\n"):  # a part that was cut lost its line end
+            text += "\n"
+        if len(text) > room:
+            kept.append(TRACEBACK_CUT)
+            break
+        kept.append(text)
+        room -= len(text)
+    return "".join(reversed(kept))

@@ -188,4 +188,24 @@ def call_flaky_service(flag: str) -> str:
     return "ok"
 
 
+# -- tasks the big-error tests run (tests/acceptance/test_big_errors.py) -------------------------
+
+
+@ratchet.task(max_retries=0)
+def raise_huge(size: int) -> None:
+    """Fails with a message of about ``size`` characters: secrets at its start, then one long
+    run of dashed words (the text a backtracking pattern spends quadratic time on)."""
+    raise ValueError("postgresql://app:hunter2@db/prod password=hunter3 " + "a-" * (size // 2))
+
+
+@ratchet.task
+def log_lines(count: int, size: int) -> int:
+    """Logs ``count`` lines of ``size`` characters, the first one with a URL password."""
+    logger = JobContext.current().logger
+    logger.info("connecting to postgresql://app:hunter4@db/prod")
+    for i in range(count):
+        logger.info("%d %s", i, "x" * size)
+    return count
+
+
 from tests import flow_tasks  # noqa: E402,F401  (registers the flow tests' tasks on import)

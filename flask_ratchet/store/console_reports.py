@@ -230,12 +230,7 @@ def job_extras(conn: Connection, job_id: uuid.UUID, log_limit: int = 500) -> Job
         .order_by(execution.c.started_at, execution.c.attempt)
         .limit(200)
     ).all()
-    logs = conn.execute(
-        sa.select(job_log)
-        .where(job_log.c.job_id == job_id)
-        .order_by(job_log.c.log_id)
-        .limit(log_limit + 1)
-    ).all()
+    logs = job_logs(conn, job_id, log_limit + 1)
     progress_text = conn.execute(
         sa.select(sa.func.coalesce(job_queue.c.progress, job.c.progress))
         .select_from(JOBS_WITH_HOT_ROW)
@@ -262,6 +257,18 @@ def job_extras(conn: Connection, job_id: uuid.UUID, log_limit: int = 500) -> Job
         supersedes=list(supersedes),
         dependents=list(dependents),
         alerts=list(alerts),
+    )
+
+
+def job_logs(conn: Connection, job_id: uuid.UUID, limit: int) -> list[Any]:
+    """The first ``limit`` log lines of one job, oldest first, as stored (not masked)."""
+    return list(
+        conn.execute(
+            sa.select(job_log)
+            .where(job_log.c.job_id == job_id)
+            .order_by(job_log.c.log_id)
+            .limit(limit)
+        )
     )
 
 

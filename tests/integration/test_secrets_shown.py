@@ -1,0 +1,103 @@
+"""Secrets stay masked wherever stored values are shown: the job page and ``flask ratchet jobs``,
+on SQLite and PostgreSQL, also for rows written straight into the tables."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+
+import sqlalchemy as sa
+from flask import Flask
+
+from flask_ratchet.redact import MASK
+from flask_ratchet.schema import job, job_log, job_queue
+from tests.apps import add, ratchet
+
+ADMIN = {"X-Role": "admin"}
+URL = "postgresql://u:secret@h/db"
+
+
+def job_with_secrets() -> uuid.UUID:
+    """A job whose arguments, params, result, error and log hold secrets in clear, as a row
+    written by hand (or by an older version) would."""
+    job_id = (
+        ratchet.enqueue(add, {"password": "hunter2", "dsn": URL}, 1)
+        .with_param("api_key", "k-123")
+        .submit()
+        .id
+    )
+    with ratchet.transaction() as conn:
+        conn.execute(
+            sa.update(job)
+            .where(job.c.job_id == job_id)
+            .values(result=json.dumps({"token": "t-456"}), terminal_error=f"failed: {URL}")
+        )
+        conn.execute(
+            sa.update(job_queue)
+            .where(job_queue.c.job_id == job_id)
+            .values(last_error=f"failed: {URL}")
+        )
+        conn.execute(
+            sa.insert(job_log).values(
+                job_id=job_id,
+                attempt=1,
+                logged_at=datetime.now(UTC),
+                level="INFO",
+                message=f"connecting to {URL} with password=hunter3",
+            )
+        )
+    return job_id
+
+
+def test_the_job_page_masks_log_lines_and_errors(app: Flask) -> None:
+    job_id = job_with_secrets()
+    page = app.test_client().get(f"/ratchet/jobs/{job_id}", headers=ADMIN)
+    assert page.status_code == 200
+    assert "connecting to postgresql://u:***@h/db with password=***" in page.text
+    assert "failed: postgresql://u:***@h/db" in page.text
+    for secret in ("secret@", "hunter2", "hunter3", "k-123"):
+        assert secret not in page.text
+
+
+def test_jobs_show_masks_secrets_unless_asked(app: Flask) -> None:
+    job_id = job_with_secrets()
+    runner = app.test_cli_runner()
+    shown = runner.invoke(args=["ratchet", "jobs", "show", str(job_id)])
+    assert shown.exit_code == 0, shown.output
+    fields = json.loads(shown.output)
+    assert fields["args"][0] == {"password": MASK, "dsn": f"postgresql://u:{MASK}@h/db"}
+    assert fields["params"] == {"api_key": MASK}
+    assert fields["result"] == {"token": MASK}
+    assert fields["error"] == "failed: postgresql://u:***@h/db"
+    revealed = runner.invoke(args=["ratchet", "jobs", "show", "--reveal-secrets", str(job_id)])
+    fields = json.loads(revealed.output)
+    assert fields["args"][0] == {"password": "hunter2", "dsn": URL}
+    assert fields["params"] == {"api_key": "k-123"} and fields["result"] == {"token": "t-456"}
+    assert fields["error"] == f"failed: {URL}"
+
+
+def test_jobs_logs_masks_url_passwords(app: Flask) -> None:
+    job_id = job_with_secrets()
+    runner = app.test_cli_runner()
+    shown = runner.invoke(args=["ratchet", "jobs", "logs", str(job_id)])
+    assert shown.exit_code == 0, shown.output
+    assert "#1 INFO    connecting to postgresql://u:***@h/db with password=***" in shown.output
+    assert "secret@" not in shown.output and "hunter3" not in shown.output
+    refused = runner.invoke(args=["ratchet", "jobs", "logs", "not-an-id"])
+    assert refused.exit_code == 1 and "is not a job id" in refused.output
+
+
+def test_jobs_show_masks_the_raw_text_of_an_unreadable_column(app: Flask) -> None:
+    job_id = ratchet.enqueue_now(add, 1, 2).id
+    with ratchet.transaction() as conn:
+        conn.execute(
+            sa.update(job).where(job.c.job_id == job_id).values(params=f"{{not json {URL}")
+        )
+    shown = app.test_cli_runner().invoke(args=["ratchet", "jobs", "show", str(job_id)])
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.output)["params"] == "{not json postgresql://u:***@h/db"
+    revealed = app.test_cli_runner().invoke(
+        args=["ratchet", "jobs", "show", "--reveal-secrets", str(job_id)]
+    )
+    assert json.loads(revealed.output)["params"] == f"{{not json {URL}"

@@ -33,6 +33,11 @@ class DialectHooks:
         """Open a write transaction on ``engine``; commit on success, roll back on error."""
         raise NotImplementedError
 
+    def savepoint(self, conn: Connection) -> AbstractContextManager[Any]:
+        """A savepoint in ``conn``'s transaction: rolled back (and only it) if the block raises,
+        released otherwise."""
+        return conn.begin_nested()
+
     def now(self, conn: Connection) -> datetime:
         """The database's current time (UTC)."""
         raise NotImplementedError

@@ -182,7 +182,7 @@ class PostgresStore(SqlJobStore):
             try:
                 if keyed and joined:
                     # A refused key must not abort the caller's transaction.
-                    with conn.begin_nested():
+                    with self.savepoint(conn):
                         ids = _insert(conn, stmt, params)
                 else:
                     ids = _insert(conn, stmt, params)

@@ -69,7 +69,7 @@ class SqliteStore(SqlJobStore):
         # transaction here: a submission writes).
         if not conn.connection.driver_connection.in_transaction:  # type: ignore[union-attr]
             driver_statement(_BEGIN_IMMEDIATE, conn.dialect).execute(conn, {})
-        with conn.begin_nested():
+        with super().savepoint(conn):
             yield
 
     def now(self, conn: Connection) -> datetime:

@@ -257,18 +257,22 @@ class StreamingBatchBuilder(BatchBuilder):
         parent = self._parent()
         follow_ups, links = self._follow_up_jobs(parent.job_id)
         items = iter(self._items)
+        # Encoded once for every child, and refused before the first write (the items can
+        # only be checked as they are read).
+        params = (
+            payload.encode_value(
+                f"the params of {task.name}", options.params, config.max_payload_bytes
+            )
+            if options.params
+            else None
+        )
 
         def stream(conn: Connection) -> int:
             store.insert_jobs(conn, [parent, *follow_ups])
             store.insert_batch(conn, NewBatch(parent.job_id, self._name, 0, self._progress_task))
             store.insert_links(conn, links)
             total = 0
-            params: str | None = None  # encoded once, with the first chunk
             while chunk := list(islice(items, self._chunk_size)):
-                if options.params and params is None:
-                    params = payload.encode_value(
-                        "params", options.params, config.max_payload_bytes
-                    )
                 jobs = [
                     NewJob(
                         job_id=uuid7(),

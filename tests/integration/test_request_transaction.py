@@ -12,7 +12,7 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
-from flask_ratchet import DuplicateBusinessKey, JobStatus, Priority, events, schema
+from flask_ratchet import DuplicateBusinessKey, JobStatus, PayloadError, Priority, events, schema
 from tests.apps import Order, add, create_app, db, ratchet
 from tests.flow_tasks import batch_item
 from tests.integration.helpers import count, job_in, refusing, rows_written
@@ -360,3 +360,22 @@ def test_a_refused_replacement_leaves_the_old_job_as_it_was(routes: Flask) -> No
         added = {"ratchet_job": 1, "ratchet_job_queue": 1}  # the later submission's
         assert every_table() == {t: n + added.get(t, 0) for t, n in before.items()}
     assert heard == ["wake"]
+
+
+def test_a_streamed_batch_refuses_bad_params_before_its_first_write(
+    app: Flask, database_url: str
+) -> None:
+    """Every insert is refused here: a refusal that comes before the first statement is the
+    PayloadError, one after it would be the database's."""
+    stream = (
+        ratchet.streaming_batch("bad-params")
+        .from_iterable(range(3))
+        .process(batch_item)
+        .with_options(params={"ids": {1, 2}})  # a set: not JSON
+    )
+    with (
+        refusing(database_url, "ratchet_job", "1 = 1"),
+        pytest.raises(PayloadError, match="params"),
+    ):
+        stream.start()
+    assert rows_written() == dict.fromkeys(rows_written(), 0)

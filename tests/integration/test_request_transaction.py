@@ -379,3 +379,12 @@ def test_a_streamed_batch_refuses_bad_params_before_its_first_write(
     ):
         stream.start()
     assert rows_written() == dict.fromkeys(rows_written(), 0)
+
+
+def test_a_business_key_given_twice_is_refused_before_the_first_write(
+    app: Flask, database_url: str
+) -> None:
+    twice = [ratchet.enqueue(add, i, i).with_business_key("twice") for i in range(2)]
+    with refusing(database_url, "ratchet_job", "1 = 1"), pytest.raises(DuplicateBusinessKey):
+        ratchet.enqueue_many(twice)
+    assert rows_written() == dict.fromkeys(rows_written(), 0)

@@ -133,9 +133,10 @@ def savepoint(conn: Connection) -> Iterator[None]:
     """Run the block in a savepoint of ``conn``'s transaction (begun first if none is): if it
     raises, what it wrote is rolled back and the transaction goes on; else it is released.
 
-    On the driver's cursor: ``Connection.begin_nested`` costs about 90 µs here, a submission's
-    own cost in a request on SQLite. SQLAlchemy does not see this savepoint, so the block must
-    not end the transaction. A nested one reuses the name, which SQL resolves to the newest.
+    On the driver's cursor: ``Connection.begin_nested`` costs about 60 µs here on SQLite (a
+    fifth of a submission in a request) against 11 µs, and on PostgreSQL 140 µs against the
+    two round trips' 63 µs. SQLAlchemy does not see this savepoint, so the block must not end
+    the transaction. A nested one reuses the name, which SQL resolves to the newest.
     """
     driver_statement(_SAVEPOINT, conn.dialect).execute(conn, {})
     try:

@@ -181,7 +181,8 @@ class PostgresStore(SqlJobStore):
             keyed = any(new.business_key for new in part)
             try:
                 if keyed and joined:
-                    # A refused key must not abort the caller's transaction.
+                    # A refused key must not abort the transaction: the held key is looked up
+                    # next, and an earlier chunk taken back out.
                     with self.savepoint(conn):
                         ids = _insert(conn, stmt, params)
                 else:

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Self
 
-from sqlalchemy.exc import DBAPIError
-
 from . import payload
 from .errors import InvalidOption
 from .flow import NOT_YET, Condition, JobType
@@ -308,16 +306,7 @@ class StreamingBatchBuilder(BatchBuilder):
                 store.settle(conn, parent.job_id, self._name)  # no children: ended already
             return total
 
-        def write(conn: Connection) -> int:
-            try:
-                return stream(conn)
-            except DBAPIError:
-                raise  # the database's own error: the caller's transaction cannot commit anyway
-            except BaseException:
-                # Joined to a caller's transaction, a rollback is the caller's to make (or not):
-                # take back everything this call wrote.
-                store.discard_batch(conn, parent.job_id, [f.job_id for f in follow_ups])
-                raise
-
-        total = state.write_jobs(write, wake=lambda _: True)
+        # write_jobs takes back everything written here if the iterable or the database
+        # raises, also inside a caller's transaction (a savepoint).
+        total = state.write_jobs(stream, wake=lambda _: True)
         return BatchHandle(parent.job_id, total, state)

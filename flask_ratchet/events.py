@@ -18,7 +18,8 @@ that committed. A receiver that raises is logged and changes nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -108,6 +109,19 @@ def take(conn: Connection) -> list[Event]:
     """The events recorded on ``conn`` (removed from it)."""
     events: list[Event] = conn.info.pop(_PENDING, [])
     return events
+
+
+@contextmanager
+def dropped_on_error(conn: Connection) -> Iterator[None]:
+    """Drop the events recorded on ``conn`` inside the block if it raises: the writes that
+    recorded them were rolled back (to a savepoint), so they never happened, while the
+    transaction itself goes on and may still commit."""
+    kept = len(conn.info.get(_PENDING, ()))
+    try:
+        yield
+    except BaseException:
+        del conn.info.get(_PENDING, [])[kept:]
+        raise
 
 
 @sa.event.listens_for(Pool, "checkin")

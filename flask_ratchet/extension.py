@@ -10,7 +10,7 @@ import contextvars
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
@@ -137,14 +137,23 @@ class RatchetState:
 
     @contextmanager
     def connection(
-        self, own: Callable[[], AbstractContextManager[Connection]] | None = None
+        self,
+        own: Callable[[], AbstractContextManager[Connection]] | None = None,
+        *,
+        atomic: bool = False,
     ) -> Iterator[Connection]:
         """The joined connection, or a transaction of its own (``own``, default a write
         transaction) that commits at the end. The events recorded on it are sent once the
-        transaction has committed: the joined one's when the app commits it."""
+        transaction has committed: the joined one's when the app commits it.
+
+        ``atomic``: the block writes several statements that stand or fall together. Joined,
+        it runs in a savepoint (:meth:`_all_or_nothing`); its own transaction is all or
+        nothing already.
+        """
         joined = self.joined_connection()
         if joined is not None:
-            yield joined
+            with self._all_or_nothing(joined) if atomic else nullcontext():
+                yield joined
             if _transaction.get() is None:  # ratchet.transaction() announces when it commits
                 self._announce_after_commit(events.take(joined))
             return
@@ -152,6 +161,15 @@ class RatchetState:
             yield conn
             recorded = events.take(conn)
         self.announce(recorded)
+
+    @contextmanager
+    def _all_or_nothing(self, conn: Connection) -> Iterator[None]:
+        """Run the block in a savepoint of the caller's transaction. If it raises, exactly what
+        it wrote is rolled back, with the events it recorded, and the error goes on to the
+        caller, whose transaction stays usable: its own rows still commit (on PostgreSQL a
+        failed statement outside a savepoint would abort the whole transaction)."""
+        with events.dropped_on_error(conn), self.store.savepoint(conn):
+            yield
 
     def announce(self, recorded: list[events.Event]) -> None:
         """Send committed events in this thread (see :mod:`flask_ratchet.announce`)."""
@@ -190,10 +208,10 @@ class RatchetState:
         wake: Callable[[T], bool],
         own: Callable[[], AbstractContextManager[Connection]] | None = None,
     ) -> T:
-        """Run ``write`` on :meth:`connection` and wake the workers if ``wake(result)``, once
-        the transaction has committed (never before: a woken worker must find the jobs), and at
-        most once per transaction."""
-        with self.connection(own) as conn:
+        """Run ``write`` on :meth:`connection`, all or nothing (``atomic``), and wake the
+        workers if ``wake(result)``, once the transaction has committed (never before: a woken
+        worker must find the jobs), and at most once per transaction."""
+        with self.connection(own, atomic=True) as conn:
             result = write(conn)
             if wake(result):
                 events.record(conn, [events.Event(events.WAKE)])
@@ -430,7 +448,9 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
         """
         key = job_id_of(job_id)
         state = self.state
-        with state.connection() as conn:
+        # Atomic: the new job's insert may be refused (its business key held meanwhile) after
+        # the old job's cancel was written.
+        with state.connection(atomic=True) as conn:
             old = state.store.get_job(conn, key)
             if old is None:
                 raise JobNotFound(f"no job has id {key}")

@@ -109,7 +109,7 @@ class RecurringFacade:
         """Register every declared master now (workers do this when they start)."""
         state = self.state
         store = RecurringStore(state.store)
-        with state.connection() as conn:
+        with state.connection(atomic=True) as conn:
             return [store.register(conn, d)[0] for d in self.recurring_definitions.values()]
 
     def pause_recurring(self, recurring_id: str) -> bool:

@@ -372,7 +372,7 @@ class RecurringJobBuilder(_OptionsBuilder):
         """Create or update the master (joining the current transaction, like a job) and
         return it. The same definition again changes nothing; see ``RecurringStore.register``."""
         definition = self.build()
-        with self._state.connection() as conn:
+        with self._state.connection(atomic=True) as conn:
             master, _ = RecurringStore(self._state.store).register(conn, definition)
         return master
 

@@ -21,7 +21,7 @@ from .. import events
 from ..events import Event
 from ..flow import BatchCounts, JobType, batch_outcome
 from ..job import BatchProgress
-from ..schema import batch, business_key, job, job_queue, job_tag, workflow_condition
+from ..schema import batch, business_key, job, job_queue
 from ..states import Action, JobStatus, sources, target
 from .base import chunks
 from .dialect import DialectHooks
@@ -141,22 +141,6 @@ class BatchStore(DialectHooks):
                 created_at=self.now_sql(),
             )
         )
-
-    def discard_batch(
-        self, conn: Connection, batch_id: uuid.UUID, others: Sequence[uuid.UUID]
-    ) -> None:
-        """Delete a batch this transaction was writing, with its children and ``others`` (its
-        parent's follow-ups): a streamed batch whose source failed inside a caller's
-        transaction must leave nothing in it."""
-        children = sa.select(job.c.job_id).where(job.c.batch_id == batch_id).scalar_subquery()
-        ids = [batch_id, *others]
-        for table in (business_key, job_tag, job_queue):
-            conn.execute(sa.delete(table).where(table.c.job_id.in_(children)))
-            conn.execute(sa.delete(table).where(table.c.job_id.in_(ids)))
-        conn.execute(sa.delete(workflow_condition).where(workflow_condition.c.job_id.in_(ids)))
-        conn.execute(sa.delete(batch).where(batch.c.batch_id == batch_id))
-        conn.execute(sa.delete(job).where(job.c.batch_id == batch_id))
-        conn.execute(sa.delete(job).where(job.c.job_id.in_(ids)))
 
     def set_batch_total(self, conn: Connection, batch_id: uuid.UUID, total: int) -> None:
         """Set the child count of a batch whose children were streamed in."""

@@ -18,6 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..states import JobStatus
+from .driver import savepoint
 
 
 class DialectHooks:
@@ -32,6 +33,11 @@ class DialectHooks:
     def begin(self, engine: Engine) -> AbstractContextManager[Connection]:
         """Open a write transaction on ``engine``; commit on success, roll back on error."""
         raise NotImplementedError
+
+    def savepoint(self, conn: Connection) -> AbstractContextManager[None]:
+        """A savepoint in ``conn``'s transaction: what the block wrote is rolled back (and only
+        that) if it raises; released otherwise."""
+        return savepoint(conn)
 
     def now(self, conn: Connection) -> datetime:
         """The database's current time (UTC)."""

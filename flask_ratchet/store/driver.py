@@ -123,6 +123,32 @@ def translated_errors(conn: Connection, statement: str, params: Any) -> Iterator
         ) from exc
 
 
+_SAVEPOINT = sa.text("SAVEPOINT ratchet_write")
+_RELEASE = sa.text("RELEASE SAVEPOINT ratchet_write")
+_ROLLBACK_TO = sa.text("ROLLBACK TO SAVEPOINT ratchet_write")
+
+
+@contextmanager
+def savepoint(conn: Connection) -> Iterator[None]:
+    """Run the block in a savepoint of ``conn``'s transaction (begun first if none is): if it
+    raises, what it wrote is rolled back and the transaction goes on; else it is released.
+
+    On the driver's cursor: ``Connection.begin_nested`` costs about 60 µs here on SQLite (a
+    fifth of a submission in a request) against 11 µs, and on PostgreSQL 140 µs against the
+    two round trips' 63 µs. SQLAlchemy does not see this savepoint, so the block must not end
+    the transaction. A nested one reuses the name, which SQL resolves to the newest.
+    """
+    driver_statement(_SAVEPOINT, conn.dialect).execute(conn, {})
+    try:
+        yield
+    except BaseException:
+        if not conn.invalidated:  # a lost connection has no savepoint to go back to
+            driver_statement(_ROLLBACK_TO, conn.dialect).execute(conn, {})
+            driver_statement(_RELEASE, conn.dialect).execute(conn, {})
+        raise
+    driver_statement(_RELEASE, conn.dialect).execute(conn, {})
+
+
 # Per dialect object (so per engine and its settings), dropped with it.
 _cache: weakref.WeakKeyDictionary[
     Dialect, dict[tuple[int, tuple[str, ...] | None], DriverStatement]

@@ -37,7 +37,7 @@ from .driver import driver_statement
 from .execution import Finished
 from .postgres_completion import COMPLETE_STMT, complete_params
 from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
-from .sql import SqlJobStore, job_values
+from .sql import SqlJobStore, job_values, refuse_repeated_business_keys
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
 
@@ -186,7 +186,7 @@ class PostgresStore(SqlJobStore):
         conflict, else in one statement per chunk."""
         if copyable(jobs):
             return copy_jobs(conn, jobs)
-        _refuse_repeated_business_keys(jobs)
+        refuse_repeated_business_keys(jobs)
         inserted: set[uuid.UUID] = set()
         joined = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
         for part in chunks(jobs, SUBMIT_CHUNK):
@@ -197,8 +197,9 @@ class PostgresStore(SqlJobStore):
             keyed = any(new.business_key for new in part)
             try:
                 if keyed and joined:
-                    # A refused key must not abort the caller's transaction.
-                    with conn.begin_nested():
+                    # A refused key must not abort the transaction: the held key is looked up
+                    # next, and an earlier chunk taken back out.
+                    with self.savepoint(conn):
                         ids = _insert(conn, stmt, params)
                 else:
                     ids = _insert(conn, stmt, params)
@@ -342,12 +343,3 @@ def _constraint(exc: sa.exc.IntegrityError) -> str | None:
     """The name of the constraint a psycopg integrity error is about."""
     diag = getattr(exc.orig, "diag", None)
     return getattr(diag, "constraint_name", None)
-
-
-def _refuse_repeated_business_keys(jobs: Sequence[NewJob]) -> None:
-    seen: set[str] = set()
-    for new in jobs:
-        if new.business_key is not None:
-            if new.business_key in seen:
-                raise DuplicateBusinessKey(new.business_key)
-            seen.add(new.business_key)

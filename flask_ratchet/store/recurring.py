@@ -213,7 +213,7 @@ class RecurringStore:
         it does not come back, and the other masters of the pass fire.
         """
         try:
-            with conn.begin_nested():
+            with self.jobs.savepoint(conn):
                 self.jobs.insert_jobs(conn, children)
         except sa.exc.IntegrityError as exc:
             log.error(

@@ -125,6 +125,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         return sa.insert(job_queue).values(scheduled_time=times["due"], updated_at=times["created"])
 
     def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
+        refuse_repeated_business_keys(jobs)
         now = datetime.now(UTC)
         inserted: set[uuid.UUID] = set()
         for part in chunks(jobs):
@@ -187,7 +188,6 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         for part in chunks(wanted):
             rows = [{"business_key": new.business_key, "job_id": new.job_id} for new in part]
             reserved.update(conn.execute(stmt, rows).scalars())
-        # By job, not by key: a key given twice in one call is reserved once and refused once.
         refused = [new.business_key for new in wanted if new.job_id not in reserved]
         if refused:
             # Undo this call's rows (never anything else) so the caller's transaction is as before.
@@ -577,6 +577,16 @@ def narrowed(
     if created_before is not None:
         stmt = stmt.where(job.c.created_at < created_before)
     return stmt
+
+
+def refuse_repeated_business_keys(jobs: Sequence[NewJob]) -> None:
+    """Refuse a business key given to two jobs of one submission, before anything is written."""
+    seen: set[str] = set()
+    for new in jobs:
+        if new.business_key is not None:
+            if new.business_key in seen:
+                raise DuplicateBusinessKey(new.business_key)
+            seen.add(new.business_key)
 
 
 def job_values(new: NewJob) -> dict[str, Any]:

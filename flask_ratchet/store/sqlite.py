@@ -61,6 +61,17 @@ class SqliteStore(SqlJobStore):
             driver_statement(_BEGIN_IMMEDIATE, conn.dialect).execute(conn, {})
             yield conn
 
+    @contextmanager
+    def savepoint(self, conn: Connection) -> Iterator[None]:
+        # pysqlite begins a transaction only before a data change, never before SAVEPOINT;
+        # SQLite then starts one for the savepoint and its RELEASE commits it, in the middle
+        # of the caller's transaction. Begin the real one first (IMMEDIATE, as every write
+        # transaction here: a submission writes).
+        if not conn.connection.driver_connection.in_transaction:  # type: ignore[union-attr]
+            driver_statement(_BEGIN_IMMEDIATE, conn.dialect).execute(conn, {})
+        with super().savepoint(conn):
+            yield
+
     def now(self, conn: Connection) -> datetime:
         return datetime.now(UTC)
 

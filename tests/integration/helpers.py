@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import sqlalchemy as sa
 from flask import current_app
@@ -69,3 +71,38 @@ def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
         return state.store.complete(
             conn, job_id, node, status, error="boom" if status == JobStatus.FAILED else None
         )
+
+
+@contextmanager
+def refusing(url: str, table: str, condition: str, on: str = "INSERT") -> Iterator[None]:
+    """While inside, the database refuses (an ``IntegrityError``) every row of ``table`` that
+    ``on`` (INSERT or UPDATE) would write where ``condition`` (SQL over ``NEW``) holds: a
+    trigger, standing for any constraint a later statement of an operation may break."""
+    engine = sa.create_engine(url)
+    sqlite = engine.dialect.name == "sqlite"
+    with engine.begin() as conn:
+        if sqlite:
+            conn.exec_driver_sql(
+                f"CREATE TRIGGER ratchet_test_refuse BEFORE {on} ON {table} WHEN {condition} "
+                "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
+            )
+        else:
+            conn.exec_driver_sql(
+                "CREATE FUNCTION ratchet_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+                f"BEGIN IF {condition} THEN RAISE EXCEPTION 'refused by a test trigger' "
+                "USING ERRCODE = 'check_violation'; END IF; RETURN NEW; END $$"
+            )
+            conn.exec_driver_sql(
+                f"CREATE TRIGGER ratchet_test_refuse BEFORE {on} ON {table} "
+                "FOR EACH ROW EXECUTE FUNCTION ratchet_test_refuse()"
+            )
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "DROP TRIGGER ratchet_test_refuse" + ("" if sqlite else f" ON {table}")
+            )
+            if not sqlite:
+                conn.exec_driver_sql("DROP FUNCTION ratchet_test_refuse()")
+        engine.dispose()

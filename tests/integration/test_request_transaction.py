@@ -367,17 +367,17 @@ def test_a_streamed_batch_refuses_bad_params_before_its_first_write(
 ) -> None:
     """Every insert is refused here: a refusal that comes before the first statement is the
     PayloadError, one after it would be the database's."""
-    stream = (
-        ratchet.streaming_batch("bad-params")
-        .from_iterable(range(3))
-        .process(batch_item)
-        .with_options(params={"ids": {1, 2}})  # a set: not JSON
-    )
     with (
         refusing(database_url, "ratchet_job", "1 = 1"),
         pytest.raises(PayloadError, match="params"),
     ):
-        stream.start()
+        (
+            ratchet.streaming_batch("bad-params")
+            .from_iterable(range(3))
+            .process(batch_item)
+            .with_options(params={"ids": {1, 2}})  # a set: not JSON
+            .start()
+        )
     assert rows_written() == dict.fromkeys(rows_written(), 0)
 
 

@@ -111,7 +111,7 @@ def _apply(
         s.store.lock_batches_of(conn, ids)
         for job_id in ids:
             try:
-                with conn.begin_nested():
+                with s.store.savepoint(conn):  # SQLite: begun first, never a commit of its own
                     ok = op(job_id)
             except sa.exc.DBAPIError:
                 ok = False
@@ -333,7 +333,7 @@ def recurring_one(action: str) -> Response | str:
     with s.connection() as conn:
         try:
             # A savepoint, as for jobs: a failure in the database leaves the audit row intact.
-            with conn.begin_nested():
+            with s.store.savepoint(conn):
                 result = op(recurring_id)
         except sa.exc.DBAPIError:
             result = False

@@ -26,7 +26,7 @@ from flask_ratchet.schema import audit, dlq_alert, job, job_queue, recurring
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store import console_reports as reports
 from tests.apps import add, charge, create_app, db, ratchet
-from tests.integration.helpers import count, job_in
+from tests.integration.helpers import count, job_in, refusing
 
 ADMIN = {"X-Role": "admin"}
 READ = {"X-Role": "read"}
@@ -1097,3 +1097,15 @@ def test_hostile_recurring_ids_names_tasks_and_crons_are_inert(console: Console)
     assert _refresh(evil_id) == RecurringStatus.ACTIVE  # resumed by its exact id
     children = console.get("/ratchet/jobs?recurring=" + quote(evil_id))
     assert len(_ids(children)) == 1
+
+
+def test_an_action_whose_audit_row_fails_changes_nothing(
+    console: Console, database_url: str
+) -> None:
+    job_id = ratchet.enqueue_now(add, 1, 2).id
+    with refusing(database_url, "ratchet_audit", "1 = 1"):
+        done = console.post("/ratchet/jobs/selected", {"action": "cancel", "job_id": str(job_id)})
+    assert done.status_code == 500
+    found = ratchet.get_job(job_id)
+    assert found is not None and found.status == JobStatus.PENDING
+

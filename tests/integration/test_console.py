@@ -1108,4 +1108,3 @@ def test_an_action_whose_audit_row_fails_changes_nothing(
     assert done.status_code == 500
     found = ratchet.get_job(job_id)
     assert found is not None and found.status == JobStatus.PENDING
-

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
-from flask_ratchet.schema import batch, workflow_condition
+from flask_ratchet.schema import batch, job_queue, workflow_condition
 from tests.apps import add, db, ratchet
 from tests.flow_tasks import batch_item, follow_up, produce, progress_seen
 from tests.integration.test_flows import children_of, decisions, noted, notes, status, work
@@ -156,3 +156,23 @@ def test_a_damaged_batch_row_is_recounted_and_settles(
     assert parent.result == {"total": 3, "succeeded": 3, "failed": 0}
     assert status(all_good) == JobStatus.SUCCEEDED
     assert live_jobs() == 0
+
+
+# -- what nothing above reads: the outcome is written all the same ---------------------------------
+
+
+def test_a_follow_up_the_database_refuses_leaves_the_outcome_written(
+    app: Flask, dialect: str
+) -> None:
+    handle = ratchet.enqueue(produce, 20).then(follow_up, "next").submit()
+    root, step = handle.ids
+    beside = ratchet.enqueue_now(add, 1, 2).id
+    # Releasing the step adds one to its version: past the 32-bit end on PostgreSQL, which
+    # refuses the statement (SQLite's integers are 64-bit: there the step is released).
+    write(job_queue, job_queue.c.job_id, step, version=2**31 - 1)
+    work(app)
+    assert status(root) == status(beside) == JobStatus.SUCCEEDED
+    found = ratchet.get_job(root)
+    assert found is not None and found.error is None and found.result == {"n": 20}
+    assert status(step) == (JobStatus.PENDING if dialect == "postgresql" else JobStatus.SUCCEEDED)
+    assert ratchet.queue_health()["counts"]["RUNNING"] == 0

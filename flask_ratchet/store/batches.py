@@ -242,8 +242,8 @@ class BatchStore(DialectHooks):
                 .values(
                     succeeded=batch.c.succeeded + int(ok),
                     failed=batch.c.failed + int(bad),
-                    child_run_ms=_summed(batch.c.child_run_ms, run_ms),
-                    child_wait_ms=_summed(batch.c.child_wait_ms, wait_ms),
+                    child_run_ms=batch.c.child_run_ms + run_ms,
+                    child_wait_ms=batch.c.child_wait_ms + wait_ms,
                 )
                 .returning(
                     batch.c.name,
@@ -381,17 +381,6 @@ class BatchStore(DialectHooks):
             announce_cascade(children, out)
             canceled += children
         return canceled
-
-
-#: Sums of the children's run and wait times past this are not sums ratchet wrote (and adding
-#: to one near the float's end would overflow on PostgreSQL): a sum out of range starts over.
-_MAX_SUM_MS = 1e300
-
-
-def _summed(column: sa.Column[float], more: float) -> sa.ColumnElement[float]:
-    """``column + more``, or ``more`` alone if the stored sum is negative, not a number (NaN,
-    infinite, text on SQLite) or near the float's end."""
-    return sa.case((column.between(0.0, _MAX_SUM_MS), column + more), else_=sa.literal(more))
 
 
 def _room_for(ended: int) -> sa.ColumnElement[bool]:

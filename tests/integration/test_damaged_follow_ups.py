@@ -126,12 +126,6 @@ BATCH_DAMAGE: list[tuple[str, object, tuple[str, ...]]] = [
     ("failed", -5, ("sqlite", "postgresql")),
     ("failed", 2**31 - 2, ("sqlite", "postgresql")),
     ("total", "three", ("sqlite",)),
-    ("succeeded", "none yet", ("sqlite",)),
-    ("child_run_ms", 1.7e308, ("sqlite", "postgresql")),
-    ("child_wait_ms", -math.inf, ("sqlite", "postgresql")),
-    ("child_run_ms", NAN, ("postgresql",)),
-    ("child_run_ms", "slow", ("sqlite",)),
-    ("progress_task", "no.such:task", ("sqlite", "postgresql")),
 ]
 
 

@@ -10,10 +10,14 @@ own dependents are decided in turn (that is the cascade). See :mod:`flask_ratche
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
+from enum import Enum, StrEnum
+from typing import Any
 
+from .options import shown
+from .payload import Unreadable, read_member
 from .states import JobStatus
 
 #: The due time of a job that waits for its parent: later than any real schedule, so the claim
@@ -122,6 +126,45 @@ def holds(
     if kind == Condition.FAILURE_COUNT:
         return counts.failed >= threshold
     raise ValueError(f"unknown condition {kind!r}")
+
+
+def unreadable_condition(kind: Any, decision: Any, predicate: Any, threshold: Any) -> str | None:
+    """Why a stored condition (a ``ratchet_workflow_condition`` row) cannot be decided, naming
+    the column, or None if it holds what ratchet writes: a known kind and decision, a predicate
+    name for a WHEN branch, a number in range for a batch threshold."""
+    members: list[Enum | Unreadable] = [read_member(Condition, "kind", kind)]
+    if decision is not None:  # undecided
+        members.append(read_member(Decision, "decision", decision))
+    for member in members:
+        if isinstance(member, Unreadable):
+            return member.reason
+    if kind == Condition.WHEN and (not isinstance(predicate, str) or not predicate):
+        return f"column 'predicate' holds {shown(predicate)}, not the name of a task"
+    if kind == Condition.SUCCESS_RATE and not _number_within(threshold, 0.0, 1.0):
+        return f"column 'threshold' holds {shown(threshold)}, not a success rate from 0 to 1"
+    if kind == Condition.FAILURE_COUNT and not (
+        _number_within(threshold, 1.0, math.inf) and float(threshold).is_integer()
+    ):
+        return f"column 'threshold' holds {shown(threshold)}, not a whole number from 1"
+    return None
+
+
+def _number_within(value: Any, low: float, high: float) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and low <= value <= high
+    )
+
+
+def unreadable_decision(problem: str) -> str:
+    """The routing error stored with a dependent canceled because its condition (as
+    :func:`unreadable_condition` found it) cannot be decided."""
+    return (
+        f"the condition of this job cannot be decided: ratchet_workflow_condition {problem}; "
+        "it was canceled"
+    )
 
 
 def batch_outcome(counts: BatchCounts) -> tuple[JobStatus, str | None]:

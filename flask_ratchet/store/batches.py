@@ -8,6 +8,7 @@ transaction settles a batch. Batch rows are locked in id order before any job ro
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -26,6 +27,8 @@ from ..states import Action, JobStatus, sources, target
 from .base import chunks
 from .dialect import DialectHooks
 from .execution import END_COLD_ROW
+
+log = logging.getLogger("flask_ratchet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +218,11 @@ class BatchStore(DialectHooks):
         for batch_id, (ok, bad, run_ms, wait_ms) in sorted(tallies.items()):
             row = conn.execute(
                 sa.update(batch)
-                .where(batch.c.batch_id == batch_id, batch.c.finished_at.is_(None))
+                .where(
+                    batch.c.batch_id == batch_id,
+                    batch.c.finished_at.is_(None),
+                    _room_for(int(ok + bad)),
+                )
                 .values(
                     succeeded=batch.c.succeeded + int(ok),
                     failed=batch.c.failed + int(bad),
@@ -230,9 +237,14 @@ class BatchStore(DialectHooks):
                     batch.c.progress_task,
                 )
             ).first()
-            if row is None:
-                continue  # already settled (its parent was canceled): nothing to count into
-            counts = BatchCounts(row.total, row.succeeded, row.failed)
+            counts = None if row is None else counts_of(row)
+            if row is None or counts is None:
+                # Settled already (its parent was canceled: nothing to count into), or a row
+                # holding counts ratchet never writes: those are recounted from the children.
+                row = self.recount_batch(conn, batch_id)
+                counts = None if row is None else counts_of(row)
+                if row is None or counts is None:
+                    continue
             if row.progress_task:
                 out.append(
                     Event(
@@ -245,6 +257,47 @@ class BatchStore(DialectHooks):
                 if done is not None:
                     settled.append(done)
         return settled
+
+    def recount_batch(self, conn: Connection, batch_id: uuid.UUID) -> Any | None:
+        """Count an unsettled batch's children again, from how each ended, into its row (locked
+        first, so the count sees every child a concurrent writer ended); return the row's name,
+        counts and progress task, or None if the batch is settled or gone. The counts a batch's
+        row holds are only ever recounted when they cannot be right (written by hand, a damaged
+        disk) or nothing can count into them any more (the recovery sweep)."""
+        self.lock_batches(conn, [batch_id])
+        # A child without a hot row has ended, whatever its cold row says.
+        ended = job_queue.c.job_id.is_(None)
+        ok = ended & (job.c.terminal_status == JobStatus.SUCCEEDED)
+        total, succeeded, failed = conn.execute(
+            sa.select(
+                sa.func.count(),
+                sa.func.count().filter(ok),
+                sa.func.count().filter(ended & ~ok),
+            )
+            .select_from(job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id))
+            .where(job.c.batch_id == batch_id)
+        ).one()
+        row = conn.execute(
+            sa.update(batch)
+            .where(batch.c.batch_id == batch_id, batch.c.finished_at.is_(None))
+            .values(total=total, succeeded=succeeded, failed=failed)
+            .returning(
+                batch.c.name,
+                batch.c.total,
+                batch.c.succeeded,
+                batch.c.failed,
+                batch.c.progress_task,
+            )
+        ).first()
+        if row is not None:
+            log.warning(
+                "batch %s: its counts in ratchet_batch were recounted from its children "
+                "(%d of %d ended)",
+                batch_id,
+                succeeded + failed,
+                total,
+            )
+        return row
 
     def settle_batch(
         self, conn: Connection, batch_id: uuid.UUID, name: str, out: list[Event]
@@ -312,6 +365,25 @@ class BatchStore(DialectHooks):
             announce_cascade(children, out)
             canceled += children
         return canceled
+
+
+def _room_for(ended: int) -> sa.ColumnElement[bool]:
+    """Whether a batch row's counts can take ``ended`` more children: counts that are not
+    negative and leave room under the total (computed in 64 bits: the counts of a damaged row
+    may be near the 32-bit end, where adding to them fails on PostgreSQL). A row that fails
+    this is recounted (:meth:`BatchStore.recount_batch`)."""
+    left = sa.cast(batch.c.total, sa.BigInteger) - batch.c.succeeded - batch.c.failed
+    return sa.and_(batch.c.succeeded >= 0, batch.c.failed >= 0, left >= ended)
+
+
+def counts_of(row: Any) -> BatchCounts | None:
+    """A batch row's counts, or None if they are not counts ratchet writes (not whole numbers,
+    negative, or more ended than the total)."""
+    values = (row.total, row.succeeded, row.failed)
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values):
+        return None
+    counts = BatchCounts(*values)
+    return counts if counts.ended <= counts.total else None
 
 
 def announce_cascade(canceled: Iterable[Ended], out: list[Event]) -> None:

@@ -34,6 +34,8 @@ from ..flow import (
     JobType,
     holds,
     predicate_error,
+    unreadable_condition,
+    unreadable_decision,
 )
 from ..schema import batch, job, job_queue, workflow_condition
 from ..states import Action, JobStatus
@@ -179,16 +181,8 @@ class FlowStore(BatchStore):
         ).all()
         settled = 0
         for row in stranded:
-            ok = sa.func.count().filter(job.c.terminal_status == JobStatus.SUCCEEDED)
-            counts = conn.execute(
-                sa.select(ok, sa.func.count()).where(job.c.batch_id == row.batch_id)
-            ).one()
-            conn.execute(
-                sa.update(batch)
-                .where(batch.c.batch_id == row.batch_id, batch.c.finished_at.is_(None))
-                .values(total=counts[1], succeeded=counts[0], failed=counts[1] - counts[0])
-            )
-            settled += self.settle(conn, row.batch_id, row.name)
+            if self.recount_batch(conn, row.batch_id) is not None:
+                settled += self.settle(conn, row.batch_id, row.name)
         return settled
 
     def settle(self, conn: Connection, batch_id: uuid.UUID, name: str) -> bool:
@@ -227,11 +221,12 @@ class FlowStore(BatchStore):
         for parent in by_id.values():
             parent_id = parent.job_id
             every = pending.get(parent_id, [])
-            # Decided ones were decided when the job first ended (it was retried since).
-            conditions = [c for c in every if c.decision is None]
+            # Decided ones were decided when the job first ended (it was retried since); a
+            # decision ratchet never writes is no decision, and is decided again (canceled).
+            conditions = [c for c in every if c.decision not in _DECIDED]
             decisions = _route(parent, conditions, evaluate)
             for cond, (decision, error) in zip(conditions, decisions, strict=True):
-                if not self._claim_decision(conn, cond.job_id, decision, error):
+                if not self._claim_decision(conn, cond, decision, error):
                     continue  # decided by another transaction
                 if decision == Decision.TRIGGERED:
                     if not self._release(conn, cond.job_id):
@@ -256,11 +251,16 @@ class FlowStore(BatchStore):
         return canceled
 
     def _claim_decision(
-        self, conn: Connection, job_id: uuid.UUID, decision: Decision, error: str | None
+        self, conn: Connection, cond: Any, decision: Decision, error: str | None
     ) -> bool:
+        """Record ``cond``'s decision, if it is still as it was read (undecided, or holding a
+        decision ratchet never writes)."""
         done = conn.execute(
             sa.update(workflow_condition)
-            .where(workflow_condition.c.job_id == job_id, workflow_condition.c.decision.is_(None))
+            .where(
+                workflow_condition.c.job_id == cond.job_id,
+                workflow_condition.c.decision.is_not_distinct_from(cond.decision),
+            )
             .values(decision=decision, error=error, decided_at=self.now_sql())
         )
         return bool(done.rowcount == 1)
@@ -289,11 +289,39 @@ class FlowStore(BatchStore):
         return True
 
 
+_DECIDED = frozenset(Decision)
+
+
 def _route(
     parent: Ended, conditions: list[Any], evaluate: Evaluator
 ) -> list[tuple[Decision, str | None]]:
     """Each condition's decision. A predicate that raises fails the parent's routing: every
-    branch is canceled, with the error."""
+    branch is canceled, with the error. A condition that cannot be read (a row ratchet never
+    wrote) cancels its own dependent alone, with an error naming the column."""
+    unreadable = _unreadable(parent, conditions)
+    decided = _route_readable(
+        parent, [c for c in conditions if c.job_id not in unreadable], evaluate
+    )
+    return [
+        (Decision.ERROR, unreadable[c.job_id]) if c.job_id in unreadable else decided.pop(0)
+        for c in conditions
+    ]
+
+
+def _unreadable(parent: Ended, conditions: list[Any]) -> dict[uuid.UUID, str]:
+    """The conditions that cannot be decided, with the error of each (logged once)."""
+    found: dict[uuid.UUID, str] = {}
+    for cond in conditions:
+        problem = unreadable_condition(cond.kind, cond.decision, cond.predicate, cond.threshold)
+        if problem is not None:
+            found[cond.job_id] = unreadable_decision(problem)
+            log.error("job %s: dependent %s is canceled: %s", parent.job_id, cond.job_id, problem)
+    return found
+
+
+def _route_readable(
+    parent: Ended, conditions: list[Any], evaluate: Evaluator
+) -> list[tuple[Decision, str | None]]:
     counts = BatchCounts.from_json(parent.result)
     values: dict[uuid.UUID, bool] = {}
     branches = [c for c in conditions if c.kind == Condition.WHEN]

@@ -27,7 +27,9 @@ from enum import StrEnum
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..resources_facade import ResourceLimit
+from ..errors import InvalidOption
+from ..resources_facade import DEFAULT_RETRY_DELAY, ResourceLimit
+from ..resources_facade import resource_limit as checked_limit
 from ..schema import job_queue, node, resource_limit, resource_permit
 from ..states import JobStatus
 from .dialect import DialectHooks
@@ -39,6 +41,9 @@ class Permit(StrEnum):
     GRANTED = "GRANTED"  # a permit row is held: release it after the run
     UNLIMITED = "UNLIMITED"  # the resource has no limit row: run, there is nothing to release
     FULL = "FULL"  # every permit is out: defer the job by the limit's retry_delay
+    #: The limit row holds what ratchet never writes: defer the job (see ``reason``) until the
+    #: limit is set again (``configure_resource``, or a worker starting with RATCHET_RESOURCES).
+    UNREADABLE = "UNREADABLE"
     GONE = "GONE"  # the job is no longer RUNNING on this node (canceled, recovered): skip it
 
 
@@ -51,6 +56,8 @@ class Acquisition:
     retry_delay: float = 0.0
     #: Permits of the resource out after the request (this job's included if GRANTED).
     in_use: int = 0
+    #: UNREADABLE: which column of the limit row holds what, and what is allowed.
+    reason: str | None = None
 
 
 class ResourceStore(DialectHooks):
@@ -108,13 +115,22 @@ class ResourceStore(DialectHooks):
         Run it in a transaction of its own (``begin``) and commit at once: on PostgreSQL the
         limit row stays locked, and every other request for the resource waits, until then.
         """
-        limit = conn.execute(
+        row = conn.execute(
             sa.select(resource_limit.c.max_concurrent, resource_limit.c.retry_delay)
             .where(resource_limit.c.resource_name == resource)
             .with_for_update()  # nothing on SQLite, whose BEGIN IMMEDIATE already serialises
         ).first()
-        if limit is None:
+        if row is None:
             return Acquisition(Permit.UNLIMITED)
+        try:
+            # A stored limit is checked as a user's: NaN, negative, huge or text values (written
+            # by hand) would otherwise fail the comparison below or the deferral's due time.
+            limit = checked_limit(resource, row.max_concurrent, row.retry_delay)
+        except InvalidOption as exc:
+            reason = (
+                f"the limit of resource {resource!r} in ratchet_resource_limit is unreadable: {exc}"
+            )
+            return Acquisition(Permit.UNREADABLE, retry_delay=DEFAULT_RETRY_DELAY, reason=reason)
         # Every permit counts, this job's own too: one left by an earlier attempt means that
         # attempt's thread may still be inside the resource (it timed out, or was canceled,
         # while blocked), and the new attempt waits until it gives the permit back.

@@ -123,7 +123,11 @@ class Completer(threading.Thread):
                 self._backlog -= len(batch)
             self._on_written()
 
-    def _write_with_retries(self, batch: list[Finished], evaluate: Evaluator | None = None) -> None:
+    def _write_with_retries(
+        self, batch: list[Finished], evaluate: Evaluator | None = None, alone: bool = False
+    ) -> None:
+        """Write ``batch``; ``alone``: set off each job's follow-ups in a savepoint of its own
+        (after a first try failed on what a job's end sets off)."""
         delay = 0.05
         while True:
             try:
@@ -132,13 +136,18 @@ class Completer(threading.Thread):
                 if evaluate is None:
                     evaluate = self._evaluate(batch)
                 with self._store.begin(self._engine) as conn:
-                    applied, recorded = self._complete(conn, batch, evaluate)
+                    applied, recorded = self._complete(conn, batch, evaluate, alone)
                 break
             except SQLAlchemyError as exc:
                 if _refused(exc):
                     # The statement itself was refused (bad data, not a lost connection): it
-                    # would be refused again. Isolate the outcome at fault instead of retrying
-                    # the batch for ever, which would hold back every other outcome.
+                    # would be refused again. Try once more with each job's follow-ups apart
+                    # (a follow-up that fails must not keep outcomes from being written), then
+                    # isolate the outcome at fault instead of retrying the batch for ever,
+                    # which would hold back every other outcome.
+                    if not alone:
+                        alone = True
+                        continue
                     self._write_refused(batch, exc, evaluate)
                     return
                 if self._stopping.is_set() and delay > 5:
@@ -151,6 +160,17 @@ class Completer(threading.Thread):
                 log.warning("writing %d outcomes failed; retrying", len(batch), exc_info=True)
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
+            except Exception:
+                # Not the database: a value in a row that a job's end reads. The same rows
+                # would fail the same way: the outcomes go in with each job's follow-ups apart.
+                if not alone:
+                    alone = True
+                    continue
+                log.exception(
+                    "%d outcomes cannot be written; the jobs stay RUNNING and will be recovered",
+                    len(batch),
+                )
+                return
         self._count(batch, applied)
         self._announce(batch, applied, recorded)
 
@@ -188,10 +208,11 @@ class Completer(threading.Thread):
         return lookup
 
     def _complete(
-        self, conn: Connection, batch: list[Finished], evaluate: Evaluator
+        self, conn: Connection, batch: list[Finished], evaluate: Evaluator, alone: bool = False
     ) -> tuple[set[uuid.UUID], list[Event]]:
         """Write ``batch``, and what the end of its linked jobs sets off, in ``conn``'s
-        transaction; return the jobs changed and the events to send after the commit."""
+        transaction; return the jobs changed and the events to send after the commit.
+        ``alone``: each job's follow-ups in a savepoint of its own (see :meth:`_follow_up`)."""
         applied = self._store.complete_many(conn, self._node_id, batch)
         ended = [
             Ended(
@@ -205,9 +226,32 @@ class Completer(threading.Thread):
             for i in batch
             if i.follow_up and i.outcome.terminal and i.job_id in applied
         ]
-        if ended:
+        if ended and not alone:
             self._store.after_end(conn, ended, evaluate)
+        for one in ended if alone else ():
+            self._follow_up(conn, one, evaluate)
         return applied, events.take(conn)
+
+    def _follow_up(self, conn: Connection, ended: Ended, evaluate: Evaluator) -> None:
+        """Set off what one job's end sets off, in a savepoint: if that fails (a row it reads
+        holds what ratchet never writes, in a way nothing before caught), the job's outcome is
+        written all the same and its follow-ups are left as they are, with one log line (a
+        batch is settled later by the recovery sweep; a dependent waits for an operator)."""
+        earlier = events.take(conn)
+        try:
+            with conn.begin_nested():
+                self._store.after_end(conn, [ended], evaluate)
+        except Exception as exc:
+            events.take(conn)  # recorded by what the savepoint took back: it never happened
+            log.error(
+                "job %s ended %s, but what its end sets off failed (%s: %s); its outcome is "
+                "written, its follow-ups are left as they are",
+                ended.job_id,
+                ended.status,
+                type(exc).__name__,
+                first_line(exc),
+            )
+        events.record(conn, [*earlier, *events.take(conn)])
 
     def _announce(
         self, batch: list[Finished], applied: set[uuid.UUID], recorded: list[Event]
@@ -227,8 +271,8 @@ class Completer(threading.Thread):
         success is never stored as a failure."""
         if len(batch) > 1:
             middle = len(batch) // 2
-            self._write_with_retries(batch[:middle], evaluate)
-            self._write_with_retries(batch[middle:], evaluate)
+            self._write_with_retries(batch[:middle], evaluate, alone=True)
+            self._write_with_retries(batch[middle:], evaluate, alone=True)
             return
         (item,) = batch
         reduced = _reduced(item, exc)
@@ -236,7 +280,7 @@ class Completer(threading.Thread):
             if evaluate is None:
                 evaluate = self._evaluate([reduced])
             with self._store.begin(self._engine) as conn:
-                applied, recorded = self._complete(conn, [reduced], evaluate)
+                applied, recorded = self._complete(conn, [reduced], evaluate, alone=True)
         except SQLAlchemyError:
             log.exception(
                 "the outcome of job %s cannot be stored; the job stays RUNNING and will run again "

@@ -292,7 +292,7 @@ class Executor:
         held = False
         if claimed.resource is not None:
             answer = self._permits.acquire(claimed)
-            if answer is None or answer.permit in (Permit.FULL, Permit.GONE):
+            if answer is None or answer.permit in (Permit.FULL, Permit.GONE, Permit.UNREADABLE):
                 self._settle_breaker(run, None)  # it did not run: free its trial place
                 if answer is None:
                     why = f"no permit of {claimed.resource!r} could be asked for"
@@ -300,7 +300,10 @@ class Executor:
                 if answer.permit is Permit.GONE:
                     _not_mine(claimed, "not run")
                     return None
-                why = f"all {answer.in_use} permits of {claimed.resource!r} are in use"
+                why = (
+                    answer.reason
+                    or f"all {answer.in_use} permits of {claimed.resource!r} are in use"
+                )
                 return self._defer(run, answer.retry_delay, why)
             held = answer.permit is Permit.GRANTED
         failure: BaseException | None = None

@@ -23,6 +23,7 @@ from flask_ratchet.store.cluster import NodeInfo
 from flask_ratchet.store.resources import Acquisition, Permit
 from tests.apps import add, ratchet
 from tests.integration.helpers import count, finish
+from tests.integration.test_flows import work
 
 
 @contextmanager
@@ -324,3 +325,42 @@ def test_config_reads_resource_limits() -> None:
 def test_bad_resource_config_is_an_error_naming_the_key(value: Any, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         RatchetConfig.from_mapping({"RATCHET_RESOURCES": value})
+
+
+#: (column of ratchet_resource_limit, what it holds, the dialects that can store it).
+DAMAGED_LIMITS: list[tuple[str, object, tuple[str, ...]]] = [
+    ("max_concurrent", -3, ("sqlite", "postgresql")),
+    ("max_concurrent", 0, ("sqlite", "postgresql")),
+    ("max_concurrent", "many", ("sqlite",)),
+    ("retry_delay", float("nan"), ("postgresql",)),
+    ("retry_delay", float("inf"), ("sqlite", "postgresql")),
+    ("retry_delay", -1.0, ("sqlite", "postgresql")),
+    ("retry_delay", 1e300, ("sqlite", "postgresql")),
+    ("retry_delay", "soon", ("sqlite",)),
+]
+
+
+@pytest.mark.parametrize(("column", "value", "dialects"), DAMAGED_LIMITS)
+def test_an_unreadable_limit_defers_its_jobs_naming_the_column(
+    app: Flask, dialect: str, column: str, value: object, dialects: tuple[str, ...]
+) -> None:
+    if dialect not in dialects:
+        pytest.skip(f"a {dialect} column {column!r} cannot hold {value!r}")
+    ratchet.configure_resource("api", 2, 0.25)
+    with tx() as conn:  # no conversion by the column's type: SQLite keeps text as it is
+        conn.execute(sa.text(f"UPDATE ratchet_resource_limit SET {column} = :v"), {"v": value})
+    (job_id,) = running(1)
+    answer = acquire(job_id)
+    assert answer.permit is Permit.UNREADABLE
+    assert answer.retry_delay == DEFAULT_RETRY_DELAY
+    assert answer.reason is not None and f"{column} of resource 'api'" in answer.reason
+    assert holders() == set()
+    # A worker defers the job (PENDING again, its attempt not spent) and runs the others.
+    other = ratchet.enqueue_now(add, 1, 2).id
+    assert finish(job_id, JobStatus.FAILED)  # the claimed one above, out of the way
+    deferred = ratchet.enqueue(add, 2, 2).with_resource("api").submit().id
+    work(app)
+    assert ratchet.get_job(other).status == JobStatus.SUCCEEDED  # type: ignore[union-attr]
+    found = ratchet.get_job(deferred)
+    assert found is not None and found.status == JobStatus.PENDING and found.attempts == 0
+    assert ratchet.queue_health()["counts"]["RUNNING"] == 0

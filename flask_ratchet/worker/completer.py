@@ -239,7 +239,7 @@ class Completer(threading.Thread):
         batch is settled later by the recovery sweep; a dependent waits for an operator)."""
         earlier = events.take(conn)
         try:
-            with conn.begin_nested():
+            with self._store.savepoint(conn):
                 self._store.after_end(conn, [ended], evaluate)
         except Exception as exc:
             events.take(conn)  # recorded by what the savepoint took back: it never happened

@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from flask import current_app
 
@@ -106,3 +108,16 @@ def refusing(url: str, table: str, condition: str, on: str = "INSERT") -> Iterat
             if not sqlite:
                 conn.exec_driver_sql("DROP FUNCTION ratchet_test_refuse()")
         engine.dispose()
+
+
+def each_database_that_holds(
+    damage: list[tuple[str, object, tuple[str, ...]]],
+) -> list[Any]:
+    """``(database, column, value)`` parameters for each ``(column, value, databases)`` of
+    ``damage``, only on the databases whose column type can hold the value (PostgreSQL keeps no
+    text in a number column): a case a database cannot store is not a test there, not a skip."""
+    return [
+        pytest.param(database, column, value, id=f"{database}-{column}-{value!r}")
+        for column, value, databases in damage
+        for database in databases
+    ]

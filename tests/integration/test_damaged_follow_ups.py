@@ -112,9 +112,8 @@ def test_a_damaged_threshold_cancels_its_follow_up_alone(app: Flask, value: obje
     assert live_jobs() == 0
 
 
-@pytest.mark.parametrize(
-    "database_url", ["sqlite"], indirect=True
-)  # a PostgreSQL float holds no text
+# SQLite only: a float column of PostgreSQL holds no text.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_a_text_threshold_cancels_its_follow_up_alone(app: Flask) -> None:
     test_a_damaged_threshold_cancels_its_follow_up_alone(app, "half of it")
 

@@ -294,6 +294,9 @@ def percent(rate: float) -> str:
     return f"{rate * 100:.3g} %"
 
 
-def seconds(value: float) -> str:
-    """``2 s``, ``0.5 s``, ``90 s``: a setting in seconds, as it would be typed."""
+def seconds(value: float | Unreadable) -> str:
+    """``2 s``, ``0.5 s``, ``90 s``: a setting in seconds, as it would be typed; a stored one
+    that cannot be read, as stored."""
+    if isinstance(value, Unreadable):
+        return f"{value.text} s"
     return f"{value:g} s"

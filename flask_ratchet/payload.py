@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
-from .errors import PayloadError, PayloadTooLarge, UnreadableJob
+from .errors import InvalidOption, PayloadError, PayloadTooLarge, UnreadableJob
 
 #: How deep lists and dicts may be nested inside one argument, param value or result.
 MAX_DEPTH = 64
@@ -177,6 +177,17 @@ def read_member(kind: type[E], column: str, value: Any) -> E | Unreadable:
     except (ValueError, TypeError):
         allowed = ", ".join(str(m.value) for m in kind)
         return Unreadable(str(value), f"column {column!r} holds {value!r}, not one of {allowed}")
+
+
+def read_checked(column: str, check: Callable[[Any], T], value: Any) -> T | Unreadable:
+    """A stored column for readers, checked as a user's value would be: ``check(value)``, or
+    :class:`Unreadable` holding its text if ``check`` refuses it (raises
+    :class:`~flask_ratchet.errors.InvalidOption`), e.g. text SQLite keeps in an integer column,
+    NaN, a negative or a huge number."""
+    try:
+        return check(value)
+    except InvalidOption as exc:
+        return Unreadable(str(value), f"column {column!r} is unreadable: {exc}")
 
 
 def _json_type(value: Any) -> str:

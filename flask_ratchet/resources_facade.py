@@ -45,6 +45,17 @@ def resource_limit(
     :raises InvalidOption: naming the bad value.
     """
     validate_text("a resource name", name, RESOURCE_MAX_LENGTH)
+    return ResourceLimit(
+        name, checked_max_concurrent(name, max_concurrent), checked_retry_delay(name, retry_delay)
+    )
+
+
+def checked_max_concurrent(name: str, max_concurrent: Any) -> int:
+    """``max_concurrent`` of a limit, if it is a whole number >= 1 (also what a stored limit
+    row's column must hold to be read).
+
+    :raises InvalidOption: naming the bad value.
+    """
     if (
         isinstance(max_concurrent, bool)
         or not isinstance(max_concurrent, int)
@@ -54,6 +65,15 @@ def resource_limit(
             f"max_concurrent of resource {name!r} must be a whole number >= 1, "
             f"got {shown(max_concurrent)}"
         )
+    return max_concurrent
+
+
+def checked_retry_delay(name: str, retry_delay: Any) -> float:
+    """``retry_delay`` of a limit in seconds (given in seconds or as a ``timedelta``), if it is
+    positive and at most :data:`~flask_ratchet.options.MAX_DURATION`.
+
+    :raises InvalidOption: naming the bad value.
+    """
     delay = retry_delay.total_seconds() if isinstance(retry_delay, timedelta) else retry_delay
     if (
         isinstance(delay, bool)
@@ -65,7 +85,7 @@ def resource_limit(
             f"retry_delay of resource {name!r} must be a positive number of seconds or a "
             f"timedelta, at most {MAX_DURATION.days} days, got {shown(retry_delay)}"
         )
-    return ResourceLimit(name, max_concurrent, float(delay))
+    return float(delay)
 
 
 class ResourcesFacade:

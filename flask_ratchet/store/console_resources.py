@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import sqlalchemy as sa
@@ -30,6 +31,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
 from ..breaker import BreakerSnapshot, BreakerState
+from ..payload import Unreadable, read_checked
+from ..resources_facade import checked_max_concurrent, checked_retry_delay
 from ..schema import audit, job, job_queue, node, resource_limit, resource_permit
 from ..states import JobStatus
 from .cluster import BREAKER_RESET
@@ -76,11 +79,13 @@ class Holder:
 
 @dataclass(frozen=True, slots=True)
 class ResourceRow:
-    """One resource as the console shows it. ``max_concurrent`` is ``None`` without a limit."""
+    """One resource as the console shows it. ``max_concurrent`` is ``None`` without a limit;
+    it and ``retry_delay`` are :class:`~flask_ratchet.payload.Unreadable` if the limit row holds
+    what ratchet never writes there (the worker then defers the resource's jobs)."""
 
     name: str
-    max_concurrent: int | None
-    retry_delay: float | None
+    max_concurrent: int | Unreadable | None
+    retry_delay: float | Unreadable | None
     updated_at: datetime | None
     #: Permits out, and the nodes holding them (by node id).
     in_use: int
@@ -96,7 +101,14 @@ class ResourceRow:
     @property
     def full(self) -> bool:
         """Every permit is out: the resource's next jobs are deferred by its retry delay."""
-        return self.max_concurrent is not None and self.in_use >= self.max_concurrent
+        return isinstance(self.max_concurrent, int) and self.in_use >= self.max_concurrent
+
+    @property
+    def unreadable(self) -> list[Unreadable]:
+        """The columns of the limit row that cannot be read (its jobs are deferred by
+        :data:`~flask_ratchet.resources_facade.DEFAULT_RETRY_DELAY` until it is set again)."""
+        values = (self.max_concurrent, self.retry_delay)
+        return [v for v in values if isinstance(v, Unreadable)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,10 +183,21 @@ def _row(
     complete: bool,
 ) -> ResourceRow:
     held = holders.get(name, ())
+    # A limit row is checked as a user's limit would be: what SQLite keeps in its number
+    # columns (text, a blob, a huge or negative number) or PostgreSQL's NaN reads as stored.
+    max_concurrent: int | Unreadable | None = None
+    retry_delay: float | Unreadable | None = None
+    if limit is not None:
+        max_concurrent = read_checked(
+            "max_concurrent", partial(checked_max_concurrent, name), limit.max_concurrent
+        )
+        retry_delay = read_checked(
+            "retry_delay", partial(checked_retry_delay, name), limit.retry_delay
+        )
     return ResourceRow(
         name=name,
-        max_concurrent=None if limit is None else int(limit.max_concurrent),
-        retry_delay=None if limit is None else float(limit.retry_delay),
+        max_concurrent=max_concurrent,
+        retry_delay=retry_delay,
         updated_at=None if limit is None else limit.updated_at,
         in_use=sum(h.permits for h in held),
         holders=held,

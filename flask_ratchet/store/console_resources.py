@@ -31,6 +31,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
 from ..breaker import BreakerSnapshot, BreakerState
+from ..errors import InvalidOption
+from ..options import shown
 from ..payload import Unreadable, read_checked
 from ..resources_facade import checked_max_concurrent, checked_retry_delay
 from ..schema import audit, job, job_queue, node, resource_limit, resource_permit
@@ -284,7 +286,8 @@ class NodeBreaker:
 
     node_id: str
     host: str
-    pid: int
+    #: As the node row holds it (:class:`~flask_ratchet.payload.Unreadable` if not a number).
+    pid: int | Unreadable
     last_heartbeat: datetime
     heartbeat_age: float
     snapshot: BreakerSnapshot
@@ -372,7 +375,7 @@ def _published(
                 NodeBreaker(
                     node_id=r.node_id,
                     host=r.host,
-                    pid=int(r.pid),
+                    pid=read_checked("pid", _whole, r.pid),
                     last_heartbeat=r.last_heartbeat,
                     heartbeat_age=max(0.0, (now - r.last_heartbeat).total_seconds()),
                     snapshot=snapshot,
@@ -423,10 +426,25 @@ def _snapshot(entry: object) -> BreakerSnapshot | None:
 
 
 def _number(value: object) -> float:
-    """A published figure, or 0 for anything that is not a finite, non-negative number."""
+    """A published figure, or 0 for anything that is not a finite, non-negative number (JSON
+    holds integers of any length: one past a float's range is not a figure either)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0.0
-    return float(value) if math.isfinite(value) and value >= 0 else 0.0
+    try:
+        number = float(value)
+    except OverflowError:
+        return 0.0
+    return number if math.isfinite(number) and number >= 0 else 0.0
+
+
+def _whole(value: object) -> int:
+    """A whole number a node row holds (SQLite keeps any text a hand wrote there).
+
+    :raises InvalidOption: if it is not one.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidOption(f"must be a whole number, got {shown(value)}")
+    return value
 
 
 def reset_requests(conn: Connection, now: datetime) -> dict[str, datetime]:

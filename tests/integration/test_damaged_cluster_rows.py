@@ -94,3 +94,66 @@ def test_resource_pages_show_a_damaged_limit_as_stored(
         assert f"column &#39;{column}&#39; is unreadable" in text
     assert "0 / 2" in listed  # the other resource as usual
     assert "deferred by 5 s" in one
+
+
+# -- nodes and the breakers they publish ---------------------------------------------------------
+
+HUGE = "1" + "0" * 400  # a JSON integer past a float's range
+BREAKER = '{"state": "CLOSED", "calls": 4, "failures": 1, "failure_rate": 0.25}'
+
+
+def published(entry: str) -> str:
+    """A node's ``info`` publishing ``entry`` as the breaker of service ``svc``."""
+    return '{"breakers": {"svc": ' + entry + "}}"
+
+
+#: (column of ratchet_node, what it holds, the databases that can store it).
+NODE_DAMAGE: list[tuple[str, object, tuple[str, ...]]] = [
+    ("pid", TEXT, ("sqlite",)),
+    ("pid", b"\x00\xff", ("sqlite",)),
+    ("pid", 1e300, ("sqlite",)),
+    ("concurrency", TEXT, ("sqlite",)),
+    ("info", published('{"state": "CLOSED", "calls": ' + HUGE + "}"), BOTH),
+    ("info", published('{"state": "OPEN", "open_for_left": ' + HUGE + "}"), BOTH),
+    ("info", published('{"state": "OPEN", "open_for_left": 1e400}'), BOTH),
+    ("info", published('{"state": "HALF_OPEN", "times_opened": -' + HUGE + "}"), BOTH),
+    ("info", published(BREAKER + ', "<b>x": {"state": "<b>"}'), BOTH),
+    ("info", '{"breakers": ' + "[" * 100_000, BOTH),
+    ("info", b"\x80\xff", ("sqlite",)),
+    ("info", 5, ("sqlite",)),
+]
+
+
+@pytest.mark.parametrize(
+    ("database_url", "column", "value"),
+    each_database_that_holds(NODE_DAMAGE),
+    indirect=["database_url"],
+)
+def test_breaker_and_node_pages_show_a_damaged_node_row(
+    app: Flask, column: str, value: object
+) -> None:
+    with db.engine.begin() as conn:
+        now = conn.execute(sa.select(sa.func.current_timestamp())).scalar_one()
+    row: dict[str, object] = {
+        "host": "h",
+        "pid": 1,
+        "version": "v",
+        "concurrency": 2,
+        "started_at": now,
+        "last_heartbeat": now,
+        "info": published(BREAKER),
+    }
+    insert("ratchet_node", node_id="damaged", **(row | {column: value}))
+    insert("ratchet_node", node_id="sound", **row)
+    breakers = page(app, "/ratchet/breakers")
+    reset = page(app, "/ratchet/breakers/reset?service=svc")
+    nodes = page(app, "/ratchet/nodes")
+    page(app, "/ratchet/")
+    for text in (breakers, reset, nodes):
+        assert "<b>" not in text
+    assert 'data-service="svc"' in breakers and "sound" in breakers and "sound" in reset
+    assert "damaged" in nodes
+    if column in ("pid", "concurrency"):
+        assert str(escape(str(value))) in nodes
+    if column == "pid":
+        assert f"pid {escape(str(value))}" in breakers and "damaged" in breakers

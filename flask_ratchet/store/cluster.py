@@ -104,10 +104,8 @@ class ClusterStore(DialectHooks):
         conn.execute(sa.delete(node).where(node.c.node_id == node_id))
 
     def delete_dead_nodes(self, conn: Connection, silent_for: float) -> int:
-        """Forget nodes whose last heartbeat is older than ``silent_for`` seconds."""
-        result = conn.execute(
-            sa.delete(node).where(node.c.last_heartbeat < self.ago_sql(silent_for))
-        )
+        """Forget nodes not heard from within ``silent_for`` seconds (see :meth:`heard_within`)."""
+        result = conn.execute(sa.delete(node).where(sa.not_(self.heard_within(silent_for))))
         return int(result.rowcount)
 
     def recover_orphans(self, conn: Connection, grace: float) -> Recovered:
@@ -117,7 +115,7 @@ class ClusterStore(DialectHooks):
         claimed a moment ago by a node whose first heartbeat is not in yet. A job that has used all
         its attempts (it keeps killing its workers) goes to the dead-letter queue instead.
         """
-        alive = sa.select(node.c.node_id).where(node.c.last_heartbeat >= self.ago_sql(grace))
+        alive = sa.select(node.c.node_id).where(self.heard_within(grace))
         release_stale_permits(self, conn, grace)
         return self._take_back(
             conn,

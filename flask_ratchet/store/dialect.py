@@ -14,9 +14,11 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..schema import node
 from ..states import JobStatus
 from .driver import savepoint
 
@@ -54,6 +56,15 @@ class DialectHooks:
     def later_sql(self, seconds: float) -> ColumnElement[datetime]:
         """``seconds`` after the current time."""
         raise NotImplementedError
+
+    def heard_within(self, seconds: float) -> ColumnElement[bool]:
+        """Nodes that sent a heartbeat within ``seconds``: at most that long ago, and no
+        further ahead either. Every heartbeat is the database's time; one later than that was
+        written by hand (a far time, PostgreSQL's ``infinity``, text SQLite sorts after every
+        time) and would keep a dead node's jobs RUNNING for ever. A live node writes its
+        heartbeat again within an interval."""
+        beat = node.c.last_heartbeat
+        return sa.and_(beat >= self.ago_sql(seconds), beat <= self.later_sql(seconds))
 
     def hour_sql(self) -> ColumnElement[datetime]:
         """The current time, truncated to the hour."""

@@ -184,7 +184,7 @@ def release_stale_permits(store: DialectHooks, conn: Connection, grace: float) -
     blocked). The age test spares a permit taken a moment ago, as orphan recovery spares a job
     claimed a moment ago.
     """
-    alive = sa.select(node.c.node_id).where(node.c.last_heartbeat >= store.ago_sql(grace))
+    alive = sa.select(node.c.node_id).where(store.heard_within(grace))
     result = conn.execute(
         sa.delete(resource_permit).where(
             resource_permit.c.acquired_at < store.ago_sql(grace),

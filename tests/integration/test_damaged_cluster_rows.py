@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import sqlalchemy as sa
 from flask import Flask
 from markupsafe import escape
 
-from tests.apps import create_app, db
-from tests.integration.helpers import each_database_that_holds
+from flask_ratchet import JobStatus
+from flask_ratchet.schema import UtcDateTime
+from flask_ratchet.store.cluster import NodeInfo
+from tests.apps import add, create_app, db, ratchet
+from tests.integration.helpers import count, each_database_that_holds
 
 READ = {"X-Role": "read"}
 BOTH = ("sqlite", "postgresql")
@@ -157,3 +161,55 @@ def test_breaker_and_node_pages_show_a_damaged_node_row(
         assert str(escape(str(value))) in nodes
     if column == "pid":
         assert f"pid {escape(str(value))}" in breakers and "damaged" in breakers
+
+
+# -- orphan recovery -------------------------------------------------------------------------------
+
+#: A heartbeat no worker writes (each is the database's time): past every time ratchet compares
+#: it with, on each database.
+FUTURE_HEARTBEAT: list[tuple[str, object, tuple[str, ...]]] = [
+    ("last_heartbeat", "infinity", ("postgresql",)),
+    ("last_heartbeat", "294276-01-01 00:00:00+00", ("postgresql",)),
+    ("last_heartbeat", "9999-12-31 00:00:00", ("sqlite",)),
+    ("last_heartbeat", "<b>soon", ("sqlite",)),  # text sorts after every time SQLite holds
+]
+
+
+@pytest.mark.parametrize(
+    ("database_url", "column", "value"),
+    each_database_that_holds(FUTURE_HEARTBEAT),
+    indirect=["database_url"],
+)
+def test_a_heartbeat_in_the_future_keeps_no_node_alive(
+    app: Flask, column: str, value: object
+) -> None:
+    """Its RUNNING jobs and permits are taken back like any silent node's, not held for ever."""
+    job_id = ratchet.enqueue(add, 1, 2).with_resource("api").submit().id
+    assert [c.job_id for c in ratchet.claim_due(1, "ghost")] == [job_id]
+    state = ratchet.state
+    with state.store.begin(state.engine) as conn:
+        state.store.acquire_permit(conn, job_id, "api", "ghost")
+        state.store.heartbeat(conn, NodeInfo("ghost", "h", 1, "v", 1))
+        state.store.heartbeat(conn, NodeInfo("alive", "h", 2, "v", 1))
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.text(f"UPDATE ratchet_node SET {column} = :value WHERE node_id = 'ghost'"),
+            {"value": value},
+        )
+        for table, at in (
+            ("ratchet_job_queue", "picked_at"),
+            ("ratchet_resource_permit", "acquired_at"),
+        ):
+            conn.execute(
+                sa.update(sa.table(table, sa.column(at, UtcDateTime()))).values(
+                    {at: datetime.now(UTC) - timedelta(minutes=5)}
+                )
+            )
+    with state.store.begin(state.engine) as conn:
+        recovered = state.store.recover_orphans(conn, grace=60)
+        assert state.store.delete_dead_nodes(conn, 3600) == 1
+    assert recovered.requeued == [job_id]
+    assert count("ratchet_resource_permit") == 0
+    found = ratchet.get_job(job_id)
+    assert found is not None and found.status == JobStatus.PENDING
+    assert count("ratchet_node") == 1  # the live node stays

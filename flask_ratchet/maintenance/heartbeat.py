@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import uuid
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 
@@ -50,7 +49,7 @@ class Heartbeat(threading.Thread):
         self.beats = 0
         self._breakers = breakers
         self._first_beat: datetime | None = None
-        self._applied: dict[uuid.UUID, datetime] = {}  # resets applied, by audit row
+        self._applied: dict[str, datetime] = {}  # resets applied, by audit row id
 
     def beat(self) -> None:
         """One heartbeat, now."""

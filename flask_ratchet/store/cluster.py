@@ -89,11 +89,16 @@ class ClusterStore(DialectHooks):
         ).returning(node.c.last_heartbeat)
         return conn.execute(beat).scalar_one()  # type: ignore[no-any-return]
 
-    def breaker_resets(self, conn: Connection, since: datetime) -> list[tuple[uuid.UUID, str]]:
+    def breaker_resets(self, conn: Connection, since: datetime) -> list[tuple[str, str]]:
         """Circuit-breaker resets operators asked for at or after ``since``: (audit row id,
-        service) of each ``reset-breaker`` audit row."""
+        service) of each ``reset-breaker`` audit row.
+
+        The id is only a key (each reset is applied once), read as the text the row holds: an
+        id SQLite keeps that is not a UUID (written by hand) must not fail the heartbeat that
+        reads it, or the node would look dead.
+        """
         rows = conn.execute(
-            sa.select(audit.c.audit_id, audit.c.target)
+            sa.select(sa.cast(audit.c.audit_id, sa.String).label("audit_id"), audit.c.target)
             .where(audit.c.action == BREAKER_RESET, audit.c.at >= since)
             .order_by(audit.c.at)
         )

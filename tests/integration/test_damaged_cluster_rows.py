@@ -6,6 +6,7 @@ it."""
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
@@ -15,8 +16,10 @@ from flask import Flask
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
+from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
+from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.schema import UtcDateTime
-from flask_ratchet.store.cluster import NodeInfo
+from flask_ratchet.store.cluster import BREAKER_RESET, NodeInfo
 from tests.apps import add, create_app, db, ratchet
 from tests.integration.helpers import count, each_database_that_holds
 
@@ -213,3 +216,47 @@ def test_a_heartbeat_in_the_future_keeps_no_node_alive(
     found = ratchet.get_job(job_id)
     assert found is not None and found.status == JobStatus.PENDING
     assert count("ratchet_node") == 1  # the live node stays
+
+
+# -- heartbeats ------------------------------------------------------------------------------------
+
+
+# SQLite only: PostgreSQL's uuid column holds nothing but ids.
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_breaker_reset_with_a_damaged_id_is_applied_and_the_heartbeat_goes_on(
+    app: Flask,
+) -> None:
+    """The heartbeat reads resets from the audit trail: an audit row whose id is not one (a
+    hand's text) must not fail the beat, or the node would look dead and lose its jobs."""
+    breakers = Breakers()
+    breaker = breakers.get(
+        "stripe",
+        BreakerSettings(window=2, failure_rate=0.5, open_for=60, half_open_calls=1, min_calls=2),
+    )
+    assert breaker is not None
+    for _ in range(2):
+        breaker.record(success=False)
+    assert breaker.state == BreakerState.OPEN
+    state = ratchet.state
+    beat = Heartbeat(
+        state.store, state.engine, NodeInfo("n", "h", 1, "v", 1), 60, threading.Event(), breakers
+    )
+    beat.beat()
+    with state.store.begin(state.engine) as conn:
+        later = state.store.now(conn) + timedelta(seconds=1)
+    insert(
+        "ratchet_audit",
+        audit_id="<b>not an id",
+        at=later.replace(tzinfo=None),
+        actor="ops",
+        role="admin",
+        action=BREAKER_RESET,
+        scope="breaker",
+        target="stripe",
+        requested=1,
+        changed=1,
+    )
+    beat.beat()
+    beat.beat()
+    assert beat.beats == 3
+    assert breaker.state == BreakerState.CLOSED

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import ctypes
 import logging
-import math
 import queue
 import threading
 import time
@@ -511,33 +510,38 @@ def _read_row(run: Run) -> tuple[list[Any], dict[str, Any]]:
     """Check what the claim read from the job's row and decode its JSON columns: the call's
     ``(args, kwargs)``, with the params put in the job's context.
 
+    Runs once per job on the hot path: the checks are plain type and range tests (a NaN fails
+    every comparison, so ``not x >= 0`` refuses it too).
+
     :raises UnreadableJob: naming the first column that ratchet could not have written.
     """
     claimed = run.claimed
     args, kwargs = payload.decode_call(claimed.payload)
-    run.ctx.params = payload.decode_stored("params", claimed.params, dict) or {}
-    if claimed.backoff not in {b.value for b in Backoff}:
+    if claimed.params is not None:
+        run.ctx.params = payload.decode_stored("params", claimed.params, dict) or {}
+    if claimed.backoff not in _BACKOFFS:
         raise UnreadableJob(
-            f"column 'backoff' holds {claimed.backoff!r}, not one of "
-            f"{', '.join(b.value for b in Backoff)}"
+            f"column 'backoff' holds {claimed.backoff!r}, not one of {', '.join(_BACKOFFS)}"
         )
-    if not _is_number(claimed.backoff_base) or not claimed.backoff_base >= 0:
-        raise UnreadableJob(
-            f"column 'backoff_base' holds {claimed.backoff_base!r}, not a number of seconds >= 0"
-        )
+    base = claimed.backoff_base
+    if type(base) not in _NUMBERS or not base >= 0:
+        raise UnreadableJob(f"column 'backoff_base' holds {base!r}, not a number of seconds >= 0")
     timeout = claimed.timeout
-    if timeout is not None and (not _is_number(timeout) or not timeout > 0):
+    if timeout is not None and (type(timeout) not in _NUMBERS or not timeout > 0):
         raise UnreadableJob(
             f"column 'timeout' holds {timeout!r}, not a positive number of seconds or NULL"
         )
-    for column, count in (("attempts", claimed.attempt), ("max_retries", claimed.max_retries)):
-        if not isinstance(count, int) or isinstance(count, bool):
-            raise UnreadableJob(f"column {column!r} holds {count!r}, not an integer")
+    if type(claimed.attempt) is not int:
+        raise UnreadableJob(f"column 'attempts' holds {claimed.attempt!r}, not an integer")
+    if type(claimed.max_retries) is not int:
+        raise UnreadableJob(f"column 'max_retries' holds {claimed.max_retries!r}, not an integer")
     return args, kwargs
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)
+#: What a claimed row's ``backoff`` may hold, and the types its numbers may come back as (never
+#: ``bool``, a subclass of ``int`` no driver returns for these columns).
+_BACKOFFS = tuple(b.value for b in Backoff)
+_NUMBERS = (int, float)
 
 
 def _retry_decision(claimed: ClaimedJob, exc: BaseException) -> Decision:

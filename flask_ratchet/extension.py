@@ -275,6 +275,8 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
         from .cli import ratchet_cli
 
         app.cli.add_command(ratchet_cli)
+        # The app's own `flask db migrate` must never write a migration dropping these tables.
+        migrate.guard_host_migrations(app)
         # Tables are created at first use; in a web app, before any handler can take the
         # write lock that creating them needs.
         app.before_request(_ensure_schema)

@@ -8,12 +8,16 @@ do not pay for importing it.
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable, Mapping
 from importlib.resources import as_file, files
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
+from flask import Flask, appcontext_pushed
 from sqlalchemy.engine import Connection, Engine
 
+from . import schema
 from .schema import VERSION_TABLE
 from .store import store_for
 
@@ -80,3 +84,61 @@ def head() -> str | None:
     from alembic.script import ScriptDirectory
 
     return ScriptDirectory.from_config(_config()).get_current_head()
+
+
+# -- the host app's own migrations ----------------------------------------------------------------
+#
+# ratchet's tables live in the app's database but on a MetaData of their own, so the host's
+# autogenerate (Flask-Migrate's ``flask db migrate``, or alembic's ``revision --autogenerate``)
+# finds them in the database and not in the app's models, and would write a migration dropping
+# them. These hooks hide them from the host's migrations.
+
+
+def is_ratchet_table(name: str | None) -> bool:
+    """Whether ``name`` is one of ratchet's tables (its alembic version table included)."""
+    return name is not None and (name in schema.metadata.tables or name == VERSION_TABLE)
+
+
+def host_include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) -> bool:
+    """alembic's ``include_name`` hook for the host app's ``env.py``: everything but ratchet's
+    tables and what belongs to them (their columns, indexes and constraints)."""
+    if type_ == "table":
+        return not is_ratchet_table(name)
+    return not is_ratchet_table(parent_names.get("table_name"))
+
+
+def host_include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """alembic's ``include_object`` hook for the host app's ``env.py``: everything but ratchet's
+    tables and what belongs to them."""
+    table = name if type_ == "table" else getattr(getattr(obj, "table", None), "name", None)
+    return not is_ratchet_table(table)
+
+
+def guard_host_migrations(app: Flask) -> None:
+    """Hide ratchet's tables from Flask-Migrate on ``app``, whether it is registered before or
+    after ratchet: each time an app context is pushed (every ``flask db`` command pushes one),
+    Flask-Migrate's arguments for alembic get :func:`host_include_name`, combined with the app's
+    own ``include_name`` if it passed one. A dictionary lookup per context once that is done."""
+    appcontext_pushed.connect(_guard_flask_migrate, app, weak=False)
+
+
+def _guard_flask_migrate(app: Flask, **_: Any) -> None:
+    migrate = app.extensions.get("migrate")
+    args = getattr(migrate, "configure_args", None)
+    if not isinstance(args, dict) or args.get("include_name") in _GUARDS:
+        return
+    own = args.get("include_name")
+
+    def include_name(name: str | None, type_: str, parent_names: Mapping[str, Any]) -> bool:
+        if not host_include_name(name, type_, parent_names):
+            return False
+        return own is None or bool(own(name, type_, parent_names))
+
+    _GUARDS.add(include_name)
+    args["include_name"] = include_name
+
+
+#: The hooks :func:`_guard_flask_migrate` installed, so that it installs one per app only.
+_GUARDS: weakref.WeakSet[Callable[..., bool]] = weakref.WeakSet()

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -81,3 +83,91 @@ def test_downgrade_base_removes_only_ratchet_tables(empty_engine: sa.Engine) -> 
     assert ratchet_tables(empty_engine) == {schema.VERSION_TABLE}
     assert migrate.current(empty_engine) is None
     assert "host_things" in sa.inspect(empty_engine).get_table_names()
+
+
+# -- the host app's own migrations -----------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("migrate_first", [True, False], ids=["migrate-first", "ratchet-first"])
+def test_flask_migrate_never_writes_a_migration_touching_ratchet_tables(
+    empty_engine: sa.Engine, tmp_path: Path, migrate_first: bool
+) -> None:
+    """The real ``flask db init`` and ``flask db migrate`` of an app holding ratchet's tables:
+    the migration creates the app's own table and names none of ratchet's."""
+    migrate.upgrade(empty_engine)  # as `flask ratchet db upgrade` leaves the database
+    env = os.environ | {
+        "HOST_DATABASE_URL": empty_engine.url.render_as_string(hide_password=False),
+        "HOST_MIGRATE_FIRST": "1" if migrate_first else "0",
+    }
+    folder = tmp_path / "migrations"
+
+    def flask_db(*args: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "flask", "--app", "tests.host_app:create_app()", "db", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    flask_db("init", "-d", str(folder))
+    flask_db("migrate", "-d", str(folder), "-m", "invoices")
+    (script,) = (folder / "versions").glob("*.py")
+    text = script.read_text()
+    assert "op.create_table('invoice'" in text, text
+    assert "ratchet" not in text, text
+    assert ratchet_tables(empty_engine) == set(schema.metadata.tables) | {schema.VERSION_TABLE}
+
+
+def host_diff(engine: sa.Engine, **hooks: object) -> list[str]:
+    """What the host's autogenerate sees, against tests.host_app's models, as readable lines."""
+    from tests.host_app import db as host_db
+
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts=dict(hooks))
+        return [str(change) for change in compare_metadata(ctx, host_db.metadata)]
+
+
+@pytest.mark.parametrize(
+    "hooks",
+    [{"include_name": migrate.host_include_name}, {"include_object": migrate.host_include_object}],
+    ids=["include_name", "include_object"],
+)
+def test_the_hooks_for_a_hand_written_env_hide_ratchet_tables(
+    empty_engine: sa.Engine, hooks: dict[str, object]
+) -> None:
+    migrate.upgrade(empty_engine)
+    assert any("ratchet_job" in line for line in host_diff(empty_engine))  # what they prevent
+    seen = host_diff(empty_engine, **hooks)
+    assert any("invoice" in line for line in seen), seen
+    assert not any("ratchet" in line for line in seen), seen
+
+
+def test_the_apps_own_include_name_still_applies(tmp_path: Path) -> None:
+    from flask import Flask
+    from flask_migrate import Migrate
+    from flask_sqlalchemy import SQLAlchemy
+
+    from flask_ratchet import Ratchet
+
+    def own(name: str | None, type_: str, parent_names: object) -> bool:
+        return name != "legacy"
+
+    app = Flask(__name__)
+    app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{tmp_path / 'app.db'}"
+    host_db = SQLAlchemy(app)
+    Ratchet(app)
+    Migrate(app, host_db, include_name=own)
+    with app.app_context(), app.app_context():  # installed once, however many contexts
+        include = app.extensions["migrate"].configure_args["include_name"]
+    assert include("invoice", "table", {}) and not include("legacy", "table", {})
+    assert not include("ratchet_job", "table", {})
+    assert not include(schema.VERSION_TABLE, "table", {})
+    assert not include("ix_ratchet_job_queue_claim", "index", {"table_name": "ratchet_job_queue"})
+    assert include("ix_invoice_number", "index", {"table_name": "invoice"})
+    with app.app_context():
+        assert app.extensions["migrate"].configure_args["include_name"] is include

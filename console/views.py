@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, request
+from flask import Blueprint, abort, current_app, render_template, request
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
+from flask_ratchet.errors import SchemaNotReady
+
 from . import actions, errors, filters, pages, present, resource_actions, resource_pages, security
-from .htmx import CHANGED_EVENT
+from .htmx import CHANGED_EVENT, is_htmx
 
 #: Reflected into the page head so htmx never injects a style element (the CSP forbids it) and
 #: never evaluates strings as code. Attributes are not inherited: a form inside a live region
@@ -57,6 +59,18 @@ def _guard() -> None:
     filters.refuse_nul_characters(request.form)
 
 
+def _schema_ready() -> Response | None:
+    """After the guard: a page saying what to run while ratchet's tables are missing or older
+    than this version needs (503), instead of a database error on every page."""
+    try:
+        current_app.extensions["ratchet"].ensure_schema()
+    except SchemaNotReady as exc:
+        if is_htmx():
+            abort(503, description=str(exc))
+        return Response(render_template("ratchet/schema.html", problem=str(exc)), 503)
+    return None
+
+
 def _guard_unrouted() -> None:
     """The same wall for a URL under the console's prefix that matches no route, or no route
     for its method.
@@ -84,6 +98,7 @@ def _headers(response: Response) -> Response:
 def register(bp: Blueprint) -> None:
     """Attach the views, guards and template helpers to ``bp``."""
     bp.before_request(_guard)
+    bp.before_request(_schema_ready)
     bp.before_app_request(_guard_unrouted)
     bp.register_error_handler(HTTPException, errors.answer)
     bp.after_app_request(_headers)

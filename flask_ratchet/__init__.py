@@ -18,6 +18,7 @@ from .errors import (
     PayloadError,
     PayloadTooLarge,
     RatchetError,
+    SchemaNotReady,
     TaskNotAllowed,
 )
 from .extension import Ratchet
@@ -59,6 +60,7 @@ __all__ = [
     "RecurringJob",
     "RecurringJobBuilder",
     "RecurringStatus",
+    "SchemaNotReady",
     "StreamingBatchBuilder",
     "TaskNotAllowed",
     "__version__",

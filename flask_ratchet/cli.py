@@ -17,6 +17,7 @@ from flask.cli import AppGroup
 
 from . import migrate
 from .cron import CronError, next_fire_times, zone_info
+from .errors import SchemaNotReady
 from .ids import job_id_of
 from .payload import Unreadable
 from .redact import masked, stored_text_masked
@@ -56,9 +57,12 @@ def worker(
             level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
         )
     app = current_app._get_current_object()  # type: ignore[attr-defined]
-    code = Worker(
-        app, concurrency=concurrency, node_id=node_id, burst=burst, drain_timeout=drain_timeout
-    ).run()
+    try:
+        code = Worker(
+            app, concurrency=concurrency, node_id=node_id, burst=burst, drain_timeout=drain_timeout
+        ).run()
+    except SchemaNotReady as exc:
+        raise click.ClickException(str(exc)) from None  # one line, exit code 1: no traceback
     sys.exit(code)
 
 

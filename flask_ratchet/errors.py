@@ -10,6 +10,11 @@ class RatchetError(Exception):
     """Base class for every error flask-ratchet raises on purpose."""
 
 
+class SchemaNotReady(RatchetError, RuntimeError):
+    """ratchet's tables are missing or older than this version needs; the message names the
+    revision found, the one needed and the command that brings them up to date."""
+
+
 class ConfigError(RatchetError, ValueError):
     """A ``RATCHET_*`` configuration value is invalid; the message names the key."""
 

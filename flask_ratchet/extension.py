@@ -25,7 +25,7 @@ from . import events, migrate
 from .announce import announce
 from .breaker import BreakerSettings
 from .config import RatchetConfig
-from .errors import IllegalTransition, JobNotFound
+from .errors import IllegalTransition, JobNotFound, SchemaNotReady
 from .flow_facade import FlowFacade
 from .ids import job_id_of
 from .job import Job, JobHandle, Page
@@ -97,13 +97,23 @@ class RatchetState:
         return self.engine.dialect.name == "sqlite"
 
     def ensure_schema(self) -> None:
-        """Create or upgrade ratchet's tables once per process, if auto-create is on."""
+        """Once per process, make sure ratchet's tables are up to date: create or upgrade them
+        if auto-create is on, else check their revision (one query, until it passes).
+
+        :raises SchemaNotReady: if auto-create is off and the tables are missing or older than
+            this version needs, naming the revisions and the command to run.
+        """
         if self._schema_ready:
             return
         with self._lock:
             if not self._schema_ready:
-                if self.auto_create and migrate.current(self.engine) != migrate.HEAD:
-                    self._create_schema()
+                if self.auto_create:
+                    if migrate.current(self.engine) != migrate.HEAD:
+                        self._create_schema()
+                else:
+                    problem = migrate.schema_problem(self.engine)
+                    if problem is not None:
+                        raise SchemaNotReady(problem)
                 self.store.prepare(self.engine)
                 self._schema_ready = True
 
@@ -543,4 +553,8 @@ def _forget_events(session: Session, *args: Any) -> None:
 
 
 def _ensure_schema() -> None:
-    current_app.extensions["ratchet"].ensure_schema()
+    # Only to create the tables before a handler can take the write lock that needs. A missing
+    # schema is not the host app's pages' problem: ratchet's own calls raise SchemaNotReady.
+    state = current_app.extensions["ratchet"]
+    if state.auto_create:
+        state.ensure_schema()

@@ -44,10 +44,16 @@ def _config(conn: Connection | None = None) -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring ratchet's tables on ``engine`` up to ``revision``, in one transaction."""
+    """Bring ratchet's tables on ``engine`` up to ``revision``, in one transaction.
+
+    Several at once (every pod of a deploy upgrading as it starts) run one after the other,
+    behind the database's lock (``lock_schema``): each later one finds the work done.
+    """
     from alembic import command
 
-    with store_for(engine).begin(engine) as conn:
+    store = store_for(engine)
+    with store.begin(engine) as conn:
+        store.lock_schema(conn)
         command.upgrade(_config(conn), revision)
 
 
@@ -55,7 +61,9 @@ def downgrade(engine: Engine, revision: str) -> None:
     """Take ratchet's tables on ``engine`` down to ``revision`` (``base`` drops them)."""
     from alembic import command
 
-    with store_for(engine).begin(engine) as conn:
+    store = store_for(engine)
+    with store.begin(engine) as conn:
+        store.lock_schema(conn)
         command.downgrade(_config(conn), revision)
 
 
@@ -77,6 +85,21 @@ def current(engine: Engine) -> str | None:
 #: The newest revision this version of flask-ratchet ships (:func:`head` reads it from the
 #: scripts; a test keeps the two equal), for start-up checks that should not import alembic.
 HEAD = "0006"
+
+
+def schema_problem(engine: Engine) -> str | None:
+    """What is wrong with ratchet's tables on ``engine`` for this version, and what to run; or
+    ``None`` if they are at :data:`HEAD` (or newer: a deploy whose new version upgraded them
+    first, while this one still runs, keeps working)."""
+    found = current(engine)
+    if found is not None and not (found.isdigit() and found < HEAD):
+        return None
+    where = engine.url.render_as_string(hide_password=True)
+    what = "are missing" if found is None else f"are at revision {found}"
+    return (
+        f"flask-ratchet's tables in {where} {what}; this version needs revision {HEAD}. "
+        "Run 'flask ratchet db upgrade' once"
+    )
 
 
 def head() -> str | None:

@@ -39,6 +39,21 @@ def unregistered(x: int) -> int:
     return x
 
 
+#: The apps :func:`create_app` made in this process and not yet disposed of (the suite disposes of
+#: their engines after each test: a pooled connection left to the garbage collector would warn
+#: in whichever later test it happens to be collected).
+made: list[Flask] = []
+
+
+def dispose_made() -> None:
+    """Close the connections of every app :func:`create_app` made so far."""
+    while made:
+        with made.pop().app_context():
+            db.session.remove()
+            for engine in db.engines.values():
+                engine.dispose()
+
+
 def create_app(url: str | None = None, **config: Any) -> Flask:
     """An app on ``url`` (default ``$RATCHET_TEST_URL``) with ratchet's console open to admins."""
     app = Flask(__name__)
@@ -47,6 +62,7 @@ def create_app(url: str | None = None, **config: Any) -> Flask:
     app.config.update(json.loads(os.environ.get("RATCHET_TEST_CONFIG", "{}")))  # from a test
     app.config.update(config)
     db.init_app(app)
+    made.append(app)
     ratchet.init_app(app)
     with app.app_context():
         db.create_all()  # the host's tables only: ratchet's live on their own MetaData

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import migrate, schema
-from tests.apps import create_app, db
+from tests.apps import create_app, db, dispose_made
 
 PG_SERVER = os.environ.get(
     "RATCHET_TEST_DATABASE_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
@@ -58,6 +58,13 @@ def truncate_all(url: str) -> None:
     with engine.begin() as conn:
         conn.exec_driver_sql(f"TRUNCATE {names} CASCADE")
     engine.dispose()
+
+
+@pytest.fixture(autouse=True)
+def _close_apps_connections() -> Iterator[None]:
+    """After each test, the connections of the apps it made (see ``tests.apps.made``)."""
+    yield
+    dispose_made()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -2,7 +2,8 @@
 for the tests that run the real ``flask db`` CLI in a subprocess.
 
 ``HOST_DATABASE_URL`` names its database; ``HOST_MIGRATE_FIRST=1`` registers Flask-Migrate before
-ratchet (else after).
+ratchet (else after); any other ``HOST_<KEY>`` sets config ``KEY``
+(``HOST_RATCHET_AUTO_CREATE=false``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ class Invoice(db.Model):  # type: ignore[name-defined,misc]
 def create_app() -> Flask:
     app = Flask(__name__)
     app.config["SQLALCHEMY_DATABASE_URI"] = os.environ["HOST_DATABASE_URL"]
+    app.config.from_prefixed_env("HOST")
     db.init_app(app)
     if os.environ.get("HOST_MIGRATE_FIRST") == "1":
         migrations.init_app(app, db)

@@ -36,6 +36,12 @@ class DialectHooks:
         """Open a write transaction on ``engine``; commit on success, roll back on error."""
         raise NotImplementedError
 
+    def lock_schema(self, conn: Connection) -> None:
+        """Hold the lock that serialises changes to ratchet's tables until ``conn``'s
+        transaction ends, so that several upgrades at once (the pods of one deploy) run one
+        after the other, each later one finding the work done. SQLite's ``BEGIN IMMEDIATE``
+        already serialises them."""
+
     def savepoint(self, conn: Connection) -> AbstractContextManager[None]:
         """A savepoint in ``conn``'s transaction: what the block wrote is rolled back (and only
         that) if it raises; released otherwise."""

@@ -120,6 +120,10 @@ WITH job AS (
 _SUBMIT_STMT = sa.text(_SUBMIT)
 _SUBMIT_ONE_STMT = sa.text(_SUBMIT_ONE)
 _KEY_CONSTRAINT = "pk_ratchet_business_key"
+#: The transaction-level advisory lock schema changes hold (the bytes of "ratchet!" as a number,
+#: unlikely to be an app's own key).
+SCHEMA_LOCK_KEY = int.from_bytes(b"ratchet!", "big") - 2**63
+_LOCK_SCHEMA = sa.text("SELECT pg_advisory_xact_lock(:key)")
 
 
 def _earliest(time: str) -> str:
@@ -232,6 +236,9 @@ class PostgresStore(SqlJobStore):
             sa.select(business_key.c.business_key).where(business_key.c.business_key.in_(keys))
         ).scalar()
         return str(held or keys[0])
+
+    def lock_schema(self, conn: Connection) -> None:
+        conn.execute(_LOCK_SCHEMA, {"key": SCHEMA_LOCK_KEY})
 
     def now(self, conn: Connection) -> datetime:
         return conn.execute(sa.select(self.now_sql())).scalar_one()

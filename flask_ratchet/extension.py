@@ -27,6 +27,7 @@ from .breaker import BreakerSettings
 from .config import RatchetConfig
 from .errors import IllegalTransition, JobNotFound, SchemaNotReady
 from .flow_facade import FlowFacade
+from .forks import fresh_pool_after_fork
 from .ids import job_id_of
 from .job import Job, JobHandle, Page
 from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
@@ -78,6 +79,7 @@ class RatchetState:
         store = self._stores.get(id(engine))
         if store is None:
             store = self._stores[id(engine)] = store_for(engine, self.config)
+            fresh_pool_after_fork(engine)
         return store
 
     @property
@@ -281,6 +283,12 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
             )
         config = RatchetConfig.from_mapping(app.config)
         app.extensions["ratchet"] = RatchetState(self, db, config)
+        if "sqlalchemy" in app.extensions:
+            # Now, not at ratchet's first use: an app factory may query the database before
+            # gunicorn --preload forks its web workers, which must not share that connection.
+            with app.app_context():
+                for engine in db.engines.values():
+                    fresh_pool_after_fork(engine)
 
         from .cli import ratchet_cli
 

@@ -32,6 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from .. import events
 from ..config import RatchetConfig
 from ..context import CaptureHandler, job_logger
+from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
 from ..store.cluster import NodeInfo
@@ -142,6 +143,8 @@ class Worker:
             url = self.state.engine.url
         self.engine = _own_engine(url, self.concurrency)
         self.claim_engine = self.store.claim_engine(self.engine)
+        for engine in (self.engine, self.claim_engine):
+            fresh_pool_after_fork(engine)  # a job may fork (multiprocessing, subprocess helpers)
         capture = CaptureHandler()
         logging.getLogger().addHandler(capture)
         if job_logger.level == logging.NOTSET:

@@ -22,7 +22,7 @@ from .errors import (
     TaskNotAllowed,
 )
 from .extension import Ratchet
-from .job import BatchProgress, Job, JobHandle, Page
+from .job import BatchProgress, Job, JobHandle, Page, Progress
 from .options import Backoff, Priority
 from .recurring import Misfire, RecurringJob, RecurringStatus
 from .states import JobStatus
@@ -55,6 +55,7 @@ __all__ = [
     "PayloadError",
     "PayloadTooLarge",
     "Priority",
+    "Progress",
     "Ratchet",
     "RatchetError",
     "RecurringJob",

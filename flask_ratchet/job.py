@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
+from .errors import UnreadableJob
 from .options import Backoff, Priority
-from .payload import Unreadable
+from .payload import Unreadable, decode_stored
 from .states import JobStatus
 
 T = TypeVar("T")
@@ -20,6 +21,47 @@ class JobHandle:
 
     id: uuid.UUID
     created: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a job last reported with :meth:`JobContext.set_progress
+    <flask_ratchet.JobContext.set_progress>`: ``done`` of ``total`` (if it gave one), and a
+    message. Kept after the job ends."""
+
+    done: float
+    total: float | None = None
+    message: str | None = None
+
+    @property
+    def fraction(self) -> float | None:
+        """``done / total`` between 0 and 1, or ``None`` without a positive total."""
+        if self.total is None or not self.total > 0:
+            return None
+        return min(max(self.done / self.total, 0.0), 1.0)
+
+
+def decode_progress(text: str) -> Progress:
+    """A stored progress column as a :class:`Progress`.
+
+    :raises UnreadableJob: unless it is the JSON object ratchet writes there.
+    """
+    stored = decode_stored("progress", text, dict)
+    done, total, message = stored.get("done"), stored.get("total"), stored.get("message")
+    if (
+        not _is_number(done)
+        or not (total is None or _is_number(total))
+        or not (message is None or isinstance(message, str))
+    ):
+        raise UnreadableJob(
+            "column 'progress' is not an object with a number 'done', a number or null 'total' "
+            "and a text or null 'message'"
+        )
+    return Progress(done, total, message)
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +106,9 @@ class Job:
     superseded_by: uuid.UUID | None
     depends_on: uuid.UUID | None
     recurring_id: str | None
+    #: What the job last reported with ``ctx.set_progress`` (while it runs, and after it ended);
+    #: ``None`` if it never did.
+    progress: Progress | Unreadable | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -27,7 +27,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from .. import events, payload
 from ..errors import DuplicateBusinessKey
 from ..flow import JobType
-from ..job import Job, Page
+from ..job import Job, Page, decode_progress
 from ..options import Backoff, Priority
 from ..schema import business_key, execution, job, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
@@ -69,6 +69,8 @@ _JOB_COLUMNS = [
     job_queue.c.picked_at,
     job_queue.c.paused_from_status,
     job_queue.c.last_error,
+    # While the job runs its hot row has it; after the end, the cold row keeps the last one.
+    sa.func.coalesce(job_queue.c.progress, job.c.progress).label("progress"),
 ]
 _JOB_FROM = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
 
@@ -684,4 +686,5 @@ def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
         superseded_by=row.superseded_by,
         depends_on=row.depends_on,
         recurring_id=row.recurring_id,
+        progress=None if row.progress is None else payload.read_with(decode_progress, row.progress),
     )

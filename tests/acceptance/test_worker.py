@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
-from flask_ratchet.job import Job
+from flask_ratchet.job import Job, Progress
 from tests.acceptance.conftest import Workers, wait_until
 from tests.apps import (
     create_app,
@@ -77,6 +77,8 @@ def test_outcomes_retries_and_dead_letters(app: Flask, workers: Workers) -> None
     )
     assert job(ok).result == 1
     assert job(progress).result == "reported"
+    assert job(progress).progress == Progress(5, 10, "half way")  # kept after the end
+    assert job(ok).progress is None
     worked = job(third_time)
     assert (worked.status, worked.attempts, worked.result) == (
         JobStatus.SUCCEEDED,

@@ -116,6 +116,9 @@ def test_unreadable_progress_is_shown_as_stored(app: Flask) -> None:
         page = app.test_client().get(f"/ratchet/jobs/{job_id}", headers=READ)
     assert page.status_code == 200
     assert "&lt;b&gt;{oops" in page.text and "column &#39;progress&#39;" in page.text
+    found = ratchet.get_job(job_id)
+    assert found is not None and isinstance(found.progress, Unreadable)
+    assert found.progress.text == "<b>{oops"
 
 
 def test_a_time_past_year_9999_reads_as_the_latest_and_is_never_due(

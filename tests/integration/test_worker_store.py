@@ -13,6 +13,7 @@ from flask import Flask
 
 from flask_ratchet import JobStatus
 from flask_ratchet.context import LogLine
+from flask_ratchet.job import Progress
 from flask_ratchet.schema import UtcDateTime
 from flask_ratchet.store.cluster import NodeInfo, Recovered
 from flask_ratchet.store.execution import Finished, Outcome
@@ -198,6 +199,9 @@ def test_progress_is_fenced(app: Flask) -> None:
         assert ratchet.state.store.report_progress(conn, "n1", job_id, '{"done":1}')
         assert not ratchet.state.store.report_progress(conn, "n2", job_id, '{"done":2}')
         assert ratchet.state.store.still_running(conn, "n1", [job_id, uuid.uuid4()]) == {job_id}
+    found = ratchet.get_job(job_id)
+    assert found is not None and found.progress == Progress(1)  # while it runs
+    assert found.progress.fraction is None
 
 
 @pytest.mark.parametrize("outcome", [Outcome.SUCCEEDED, Outcome.FAILED])

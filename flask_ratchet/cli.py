@@ -6,7 +6,6 @@ Each command parses its options and calls the same API a program would; no logic
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from datetime import UTC, datetime
 from typing import Any
@@ -46,16 +45,32 @@ def _ratchet() -> Any:
     default=None,
     help="Seconds running jobs get to finish on SIGTERM (default RATCHET_DRAIN_TIMEOUT).",
 )
+@click.option(
+    "--log-level",
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+    default=None,
+    help="The least severe lines ratchet logs (default INFO; failures are WARNING and ERROR).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line, for log shippers (when the app configured no logging).",
+)
 def worker(
-    concurrency: int | None, node_id: str | None, burst: bool, drain_timeout: float | None
+    concurrency: int | None,
+    node_id: str | None,
+    burst: bool,
+    drain_timeout: float | None,
+    log_level: str | None,
+    log_format: str,
 ) -> None:
     """Run jobs until SIGTERM/SIGINT (then drain) or, with --burst, until nothing is due."""
+    from .worker import logs
     from .worker.runner import Worker
 
-    if not logging.getLogger().handlers:  # the app did not configure logging: show the worker's
-        logging.basicConfig(
-            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-        )
+    logs.configure(log_level and log_level.upper(), log_format)
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     try:
         code = Worker(

@@ -36,11 +36,13 @@ def orphan_recovery(
             on_events(recorded)
         if settled:
             log.warning("settled %d batches whose last child had ended unseen", settled)
-        if recovered.requeued or recovered.failed:
-            log.warning(
-                "recovered %d jobs of silent workers (%d more had used every attempt: DLQ)",
-                len(recovered.requeued),
-                len(recovered.failed),
+        for job_id in recovered.requeued:
+            log.warning("job %s recovered from a silent worker: due again", job_id)
+        for job_id in recovered.failed:
+            log.error(
+                "job %s recovered from a silent worker had used every attempt: failed for good "
+                "(dead-letter queue)",
+                job_id,
             )
 
     interval = max(1.0, min(config.orphan_grace / 2, config.maintenance_interval))

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -297,6 +298,7 @@ class Completer(threading.Thread):
         self._announce([reduced], applied, recorded)
 
     def _count(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
+        _log_failures(batch, applied)
         self.written += len(applied)
         lost = [i.job_id for i in batch if i.job_id not in applied]
         if lost:
@@ -306,6 +308,35 @@ class Completer(threading.Thread):
                 len(lost),
                 ", ".join(map(str, lost[:5])),
             )
+
+
+def _log_failures(batch: list[Finished], applied: set[uuid.UUID]) -> None:
+    """One line per failed attempt written: a retry with its due time, or a job failed for good
+    (the dead-letter queue). Successes stay quiet."""
+    for item in batch:
+        if item.outcome is Outcome.RETRY and item.job_id in applied:
+            due = datetime.now(UTC) + timedelta(seconds=item.delay)
+            log.warning(
+                "job %s (%s) failed on attempt %d; retry due at %s: %s",
+                item.job_id,
+                item.task,
+                item.attempt,
+                due.isoformat(timespec="seconds"),
+                _headline(item.error),
+            )
+        elif item.outcome is Outcome.FAILED and item.job_id in applied:
+            log.error(
+                "job %s (%s) failed for good on attempt %d (dead-letter queue): %s",
+                item.job_id,
+                item.task,
+                item.attempt,
+                _headline(item.error),
+            )
+
+
+def _headline(error: str | None) -> str:
+    """The first line of a stored error (already cut and masked), for a log line."""
+    return (error or "").partition("\n")[0][:300]
 
 
 def _refused(exc: SQLAlchemyError) -> bool:

@@ -349,8 +349,9 @@ class Executor:
     def _defer(self, run: Run, delay: float, why: str) -> Finished:
         """Hand the job back to PENDING, due in ``delay`` seconds, its attempt not spent."""
         log.info(
-            "job %s deferred by %.2fs without spending an attempt: %s",
+            "job %s (%s) deferred by %.2fs without spending an attempt: %s",
             run.claimed.job_id,
+            run.claimed.task,
             delay,
             why,
         )

@@ -306,7 +306,12 @@ class Worker:
         next_sweep = time.monotonic()
         while not self.stop_event.wait(WATCH_EVERY):
             for run in self.executor.expire(time.monotonic()):
-                log.warning("job %s timed out after %ss", run.claimed.job_id, run.claimed.timeout)
+                log.warning(
+                    "job %s (%s) timed out after %ss",
+                    run.claimed.job_id,
+                    run.claimed.task,
+                    run.claimed.timeout,
+                )
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + CANCEL_SWEEP_EVERY
                 self._sweep_canceled()

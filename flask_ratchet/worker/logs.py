@@ -1,0 +1,56 @@
+"""How a worker process logs when the app has not configured logging: plain lines for a
+terminal, or one JSON object per line for a log shipper (``--log-format json``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+#: Attributes of a record the JSON lines carry when set (a job's logger adds ``job_id`` and
+#: ``task``).
+_EXTRAS = ("job_id", "task")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
+    ``message``, a job's ``job_id`` and ``task`` when the record has them, and ``exception``
+    (the formatted traceback) when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in _EXTRAS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = str(value)
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def configure(level: str | None, form: str) -> None:
+    """Set up a worker's logging. ``level`` (a level name), when given, is the least severe
+    line ratchet's loggers emit, and the least severe the handler added here writes (else
+    INFO). If the app configured no handler, one is added to the root logger, writing ``form``
+    (``text`` or ``json``) to stderr; else the app's configuration decides where lines go."""
+    if level is not None:
+        logging.getLogger("flask_ratchet").setLevel(level)
+    root = logging.getLogger()
+    if root.handlers:
+        return
+    handler = logging.StreamHandler()
+    if form == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    # On the handler, not the root logger: lines propagated from a job's logger skip the
+    # levels of the loggers above it, never a handler's.
+    handler.setLevel(level or logging.INFO)
+    root.addHandler(handler)
+    root.setLevel(min(root.level, handler.level))

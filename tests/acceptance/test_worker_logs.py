@@ -1,0 +1,50 @@
+"""What a real worker tells its operator: one line per failure (with the retry's due time) and
+per job failed for good, quiet successes, and JSON lines for a log shipper."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+from flask import Flask
+
+from tests.acceptance.conftest import Workers, wait_until
+from tests.apps import fail_until, ratchet, record_run, refuse
+
+
+def ended(*job_ids: object) -> bool:
+    return all(ratchet.get_job(i).is_terminal for i in job_ids)  # type: ignore[arg-type,union-attr]
+
+
+def test_failures_are_logged_one_json_line_each(app: Flask, workers: Workers) -> None:
+    retried = ratchet.enqueue_now(fail_until, 2).id  # fails once, then works
+    dead = ratchet.enqueue_now(refuse, "card expired").id  # fails for good
+    quiet = ratchet.enqueue_now(record_run, 1).id
+    proc = workers.start("--log-format", "json")
+    wait_until(lambda: ended(retried, dead, quiet), what="the jobs to end")
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    lines = [json.loads(line) for line in workers.output(proc).splitlines() if line.strip()]
+    assert all({"time", "level", "logger", "message"} <= line.keys() for line in lines)
+    messages = {line["level"] + " " + line["message"] for line in lines}
+    retry = next(m for m in messages if m.startswith(f"WARNING job {retried} "))
+    assert "(tests.apps:fail_until) failed on attempt 1; retry due at 20" in retry
+    assert retry.endswith("ConnectionError: attempt 1 failed, password=***")  # masked
+    assert (
+        f"ERROR job {dead} (tests.apps:refuse) failed for good on attempt 1 (dead-letter queue): "
+        "RuntimeError: could not process"
+    ) in messages
+    assert not any(str(quiet) in m for m in messages)  # a success says nothing
+    # A job's own lines carry its id and task.
+    own = [line for line in lines if line["message"] == "attempt 1"]
+    assert own and own[0]["job_id"] == str(retried) and own[0]["task"] == "tests.apps:fail_until"
+
+
+def test_log_level_warning_hides_the_workers_info_lines(app: Flask, workers: Workers) -> None:
+    dead = ratchet.enqueue_now(refuse, "card expired").id
+    proc = workers.start("--burst", "--log-level", "warning")
+    assert proc.wait(120) == 0
+    wait_until(lambda: ended(dead), what="the job to end")
+    output = workers.output(proc)
+    assert f"job {dead} (tests.apps:refuse) failed for good" in output
+    assert " INFO " not in output, output  # "worker … started" and the like are INFO

@@ -25,7 +25,7 @@ from . import events, migrate
 from .announce import announce
 from .breaker import BreakerSettings
 from .config import RatchetConfig
-from .errors import IllegalTransition, JobNotFound, SchemaNotReady
+from .errors import ConfigError, IllegalTransition, JobNotFound, SchemaNotReady
 from .flow_facade import FlowFacade
 from .forks import fresh_pool_after_fork
 from .ids import job_id_of
@@ -36,7 +36,7 @@ from .recurring_facade import RecurringFacade
 from .registry import TaskRegistry
 from .resources_facade import ResourcesFacade
 from .states import Action, JobStatus, allowed
-from .store import SqlJobStore, store_for
+from .store import SqlJobStore, check_driver, store_for
 from .store.base import ClaimedJob, JobFilter
 from .submit import JobBuilder, make_builder, replacement_builder
 from .worker.wakeup import Notifier
@@ -289,6 +289,10 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
             with app.app_context():
                 for engine in db.engines.values():
                     fresh_pool_after_fork(engine)
+                try:
+                    check_driver(db.engine)  # at start-up, not in the first request
+                except ValueError as exc:
+                    raise ConfigError(f"SQLALCHEMY_DATABASE_URI: {exc}") from None
 
         from .cli import ratchet_cli
 

@@ -18,11 +18,7 @@ def store_for(engine: Engine, config: RatchetConfig | None = None) -> SqlJobStor
     """
     name = engine.dialect.name
     if name == "postgresql":
-        if engine.dialect.driver != "psycopg":
-            raise ValueError(
-                f"PostgreSQL through {engine.dialect.driver!r} is not supported; use a "
-                "'postgresql+psycopg://' URL (psycopg 3)"
-            )
+        check_driver(engine)
         return PostgresStore()
     if name == "sqlite":
         if engine.url.database in (None, "", ":memory:"):
@@ -34,9 +30,30 @@ def store_for(engine: Engine, config: RatchetConfig | None = None) -> SqlJobStor
     raise ValueError(f"flask-ratchet does not support {name!r} yet; use PostgreSQL or SQLite")
 
 
+def check_driver(engine: Engine) -> None:
+    """Refuse a PostgreSQL engine on another driver than psycopg 3, saying what to write.
+
+    ratchet's hot paths run on psycopg 3 itself (binary ``COPY``, its cursors, ``LISTEN``), so
+    a second driver would mean a second implementation of each; psycopg 3 runs SQLAlchemy apps
+    unchanged, so the app moves to it rather than ratchet carrying both.
+
+    :raises ValueError: for ``postgresql://`` (psycopg2), ``postgresql+asyncpg://`` and the like.
+    """
+    driver = engine.dialect.driver
+    if engine.dialect.name == "postgresql" and driver != "psycopg":
+        url = engine.url.set(drivername="postgresql+psycopg", password=None)
+        shown = url.render_as_string(hide_password=True)
+        raise ValueError(
+            f"flask-ratchet talks to PostgreSQL through psycopg 3, and this engine uses "
+            f"{driver!r} (before SQLAlchemy 2.1 a plain 'postgresql://' URL means psycopg2). "
+            f"Write the URL as {shown!r} (with your password): psycopg 3 is installed with "
+            "flask-ratchet, and your models and queries work on it unchanged"
+        )
+
+
 def _conforms(postgres: PostgresStore, sqlite: SqliteStore) -> tuple[JobStore, JobStore]:
     """Never called: mypy checks here that both stores satisfy the protocols of :mod:`.base`."""
     return postgres, sqlite
 
 
-__all__ = ["PostgresStore", "SqlJobStore", "SqliteStore", "store_for"]
+__all__ = ["PostgresStore", "SqlJobStore", "SqliteStore", "check_driver", "store_for"]

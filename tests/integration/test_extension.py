@@ -6,6 +6,7 @@ import threading
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
@@ -127,3 +128,16 @@ def test_console_prefix_can_be_disabled(tmp_path: Path) -> None:
     assert "ratchet_console" not in app.blueprints
     with app.app_context():
         db.engine.dispose()
+
+
+def test_a_psycopg2_url_is_refused_at_start_saying_what_to_write(pg_url: str) -> None:
+    # What a plain postgresql:// URL means before SQLAlchemy 2.1.
+    plain = sa.make_url(pg_url).set(drivername="postgresql+psycopg2", password="s3cret")
+    with pytest.raises(ConfigError) as refused:
+        create_app(plain.render_as_string(hide_password=False))
+    message = str(refused.value)
+    assert message.startswith("SQLALCHEMY_DATABASE_URI: flask-ratchet talks to PostgreSQL")
+    assert "this engine uses 'psycopg2'" in message
+    expected = plain.set(drivername="postgresql+psycopg", password=None)
+    assert repr(expected.render_as_string()) in message
+    assert "s3cret" not in message

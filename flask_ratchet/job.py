@@ -140,6 +140,9 @@ class BatchProgress:
     child_wait_ms: float = 0.0
     created_at: datetime | None = None
     finished_at: datetime | None = None
+    #: The columns of the batch's row that hold what ratchet never writes, with their values as
+    #: stored (``total='<b>x'``); each such count reads as 0 and each such sum as 0.0.
+    damaged: str | None = None
 
     @property
     def ended(self) -> int:

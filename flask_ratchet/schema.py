@@ -10,6 +10,7 @@ RUNNING, PAUSED) and carries everything the claim needs, so the claim touches on
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -131,13 +132,43 @@ def _nearest_end(text: Any) -> datetime:
     return LATEST if year.isdigit() and len(year) > 4 else EARLIEST
 
 
+#: What an id column reads as when SQLite holds text there that is not a UUID (written by hand):
+#: the nil UUID, which ratchet never writes (its ids are UUIDv7).
+UNREADABLE_ID = uuid.UUID(int=0)
+
+
+class StoredUuid(sa.TypeDecorator[uuid.UUID]):
+    """A UUID column read defensively. PostgreSQL's ``uuid`` type holds nothing else; SQLite
+    stores text, and a value there that is not a UUID reads as :data:`UNREADABLE_ID` instead of
+    failing every query that reads the row (a claim, a page, retention)."""
+
+    impl = sa.Uuid()
+    cache_ok = True
+
+    def result_processor(
+        self, dialect: Dialect, coltype: object
+    ) -> Callable[[Any], uuid.UUID | None] | None:
+        process = super().result_processor(dialect, coltype)
+        if process is None or dialect.supports_native_uuid:
+            return process
+        parse = process
+
+        def tolerant(value: Any) -> uuid.UUID | None:
+            try:
+                return parse(value)
+            except (ValueError, TypeError, AttributeError):
+                return UNREADABLE_ID
+
+        return tolerant
+
+
 def _id(name: str = "job_id", **kw: Any) -> sa.Column[Any]:
-    return sa.Column(name, sa.Uuid(), **kw)
+    return sa.Column(name, StoredUuid(), **kw)
 
 
 def _job_fk(**kw: Any) -> sa.Column[Any]:
     return sa.Column(
-        "job_id", sa.Uuid(), sa.ForeignKey("ratchet_job.job_id", ondelete="CASCADE"), **kw
+        "job_id", StoredUuid(), sa.ForeignKey("ratchet_job.job_id", ondelete="CASCADE"), **kw
     )
 
 
@@ -367,7 +398,7 @@ batch = sa.Table(
     # The parent job: it does no work of its own and ends when its last child has ended.
     sa.Column(
         "batch_id",
-        sa.Uuid(),
+        StoredUuid(),
         sa.ForeignKey("ratchet_job.job_id", ondelete="CASCADE"),
         primary_key=True,
     ),
@@ -387,7 +418,7 @@ workflow_condition = sa.Table(
     metadata,
     # The dependent job (a chain step, a branch, a batch follow-up) and what it waits for.
     _job_fk(primary_key=True),
-    sa.Column("parent_id", sa.Uuid(), nullable=False, index=True),
+    sa.Column("parent_id", StoredUuid(), nullable=False, index=True),
     sa.Column("kind", sa.String(16), nullable=False),  # see flask_ratchet.flow.Condition
     sa.Column("predicate", sa.String(255)),  # a registered task, for WHEN
     sa.Column("threshold", sa.Float),  # for SUCCESS_RATE and FAILURE_COUNT
@@ -408,7 +439,7 @@ resource_limit = sa.Table(
 resource_permit = sa.Table(
     "ratchet_resource_permit",
     metadata,
-    sa.Column("job_id", sa.Uuid(), primary_key=True),
+    sa.Column("job_id", StoredUuid(), primary_key=True),
     sa.Column("resource_name", sa.String(100), nullable=False, index=True),
     sa.Column("node_id", sa.String(64), nullable=False, index=True),
     sa.Column("acquired_at", UtcDateTime, nullable=False),

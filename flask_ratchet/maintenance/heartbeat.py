@@ -94,3 +94,7 @@ class Heartbeat(threading.Thread):
                 self.beat()
             except SQLAlchemyError:
                 log.warning("heartbeat failed; retrying in %.0fs", self._interval, exc_info=True)
+            except Exception:
+                # A row it read that ratchet never wrote: the node must go on beating, or it
+                # would look dead and its jobs would run twice.
+                log.exception("heartbeat failed on what it read; retrying in %.0fs", self._interval)

@@ -67,6 +67,14 @@ class Maintenance(threading.Thread):
                     task.interval,
                     exc_info=True,
                 )
+            except Exception:
+                # Not the database: most likely a row holding what ratchet never writes. The
+                # thread must live on (it also recovers orphans and keeps retention going).
+                log.exception(
+                    "maintenance task %s failed on what it read; next try in %.0fs",
+                    task.name,
+                    task.interval,
+                )
 
     def run(self) -> None:
         due = {t.name: time.monotonic() for t in self._tasks}

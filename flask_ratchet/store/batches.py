@@ -396,16 +396,33 @@ def announce_cascade(canceled: Iterable[Ended], out: list[Event]) -> None:
 
 
 def progress_of(row: Any) -> BatchProgress:
-    """A ``ratchet_batch`` row as a :class:`BatchProgress`."""
+    """A ``ratchet_batch`` row as a :class:`BatchProgress`. A count or sum that is not a number
+    (text or a blob SQLite kept) reads as 0, named with its stored value in ``damaged``."""
+    damaged = []
+    counts = []
+    for name in ("total", "succeeded", "failed"):
+        value = getattr(row, name)
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        counts.append(value if ok else 0)
+        if not ok:
+            damaged.append(f"{name}={value!r}")
+    sums = []
+    for name in ("child_run_ms", "child_wait_ms"):
+        value = getattr(row, name)
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        sums.append(float(value) if ok else 0.0)
+        if not ok:
+            damaged.append(f"{name}={value!r}")
     return BatchProgress(
         batch_id=row.batch_id,
         name=row.name,
-        total=row.total,
-        succeeded=row.succeeded,
-        failed=row.failed,
+        total=counts[0],
+        succeeded=counts[1],
+        failed=counts[2],
         finished=row.finished_at is not None,
-        child_run_ms=row.child_run_ms,
-        child_wait_ms=row.child_wait_ms,
+        child_run_ms=sums[0],
+        child_wait_ms=sums[1],
         created_at=row.created_at,
         finished_at=row.finished_at,
+        damaged=", ".join(damaged) or None,
     )

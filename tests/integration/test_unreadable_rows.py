@@ -17,7 +17,15 @@ from flask_ratchet import JobStatus
 from flask_ratchet.options import JobOptions
 from flask_ratchet.payload import Unreadable
 from flask_ratchet.recurring import RecurringStatus, encode_options
-from flask_ratchet.schema import EARLIEST, LATEST, batch, job, job_queue, recurring
+from flask_ratchet.schema import (
+    EARLIEST,
+    LATEST,
+    UNREADABLE_ID,
+    batch,
+    job,
+    job_queue,
+    recurring,
+)
 from tests.apps import add, db, ratchet
 from tests.integration.helpers import finish, job_in
 from tests.integration.test_console import Console
@@ -350,3 +358,76 @@ def test_a_batch_of_endless_metrics_is_shown_as_stored(app: Flask, dialect: str)
             page = client.get(url, headers=READ)
         assert page.status_code == 200, url
     assert f"{run / 1000} s" in page.text and "-inf s" in page.text
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_batch_counts_that_are_not_numbers_are_shown_as_stored(app: Flask) -> None:
+    """Only SQLite keeps text or a blob in a number column: a test there only."""
+    batch_id = ratchet.enqueue_batch("nightly").add(add, 1, 2).submit().id
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "UPDATE ratchet_batch SET total = '<b>lots', succeeded = x'00ff', "
+                "child_run_ms = 'zz' WHERE batch_id = :id"
+            ),
+            {"id": batch_id.hex},
+        )
+    client = app.test_client()
+    for url in ("/ratchet/batches", f"/ratchet/batches/{batch_id}", f"/ratchet/jobs/{batch_id}"):
+        with app.app_context():
+            page = client.get(url, headers=READ)
+        assert page.status_code == 200, url
+        assert "unreadable: total=&#39;&lt;b&gt;lots&#39;, succeeded=b&#39;\\x00\\xff&#39;" in (
+            page.text
+        ), url
+    progress = ratchet.batch_progress(batch_id)
+    assert progress is not None
+    assert (progress.total, progress.succeeded, progress.child_run_ms) == (0, 0, 0.0)
+    assert progress.damaged is not None and "child_run_ms='zz'" in progress.damaged
+
+
+# -- ids that are not UUIDs (SQLite keeps any text in a uuid column) ------------------------------
+
+
+def write_text_id(table: str, column: str, where: str, key: uuid.UUID, text: str) -> None:
+    """Put ``text`` in ``table.column`` of the row whose ``where`` column is ``key``."""
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.text(f"UPDATE {table} SET {column} = :text WHERE {where} = :key"),
+            {"text": text, "key": key.hex},
+        )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("text", ["zz", "<b>not-a-uuid", ""])
+def test_an_id_that_is_not_a_uuid_reads_as_the_nil_id(app: Flask, text: str) -> None:
+    """Only SQLite can hold these (PostgreSQL's uuid type refuses them): a test there only."""
+    job_id = ended_job()
+    waiting = ratchet.enqueue_now(add, 3, 4).id
+    for column in ("depends_on", "superseded_by", "batch_id"):
+        write_text_id("ratchet_job", column, "job_id", job_id, text)
+        write_text_id("ratchet_job", column, "job_id", waiting, text)
+    found = ratchet.get_job(job_id)
+    assert found is not None and found.depends_on == UNREADABLE_ID
+    assert found.superseded_by == UNREADABLE_ID
+    assert {j.id for j in ratchet.find_jobs().items} == {job_id, waiting}
+    client = app.test_client()
+    for url in ("/ratchet/jobs", f"/ratchet/jobs/{job_id}", f"/ratchet/jobs/{waiting}"):
+        assert client.get(url, headers=READ).status_code == 200, url
+    listed = app.test_cli_runner().invoke(args=["ratchet", "jobs", "list"])
+    assert listed.exit_code == 0 and str(job_id) in listed.output, listed.output
+    # The claim reads the same columns: it hands the job over, and the worker does not fail.
+    (claimed,) = ratchet.claim_due(10, "node-a")
+    assert claimed.job_id == waiting and claimed.depends_on == UNREADABLE_ID
+    with db.engine.begin() as conn:
+        assert ratchet.state.store.archive_ended(conn, older_than=0, limit=10) == 1
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_an_audit_row_whose_id_is_not_a_uuid_leaves_the_overview_working(app: Flask) -> None:
+    failed = job_in(JobStatus.FAILED)
+    console = Console(app.test_client())
+    assert console.post(f"/ratchet/jobs/{failed}/retry").status_code in (200, 303)
+    with db.engine.begin() as conn:
+        assert conn.execute(sa.text("UPDATE ratchet_audit SET audit_id = 'zz'")).rowcount == 1
+    assert console.get("/ratchet/").status_code == 200

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,11 +16,12 @@ from flask import Flask
 from flask_ratchet import JobStatus
 from flask_ratchet.context import LogLine
 from flask_ratchet.job import Progress
+from flask_ratchet.maintenance.periodic import Maintenance, PeriodicTask
 from flask_ratchet.schema import UtcDateTime
 from flask_ratchet.store.cluster import NodeInfo, Recovered
 from flask_ratchet.store.execution import Finished, Outcome
 from flask_ratchet.worker.completer import Completer
-from tests.apps import add, ratchet
+from tests.apps import add, db, ratchet
 from tests.integration.helpers import count
 
 
@@ -255,3 +258,25 @@ def test_a_refused_outcome_is_isolated_and_stored_without_its_details(app: Flask
             )
             if state.engine.dialect.name == "postgresql":
                 conn.exec_driver_sql("DROP FUNCTION refuse_poison()")
+
+
+def test_a_maintenance_task_failing_on_what_it_read_runs_again_next_time(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Any error, not only the database's: a damaged row must not end the thread that recovers
+    orphans and archives ended jobs."""
+    calls: list[int] = []
+
+    def damaged(store: object, engine: object) -> None:
+        calls.append(1)
+        raise ValueError("badly formed hexadecimal UUID string")
+
+    task = PeriodicTask("damaged", 0.01, damaged)
+    maintenance = Maintenance(ratchet.state.store, db.engine, "node-a", [task], threading.Event())
+    due = {"damaged": 0.0}
+    maintenance.run_due(due, time.monotonic())
+    time.sleep(0.02)  # the lease lasts 90% of the interval
+    maintenance.run_due(due, time.monotonic())
+    assert len(calls) == 2
+    failures = [r for r in caplog.records if "maintenance task damaged failed" in r.message]
+    assert len(failures) == 2 and failures[0].exc_info is not None

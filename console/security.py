@@ -58,7 +58,14 @@ def authorize() -> None:
     auth = current_app.extensions["ratchet"].config.console_auth
     role = auth(request) if auth is not None else None
     if role not in ROLES:
-        abort(403)
+        # Says where access is configured, not who may have it: an operator setting the
+        # console up needs the one, anyone else learns nothing from it.
+        abort(
+            403,
+            "The console is closed to this request. Access is configured by the app: "
+            "RATCHET_CONSOLE_AUTH, a function of the request returning 'read' or 'admin' "
+            "(flask-ratchet README, Console, Access).",
+        )
     g.ratchet_role = role
     _load_csrf_token()
     if request.method in SAFE_METHODS:

@@ -464,3 +464,9 @@ def test_the_property_covers_every_route(app: Flask) -> None:
     }
     assert routed["GET"] - {"/ratchet/static/<path:filename>"} == set(GET_ROUTES)
     assert routed["POST"] == set(POST_ROUTES)
+
+
+def test_the_403_page_says_where_access_is_configured(app: Flask) -> None:
+    page = app.test_client().get("/ratchet/")
+    assert page.status_code == 403
+    assert "RATCHET_CONSOLE_AUTH" in page.text and "&#39;read&#39; or &#39;admin&#39;" in page.text

@@ -1,12 +1,18 @@
-"""``python -m examples.demo``: the example app under gunicorn, workers, and a trickle of sign-ups.
+"""``python -m examples.demo``: the example app under gunicorn, a worker, and a trickle of sign-ups.
 
-Open http://127.0.0.1:5000/ratchet to watch the jobs. Ctrl-C stops everything.
+Open http://127.0.0.1:5000/ratchet to watch the jobs. Ctrl-C stops everything. If the web server
+or the worker cannot start, or stops, the demo stops too and says why (its exit code is 1):
+a demo without its worker would only pile up pending jobs.
+
+``DEMO_PORT`` (default 5000), ``DEMO_INSTANCE`` (the SQLite file's folder, default ./instance),
+``DEMO_SECONDS`` (stop after that long) and ``DEMO_WORKER_ARGS`` (more worker options) are for
+tests and the curious.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -14,58 +20,95 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
-HOST = "127.0.0.1:5000"
 APP = "examples.demo.app:create_app()"
+#: How long the web server and the worker get to come up.
+START_TIMEOUT = 30.0
+
+
+class DemoStopped(Exception):
+    """A process of the demo could not start or stopped; the message says which and why."""
 
 
 def start(args: list[str]) -> subprocess.Popen[bytes]:
+    """Start one of the demo's processes, writing to this terminal."""
     return subprocess.Popen(args, env=os.environ | {"PYTHONUNBUFFERED": "1"})
 
 
-def sign_ups(stop_after: float | None) -> None:
-    """POST a sign-up every 0.5 s: each enqueues a chain, a job and now and then a batch, all
-    inside the request's transaction."""
+def check(processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    """Raise :class:`DemoStopped` if any process has exited."""
+    for name, proc in processes.items():
+        if proc.poll() is not None:
+            raise DemoStopped(
+                f"the {name} exited with code {proc.returncode} (its output is above)"
+            )
+
+
+def wait_until_up(host: str, processes: dict[str, subprocess.Popen[bytes]]) -> None:
+    """Wait until the web server answers and the worker has started, or raise why not."""
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        check(processes)
+        try:
+            urllib.request.urlopen(f"http://{host}/", timeout=2).close()
+            return
+        except (urllib.error.URLError, ConnectionError):
+            if time.monotonic() > deadline:
+                why = f"the web server did not answer within {START_TIMEOUT:.0f} s"
+                raise DemoStopped(why) from None
+            time.sleep(0.3)
+
+
+def sign_ups(
+    host: str, processes: dict[str, subprocess.Popen[bytes]], seconds: float | None
+) -> None:
+    """POST a sign-up every 0.5 s (each enqueues a chain, jobs and now and then a batch, inside
+    the request's transaction), checking that every process still runs."""
     started = time.monotonic()
     n = 0
-    while stop_after is None or time.monotonic() - started < stop_after:
+    while seconds is None or time.monotonic() - started < seconds:
+        check(processes)
         n += 1
         data = urllib.parse.urlencode({"email": f"user{n}@example.com"}).encode()
         try:
-            urllib.request.urlopen(f"http://{HOST}/signup", data=data, timeout=5).close()
-        except (urllib.error.URLError, ConnectionError):
-            pass  # gunicorn is still starting
+            urllib.request.urlopen(f"http://{host}/signup", data=data, timeout=5).close()
+        except urllib.error.HTTPError as exc:
+            raise DemoStopped(f"a sign-up answered {exc.code}") from None
         time.sleep(0.5)
 
 
-def main() -> None:
-    Path("instance").mkdir(exist_ok=True)
-    bin_dir = Path(sys.executable).parent
-    web = start([str(bin_dir / "gunicorn"), "--bind", HOST, "--workers", "2", APP])
-    workers = []
-    flask = shutil.which("flask", path=str(bin_dir))
-    if flask and _has_worker_command(flask):
-        workers.append(start([flask, "--app", APP, "ratchet", "worker", "--concurrency", "4"]))
-    print(f"\n  Demo running: http://{HOST}/  ·  console: http://{HOST}/ratchet/\n", flush=True)
+def main() -> int:
+    host = f"127.0.0.1:{os.environ.get('DEMO_PORT', '5000')}"
+    python = sys.executable
+    extra = shlex.split(os.environ.get("DEMO_WORKER_ARGS", ""))
+    processes = {
+        "web server": start([python, "-m", "gunicorn", "--bind", host, "--workers", "2", APP]),
+        "worker": start(
+            [python, "-m", "flask", "--app", APP, "ratchet", "worker", "--concurrency", "4", *extra]
+        ),
+    }
+    seconds = float(os.environ["DEMO_SECONDS"]) if "DEMO_SECONDS" in os.environ else None
+    code = 0
     try:
-        stop_after = float(os.environ["DEMO_SECONDS"]) if "DEMO_SECONDS" in os.environ else None
-        sign_ups(stop_after)
+        wait_until_up(host, processes)
+        print(f"\n  Demo running: http://{host}/  ·  console: http://{host}/ratchet/\n", flush=True)
+        sign_ups(host, processes, seconds)
+    except DemoStopped as exc:
+        print(f"\n  The demo stopped: {exc}\n", file=sys.stderr, flush=True)
+        code = 1
     except KeyboardInterrupt:
         pass
     finally:
-        for proc in (*workers, web):
-            proc.send_signal(signal.SIGTERM)
-        for proc in (*workers, web):
-            proc.wait(timeout=30)
-
-
-def _has_worker_command(flask: str) -> bool:
-    probe = subprocess.run(
-        [flask, "--app", APP, "ratchet", "--help"], capture_output=True, text=True
-    )
-    return " worker " in probe.stdout
+        for proc in processes.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in processes.values():
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    return code
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

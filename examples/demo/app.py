@@ -56,6 +56,33 @@ def newsletter_done(name: str) -> str:
     return f"{name}: every issue sent"
 
 
+@ratchet.task
+def newsletter_incomplete(name: str) -> str:
+    """A batch's failure follow-up: runs when a child of the batch failed."""
+    return f"{name}: some issues could not be sent"
+
+
+@ratchet.task(resource="payment-api")
+def charge_signup_fee(user_id: int) -> str:
+    """Runs under a resource limit: never more than two at once across every worker."""
+    time.sleep(random.uniform(0.2, 0.6))
+    return f"user {user_id} charged"
+
+
+@ratchet.task(circuit_breaker={"preset": "fast", "open_for": 5}, service="geocoder")
+def geocode(user_id: int) -> str:
+    """Calls a service that is down now and then: its circuit breaker opens and closes."""
+    if (time.time() // 20) % 2:  # down for 20 s, up for 20 s
+        raise ConnectionError("geocoder unavailable")
+    return f"user {user_id} located"
+
+
+@ratchet.recurring("*/10 * * * * ?", id="demo.tidy-up", name="Tidy up every 10 s")
+def tidy_up() -> str:
+    """A recurring job, fired by the workers."""
+    return "tidied"
+
+
 def create_app() -> Flask:
     """The demo app, on a SQLite file under ./instance."""
     app = Flask(__name__)
@@ -64,6 +91,7 @@ def create_app() -> Flask:
     app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{instance / 'demo.db'}"
     app.config["RATCHET_CONSOLE_AUTH"] = lambda request: "admin"  # local demo only
     app.config["RATCHET_POLL_INTERVAL"] = 1
+    app.config["RATCHET_RESOURCES"] = {"payment-api": {"max_concurrent": 2, "retry_delay": 1}}
     db.init_app(app)
     ratchet.init_app(app)
     with app.app_context():
@@ -87,11 +115,16 @@ def create_app() -> Flask:
         # A chain: the address is verified only once the welcome mail went out.
         ratchet.enqueue(send_welcome, user.id).then(verify_address, user.id).submit()
         ratchet.enqueue_now(sync_crm, user.id)
-        if user.id % 10 == 0:  # now and then, a batch with a follow-up
-            batch = ratchet.enqueue_batch(f"newsletter-{user.id}")
+        ratchet.enqueue_now(charge_signup_fee, user.id)
+        ratchet.enqueue_now(geocode, user.id)
+        if user.id % 10 == 0:  # now and then, a batch with follow-ups
+            name = f"newsletter-{user.id}"
+            batch = ratchet.enqueue_batch(name)
             for reader in range(user.id - 9, user.id + 1):
                 batch.add(send_welcome, reader)
-            batch.on_success(newsletter_done, f"newsletter-{user.id}").submit()
+            if user.id % 20 == 0:  # every other one has a child that fails for good
+                batch.add(verify_address, user.id)
+            batch.on_success(newsletter_done, name).on_failure(newsletter_incomplete, name).submit()
         db.session.commit()  # the user and the jobs appear together, or not at all
         return redirect(url_for("home"))
 

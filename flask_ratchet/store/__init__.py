@@ -46,8 +46,8 @@ def check_driver(engine: Engine) -> None:
         raise ValueError(
             f"flask-ratchet talks to PostgreSQL through psycopg 3, and this engine uses "
             f"{driver!r} (before SQLAlchemy 2.1 a plain 'postgresql://' URL means psycopg2). "
-            f"Write the URL as {shown!r} (with your password): psycopg 3 is installed with "
-            "flask-ratchet, and your models and queries work on it unchanged"
+            f"Write the URL as {shown!r} (with your password) and install psycopg 3 with "
+            "pip install 'flask-ratchet[postgresql]': your models and queries work on it unchanged"
         )
 
 

@@ -15,15 +15,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psycopg
 from sqlalchemy.engine import Connection
 
 from ..states import JobStatus
 from .base import Inserted, NewJob
 from .driver import translated_errors
 from .sql import job_values
+
+if TYPE_CHECKING:  # psycopg is the postgresql extra: an app on SQLite need not have it
+    import psycopg
 
 #: The ``ratchet_job`` columns a submission writes (:func:`~.sql.job_values`'s), with their
 #: PostgreSQL types: the statements of :mod:`.postgres` and the COPY here both take them from it.
@@ -93,6 +95,8 @@ def _transaction(conn: Connection) -> Iterator[psycopg.Connection[Any]]:
     yet begun is begun, as ``conn.execute`` would); one in autocommit gets a block of its own,
     since the COPYs must be atomic together.
     """
+    import psycopg
+
     raw = conn.connection.driver_connection
     assert isinstance(raw, psycopg.Connection)
     if not raw.autocommit:

@@ -18,9 +18,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-import psycopg
 import sqlalchemy as sa
+
+if TYPE_CHECKING:  # imported where used: psycopg is the postgresql extra
+    import psycopg
 
 CHANNEL = "ratchet_wakeup"
 
@@ -58,6 +61,8 @@ class Notifier:
                 self._thread.start()
 
     def _run(self) -> None:
+        import psycopg
+
         conn: psycopg.Connection[tuple[object, ...]] | None = None
         try:
             while True:
@@ -105,6 +110,8 @@ class PgListener(threading.Thread):
         self.reconnects = 0
 
     def run(self) -> None:
+        import psycopg
+
         backoff = 0.5
         while not self._stop_event.is_set():
             try:

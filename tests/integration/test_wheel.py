@@ -20,7 +20,10 @@ TEMPLATES = ROOT / "templates" / "ratchet"
 
 SCRIPT = textwrap.dedent(
     """
-    import sys, flask_ratchet
+    import importlib.util, sys, flask_ratchet
+    # What SQLite users do not need: no PostgreSQL driver, no web server, no cron library.
+    for absent in ("psycopg", "psycopg2", "gunicorn", "croniter"):
+        assert importlib.util.find_spec(absent) is None, absent
     from flask import Flask
     from flask_sqlalchemy import SQLAlchemy
     from flask_ratchet import Ratchet
@@ -35,6 +38,12 @@ SCRIPT = textwrap.dedent(
     assert page.status_code == 200 and b"Overview" in page.data, page.status_code
     css = client.get("/ratchet/static/console.css")
     assert css.status_code == 200 and b".pill" in css.data
+    @ratchet.task
+    def hello(name):
+        return name
+    with app.app_context():
+        job_id = ratchet.enqueue_now(hello, "wheel").id
+        assert ratchet.get_job(job_id) is not None
     print("ok")
     """
 )

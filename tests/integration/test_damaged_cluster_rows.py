@@ -20,6 +20,7 @@ from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.schema import UtcDateTime
 from flask_ratchet.store.cluster import BREAKER_RESET, NodeInfo
+from flask_ratchet.store.console_resources import live_node_ids
 from tests.apps import add, create_app, db, ratchet
 from tests.integration.helpers import count, each_database_that_holds
 
@@ -208,6 +209,8 @@ def test_a_heartbeat_in_the_future_keeps_no_node_alive(
                     {at: datetime.now(UTC) - timedelta(minutes=5)}
                 )
             )
+    with db.engine.connect() as conn:  # the console agrees: only "alive" is live
+        assert live_node_ids(conn, datetime.now(UTC), 60) == {"alive"}
     with state.store.begin(state.engine) as conn:
         recovered = state.store.recover_orphans(conn, grace=60)
         assert state.store.delete_dead_nodes(conn, 3600) == 1

@@ -67,6 +67,10 @@ class JobLinks:
     condition: str | None  # the job's own condition, if it is a dependent
 
 
+#: What counting a child into its batch reads back: the batch's name, counts and progress task.
+_COUNTED = (batch.c.name, batch.c.total, batch.c.succeeded, batch.c.failed, batch.c.progress_task)
+
+
 class BatchStore(DialectHooks):
     """Batch rows and terminal writes of live jobs. Mixed into the dialect stores (through
     :class:`~flask_ratchet.store.flow.FlowStore`)."""
@@ -229,13 +233,7 @@ class BatchStore(DialectHooks):
                     child_run_ms=batch.c.child_run_ms + run_ms,
                     child_wait_ms=batch.c.child_wait_ms + wait_ms,
                 )
-                .returning(
-                    batch.c.name,
-                    batch.c.total,
-                    batch.c.succeeded,
-                    batch.c.failed,
-                    batch.c.progress_task,
-                )
+                .returning(*_COUNTED)
             ).first()
             counts = None if row is None else counts_of(row)
             if row is None or counts is None:
@@ -281,13 +279,7 @@ class BatchStore(DialectHooks):
             sa.update(batch)
             .where(batch.c.batch_id == batch_id, batch.c.finished_at.is_(None))
             .values(total=total, succeeded=succeeded, failed=failed)
-            .returning(
-                batch.c.name,
-                batch.c.total,
-                batch.c.succeeded,
-                batch.c.failed,
-                batch.c.progress_task,
-            )
+            .returning(*_COUNTED)
         ).first()
         if row is not None:
             log.warning(

@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup lint test demo bench bench-peers clean
+.PHONY: setup lint test test-lowest demo bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -28,6 +28,15 @@ browser-deps:
 test: lint browser-deps
 	$(PY) -m pytest
 
+# The unit and integration tiers on the lowest versions pyproject.toml allows (.ci/lowest.txt),
+# in a virtualenv of their own.
+LOWEST ?= .venv-lowest
+test-lowest:
+	python3 -m venv $(LOWEST)
+	$(LOWEST)/bin/python -m pip install --quiet --upgrade "pip>=25.1"
+	$(LOWEST)/bin/python -m pip install --quiet -c .ci/lowest.txt -e . --group test
+	$(LOWEST)/bin/python -m pytest tests/unit tests/integration
+
 demo: setup
 	$(PY) -m examples.demo
 
@@ -42,4 +51,4 @@ bench-peers: setup
 	$(PY) -m bench.compare
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info instance
+	rm -rf $(VENV) $(LOWEST) build dist *.egg-info instance

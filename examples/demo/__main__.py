@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -50,9 +49,9 @@ def wait_until_up(host: str, processes: dict[str, subprocess.Popen[bytes]]) -> N
     while True:
         check(processes)
         try:
-            urllib.request.urlopen(f"http://{host}/", timeout=2).close()
+            urllib.request.urlopen(f"http://{host}/", timeout=10).close()
             return
-        except (urllib.error.URLError, ConnectionError):
+        except OSError:  # not listening yet, a timeout, an error page while tables are created
             if time.monotonic() > deadline:
                 why = f"the web server did not answer within {START_TIMEOUT:.0f} s"
                 raise DemoStopped(why) from None
@@ -71,9 +70,9 @@ def sign_ups(
         n += 1
         data = urllib.parse.urlencode({"email": f"user{n}@example.com"}).encode()
         try:
-            urllib.request.urlopen(f"http://{host}/signup", data=data, timeout=5).close()
-        except urllib.error.HTTPError as exc:
-            raise DemoStopped(f"a sign-up answered {exc.code}") from None
+            urllib.request.urlopen(f"http://{host}/signup", data=data, timeout=10).close()
+        except OSError as exc:  # the web server's own log says more; the demo goes on
+            print(f"  a sign-up failed: {exc}", file=sys.stderr, flush=True)
         time.sleep(0.5)
 
 

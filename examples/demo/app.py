@@ -89,6 +89,8 @@ def create_app() -> Flask:
     instance = Path(os.environ.get("DEMO_INSTANCE", "instance")).resolve()
     instance.mkdir(exist_ok=True)
     app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{instance / 'demo.db'}"
+    # Two web processes and a worker write to one SQLite file: wait for its lock patiently.
+    app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {"connect_args": {"timeout": 30}}
     app.config["RATCHET_CONSOLE_AUTH"] = lambda request: "admin"  # local demo only
     app.config["RATCHET_POLL_INTERVAL"] = 1
     app.config["RATCHET_RESOURCES"] = {"payment-api": {"max_concurrent": 2, "retry_delay": 1}}

@@ -34,7 +34,7 @@ LOWEST ?= .venv-lowest
 test-lowest:
 	python3 -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(LOWEST)/bin/python -m pip install --quiet -c .ci/lowest.txt -e . --group test
+	$(LOWEST)/bin/python -m pip install --quiet -c .ci/lowest.txt -e . --group dev
 	$(LOWEST)/bin/python -m pytest tests/unit tests/integration
 
 demo: setup

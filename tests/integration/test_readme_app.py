@@ -59,3 +59,69 @@ def test_the_existing_app_section_runs_as_written(empty_engine: sa.Engine, tmp_p
     run(*flask, "db", "init")
     run(*flask, "db", "migrate", "-m", "nothing")
     assert list((tmp_path / "migrations" / "versions").glob("*.py")) == []
+
+
+def test_the_quick_start_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
+    """Its app on this test's database (the block names a SQLite file): a sign-up's user and job
+    appear together, and a worker runs the job."""
+    block = readme_block("## Quick start")
+    assert '"sqlite:///app.db"' in block
+    (tmp_path / "quickstart.py").write_text(
+        "import os\n" + block.replace('"sqlite:///app.db"', 'os.environ["DATABASE_URL"]')
+    )
+    env = os.environ | {
+        "DATABASE_URL": empty_engine.url.render_as_string(hide_password=False),
+        "PYTHONPATH": str(tmp_path),
+    }
+    script = (
+        "from quickstart import create_app, db, ratchet\n"
+        "app = create_app()\n"
+        "with app.app_context():\n"
+        "    db.create_all()\n"
+        "    ratchet.state.ensure_schema() if ratchet.state.auto_create else None\n"
+        "assert app.test_client().post('/signup', data={'email': 'a@example.com'}).text == 'ok'\n"
+        "with app.app_context():\n"
+        "    (job,) = ratchet.find_jobs().items\n"
+        "    assert job.task == 'quickstart:send_welcome' and job.args == [1], job\n"
+    )
+    flask = [sys.executable, "-m", "flask", "--app", "quickstart"]
+    for args in (
+        [*flask, "ratchet", "db", "upgrade"],
+        [sys.executable, "-c", script],
+        [*flask, "ratchet", "worker", "--burst"],
+    ):
+        done = subprocess.run(
+            args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    with empty_engine.connect() as conn:
+        ended = conn.execute(sa.text("SELECT terminal_status FROM ratchet_job")).scalar_one()
+    assert ended == "SUCCEEDED"
+
+
+def test_the_access_example_grants_the_roles_it_says(tmp_path: Path) -> None:
+    """The Access block, run in an app of its own with a stand-in for Flask-Login's
+    ``current_user``."""
+    from types import SimpleNamespace
+
+    from flask import Flask, g
+    from flask_sqlalchemy import SQLAlchemy
+
+    from flask_ratchet import Ratchet
+
+    app = Flask(__name__)
+    app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{tmp_path / 'access.db'}"
+    user = SimpleNamespace(is_authenticated=False, email="ops@example.com", is_admin=False)
+    exec(readme_block("### Access"), {"app": app, "g": g, "current_user": user})
+    SQLAlchemy(app)
+    Ratchet(app)
+    client = app.test_client()
+    assert client.get("/ratchet/").status_code == 403  # not signed in
+    user.is_authenticated = True
+    page = client.get("/ratchet/")
+    assert page.status_code == 200 and "read · read only" in page.text
+    user.is_admin = True
+    page = client.get("/ratchet/")
+    assert page.status_code == 200 and ">admin<" in page.text
+    with app.app_context():
+        app.extensions["sqlalchemy"].engine.dispose()

@@ -37,12 +37,19 @@ def orphan_recovery(
         if settled:
             log.warning("settled %d batches whose last child had ended unseen", settled)
         for job_id in recovered.requeued:
-            log.warning("job %s recovered from a silent worker: due again", job_id)
+            log.warning(
+                "job %s (%s) taken back and due again: %s",
+                job_id,
+                recovered.tasks.get(job_id, "?"),
+                recovered.reason,
+            )
         for job_id in recovered.failed:
             log.error(
-                "job %s recovered from a silent worker had used every attempt: failed for good "
-                "(dead-letter queue)",
+                "job %s (%s) taken back, failed for good on its last attempt (dead-letter "
+                "queue): %s",
                 job_id,
+                recovered.tasks.get(job_id, "?"),
+                recovered.reason,
             )
 
     interval = max(1.0, min(config.orphan_grace / 2, config.maintenance_interval))

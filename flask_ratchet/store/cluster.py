@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -59,6 +59,9 @@ class Recovered:
 
     requeued: list[uuid.UUID]
     failed: list[uuid.UUID]
+    #: The task of each job taken back, and why they were, for the worker's log lines.
+    tasks: dict[uuid.UUID, str] = field(default_factory=dict, compare=False)
+    reason: str = field(default="", compare=False)
 
 
 class ClusterStore(DialectHooks):
@@ -186,7 +189,12 @@ class ClusterStore(DialectHooks):
             )
             .returning(job_queue.c.job_id)
         )
-        return Recovered(list(requeued.scalars()), [job_id for job_id, _ in failed])
+        taken = (list(requeued.scalars()), [job_id for job_id, _ in failed])
+        tasks: dict[uuid.UUID, str] = {}
+        for part in chunks([*taken[0], *taken[1]]):
+            rows = conn.execute(sa.select(job.c.job_id, job.c.task).where(job.c.job_id.in_(part)))
+            tasks.update((row.job_id, row.task) for row in rows)
+        return Recovered(*taken, tasks=tasks, reason=f"WorkerLost: {why}")
 
     # -- leases --------------------------------------------------------------------------------
 

@@ -144,6 +144,8 @@ def test_orphans_of_silent_nodes_are_requeued_or_failed(app: Flask) -> None:
         assert store.recover_orphans(conn, grace=600) == Recovered([], [])  # claimed recently
         recovered = store.recover_orphans(conn, grace=60)
     assert recovered.requeued == [dead_once] and recovered.failed == [dead_spent]
+    assert recovered.tasks == {dead_once: "tests.apps:add", dead_spent: "tests.apps:add"}
+    assert recovered.reason == "WorkerLost: its worker stopped sending heartbeats"
     once, spent, alive = (ratchet.get_job(i) for i in (dead_once, dead_spent, live))
     assert once is not None and once.status == JobStatus.PENDING
     assert "WorkerLost" in (once.error or "")

@@ -7,6 +7,7 @@ with skewed clocks still agree on who is dead and whose lease expired.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +18,7 @@ from sqlalchemy.engine import Connection
 
 from ..options import Priority
 from ..schema import (
+    UNREADABLE_ID,
     UtcDateTime,
     audit,
     batch,
@@ -36,6 +38,8 @@ from ..states import Action, JobStatus, sources, target
 from .base import chunks
 from .dialect import DialectHooks
 from .resources import release_node_permits, release_stale_permits
+
+log = logging.getLogger("flask_ratchet")
 
 _UTC = UtcDateTime()
 #: The audit action by which an operator resets a circuit breaker; workers read it.
@@ -252,8 +256,12 @@ class ClusterStore(DialectHooks):
     # -- retention -----------------------------------------------------------------------------
 
     def archive_ended(self, conn: Connection, older_than: float, limit: int) -> int:
-        """Move up to ``limit`` jobs that ended over ``older_than`` seconds ago to the archive."""
-        rows = conn.execute(
+        """Move up to ``limit`` jobs that ended over ``older_than`` seconds ago to the archive.
+
+        A row whose id is not a UUID (SQLite text written by hand, read as
+        :data:`~flask_ratchet.schema.UNREADABLE_ID`) stays where it is: it cannot be deleted by
+        its id, and archiving a copy under the nil id would fail every later pass."""
+        fetched = conn.execute(
             sa.select(job)
             .where(
                 job.c.terminal_status.is_not(None),
@@ -263,6 +271,14 @@ class ClusterStore(DialectHooks):
             .order_by(job.c.finished_at)
             .limit(limit)
         ).all()
+        rows = [r for r in fetched if r.job_id != UNREADABLE_ID]
+        if len(rows) < len(fetched):
+            log.warning(
+                "retention: %d ended jobs whose id is not a UUID stay in ratchet_job "
+                "(shown with the id %s; delete them by hand)",
+                len(fetched) - len(rows),
+                UNREADABLE_ID,
+            )
         if not rows:
             return 0
         archived_at = self.now(conn)

@@ -14,6 +14,7 @@ from flask import Flask
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
+from flask_ratchet.maintenance.tasks import orphan_recovery, retention
 from flask_ratchet.options import JobOptions
 from flask_ratchet.payload import Unreadable
 from flask_ratchet.recurring import RecurringStatus, encode_options
@@ -21,10 +22,18 @@ from flask_ratchet.schema import (
     EARLIEST,
     LATEST,
     UNREADABLE_ID,
+    StoredUuid,
+    audit,
     batch,
+    dlq_alert,
+    execution,
     job,
+    job_archive,
+    job_log,
     job_queue,
+    metadata,
     recurring,
+    resource_permit,
 )
 from tests.apps import add, db, ratchet
 from tests.integration.helpers import finish, job_in
@@ -431,3 +440,115 @@ def test_an_audit_row_whose_id_is_not_a_uuid_leaves_the_overview_working(app: Fl
     with db.engine.begin() as conn:
         assert conn.execute(sa.text("UPDATE ratchet_audit SET audit_id = 'zz'")).rowcount == 1
     assert console.get("/ratchet/").status_code == 200
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_ended_jobs_whose_id_is_not_a_uuid_leave_retention_archiving_the_others(
+    app: Flask,
+) -> None:
+    """They cannot be deleted by their id: archiving a copy of each under the nil id failed
+    every pass from the second on (or the first, with two), and no job was archived again."""
+    damaged = [ended_job(), ended_job()]
+    kept = ended_job()
+    for key, text in zip(damaged, ["zz", "<b>not-a-uuid"], strict=True):
+        write_text_id("ratchet_job", "job_id", "job_id", key, text)
+    store = ratchet.state.store
+    for _ in range(2):
+        with db.engine.begin() as conn:
+            store.archive_ended(conn, older_than=0, limit=10)
+    assert ratchet.get_job(kept) is None
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.select(job_archive.c.job_id)).scalars().all() == [kept]
+        assert sorted(conn.exec_driver_sql("SELECT job_id FROM ratchet_job").scalars()) == [
+            "<b>not-a-uuid",
+            "zz",
+        ]
+
+
+def _id_columns() -> list[str]:
+    return [
+        f"{t.name}.{c.name}"
+        for t in metadata.sorted_tables
+        for c in t.columns
+        if isinstance(c.type, StoredUuid)
+    ]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("column", _id_columns())
+def test_any_id_column_that_is_not_a_uuid_leaves_pages_commands_and_maintenance_working(
+    app: Flask, column: str
+) -> None:
+    """Every id column of every table, written as text that is not a UUID in one row."""
+    failed = job_in(JobStatus.FAILED)
+    running = job_in(JobStatus.RUNNING)
+    pending = ratchet.enqueue(add, 1, 2).with_business_key("k").with_tags("t").submit().id
+    parent = ratchet.enqueue_batch("nightly").add(add, 1, 2).submit().id
+    first = ratchet.enqueue(add, 1, 1).then(add, 2, 2).submit().id
+    now = datetime.now(UTC)
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.insert(execution).values(
+                execution_id=uuid.uuid4(), job_id=failed, attempt=1, node_id="node-a",
+                status="FAILED", started_at=now, finished_at=now, error="boom",
+            )
+        )  # fmt: skip
+        conn.execute(
+            sa.insert(job_log).values(
+                job_id=failed, attempt=1, logged_at=now, level="INFO", message="hi"
+            )
+        )
+        conn.execute(
+            sa.insert(dlq_alert).values(
+                alert_id=uuid.uuid4(), job_id=failed, task="tests.apps.add", error_hash="x",
+                error="boom", hour=now, occurrences=1, created_at=now, last_seen_at=now,
+            )
+        )  # fmt: skip
+        conn.execute(
+            sa.insert(resource_permit).values(
+                job_id=running, resource_name="probe-api", node_id="node-a", acquired_at=now
+            )
+        )
+        conn.execute(
+            sa.insert(job_archive).values(
+                job_id=uuid.uuid4(), task="tests.apps.add", terminal_status="SUCCEEDED",
+                created_at=now, finished_at=now, archived_at=now, data="{}",
+            )
+        )  # fmt: skip
+        conn.execute(
+            sa.insert(audit).values(
+                audit_id=uuid.uuid4(), at=now, actor="a", role="admin", action="retry",
+                scope="job", target=str(failed), requested=1, changed=1,
+            )
+        )  # fmt: skip
+    table, name = column.split(".")
+    with db.engine.begin() as conn:
+        changed = conn.exec_driver_sql(
+            f"UPDATE {table} SET {name} = 'zz' WHERE rowid = (SELECT min(rowid) FROM {table})"
+        ).rowcount
+    assert changed == 1
+    client = app.test_client()
+    urls = [
+        "/ratchet/",
+        "/ratchet/jobs",
+        "/ratchet/jobs?status=FAILED",
+        "/ratchet/dead-letters",
+        "/ratchet/batches",
+        "/ratchet/resources",
+    ]
+    for url in urls:
+        assert client.get(url, headers=READ).status_code == 200, url
+    # A job whose own id was damaged can no longer be found by it: the usual 404.
+    pages = [f"/ratchet/jobs/{key}" for key in (failed, running, pending, parent, first)]
+    for url in [*pages, f"/ratchet/batches/{parent}"]:
+        assert client.get(url, headers=READ).status_code in (200, 404), url
+    assert client.get(f"/ratchet/jobs/{UNREADABLE_ID}", headers=READ).status_code == 404
+    runner = app.test_cli_runner()
+    for args in (["jobs", "list"], ["jobs", "show", str(failed)], ["jobs", "logs", str(failed)]):
+        done = runner.invoke(args=["ratchet", *args])
+        # Exits cleanly: "no job has id …" for the job whose own id was damaged.
+        assert done.exception is None or isinstance(done.exception, SystemExit), args
+    config, store = ratchet.state.config, ratchet.state.store
+    for task in (retention(config), orphan_recovery(config), retention(config)):
+        task.run(store, db.engine)
+    ratchet.claim_due(10, "node-b")

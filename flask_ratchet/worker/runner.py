@@ -257,6 +257,10 @@ class Worker:
                         claimed = self.store.claim_due(conn, free, self.node_id, boost)
                 except SQLAlchemyError:
                     log.warning("claim failed; polling again later", exc_info=True)
+                except Exception:
+                    # Not the database: most likely a row holding what ratchet never writes.
+                    # The worker must go on polling, not end with it.
+                    log.exception("claim failed on what it read; polling again later")
                 if claimed:
                     self.executor.submit(claimed)
                     # Hand the GIL to a job thread now: the jobs start before this thread's
@@ -305,16 +309,20 @@ class Worker:
     def _watch(self) -> None:
         next_sweep = time.monotonic()
         while not self.stop_event.wait(WATCH_EVERY):
-            for run in self.executor.expire(time.monotonic()):
-                log.warning(
-                    "job %s (%s) timed out after %ss",
-                    run.claimed.job_id,
-                    run.claimed.task,
-                    run.claimed.timeout,
-                )
-            if time.monotonic() >= next_sweep:
-                next_sweep = time.monotonic() + CANCEL_SWEEP_EVERY
-                self._sweep_canceled()
+            try:
+                for run in self.executor.expire(time.monotonic()):
+                    log.warning(
+                        "job %s (%s) timed out after %ss",
+                        run.claimed.job_id,
+                        run.claimed.task,
+                        run.claimed.timeout,
+                    )
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + CANCEL_SWEEP_EVERY
+                    self._sweep_canceled()
+            except Exception:
+                # The thread that enforces timeouts and stops canceled jobs must live on.
+                log.exception("watchdog pass failed; next in %.1fs", WATCH_EVERY)
 
     def _sweep_canceled(self) -> None:
         runs = [r for r in self.executor.running() if r.started]

@@ -1,0 +1,39 @@
+"""A worker goes on after an error that is not the database's (a row holding what ratchet never
+writes): the claim loop logs it and polls again."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from flask import Flask
+
+from flask_ratchet import JobStatus
+from flask_ratchet.worker.runner import Worker
+from tests.apps import add, ratchet
+
+
+def test_a_claim_failing_on_what_it_read_is_logged_and_polling_goes_on(
+    app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    job_id = ratchet.enqueue_now(add, 1, 2).id
+    store = ratchet.state.store
+    claim = store.claim_due
+    failures = [ValueError("badly formed hexadecimal UUID string")]
+
+    def damaged_once(*args: Any, **kwargs: Any) -> Any:
+        if failures:
+            raise failures.pop()
+        return claim(*args, **kwargs)
+
+    monkeypatch.setattr(store, "claim_due", damaged_once)
+    worker = Worker(app, concurrency=1, burst=True)
+    thread = threading.Thread(target=worker.run, name="test-worker")
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the burst worker did not finish"
+    found = ratchet.get_job(job_id)
+    assert found is not None and found.status == JobStatus.SUCCEEDED
+    logged = [r for r in caplog.records if "claim failed on what it read" in r.message]
+    assert len(logged) == 1 and logged[0].exc_info is not None

@@ -35,7 +35,7 @@ from ..errors import InvalidOption
 from ..options import shown
 from ..payload import Unreadable, read_checked
 from ..resources_facade import checked_max_concurrent, checked_retry_delay
-from ..schema import audit, job, job_queue, node, resource_limit, resource_permit
+from ..schema import StoredUuid, audit, job, job_queue, node, resource_limit, resource_permit
 from ..states import JobStatus
 from .cluster import BREAKER_RESET
 from .console_queries import const
@@ -252,7 +252,7 @@ def _pending_by_resource(conn: Connection) -> tuple[dict[str, int], int]:
         # (status, …) index and sort them all; the partial index is already in id order.
         # SQLAlchemy renders no table hint for SQLite, hence the text.
         source = sa.text(f"{job_queue.name} INDEXED BY {PENDING_INDEX}")
-        job_id = sa.literal_column(f"{job_queue.name}.job_id", sa.Uuid())
+        job_id = sa.literal_column(f"{job_queue.name}.job_id", StoredUuid())
         status = sa.literal_column(f"{job_queue.name}.status", sa.String())
     return _by_resource(
         conn,

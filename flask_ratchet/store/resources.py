@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection
 from ..errors import InvalidOption
 from ..resources_facade import DEFAULT_RETRY_DELAY, ResourceLimit
 from ..resources_facade import resource_limit as checked_limit
-from ..schema import job_queue, node, resource_limit, resource_permit
+from ..schema import StoredUuid, job_queue, node, resource_limit, resource_permit
 from ..states import JobStatus
 from .dialect import DialectHooks
 
@@ -150,7 +150,7 @@ class ResourceStore(DialectHooks):
         stmt = self.dialect_insert(resource_permit).from_select(
             ["job_id", "resource_name", "node_id", "acquired_at"],
             sa.select(
-                sa.literal(job_id, sa.Uuid()),
+                sa.literal(job_id, StoredUuid()),
                 sa.literal(resource, sa.String()),
                 sa.literal(node_id, sa.String()),
                 self.now_sql(),

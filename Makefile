@@ -20,6 +20,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict flask_ratchet console
+	$(VENV)/bin/lint-imports --no-cache
 
 # The console's browser test drives Debian's chromium through chromedriver; install them once.
 browser-deps:

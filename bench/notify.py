@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from bench.enqueue_claim import db, fresh_pg, make_app, noop, ratchet
-from flask_ratchet.worker.wakeup import CHANNEL, Notifier
+from flask_ratchet.store.wakeup import CHANNEL, Notifier
 
 
 def run(app, threads: int, seconds: float, submit: Callable[[int], None]) -> int:  # type: ignore[no-untyped-def]

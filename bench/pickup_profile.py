@@ -38,8 +38,8 @@ from flask import Flask
 from bench.enqueue_claim import db, fresh_pg, make_app, ratchet
 from bench.peers._common import IDLE_SECONDS, stamp_file, stop
 from bench.worker import percentile, reset, warm_client, worker
+from flask_ratchet.store import wakeup
 from flask_ratchet.store.postgres import PostgresStore
-from flask_ratchet.worker import wakeup
 
 STAGES = (
     ("enqueue returned", "enqueued"),

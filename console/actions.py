@@ -21,7 +21,9 @@ from flask import abort, g, render_template, request, url_for
 from sqlalchemy.engine import Connection
 from werkzeug.wrappers import Response
 
-from flask_ratchet.extension import RatchetState
+from flask_ratchet.api import jobs
+from flask_ratchet.api import recurring as recurring_api
+from flask_ratchet.runtime import Runtime
 from flask_ratchet.states import TERMINAL, Action, JobStatus, sources
 from flask_ratchet.store import console_queries as queries
 from flask_ratchet.store.console_writes import delete_ended_job, record_audit
@@ -74,8 +76,7 @@ class Outcome:
         return len(self.changed) + len(self.refused)
 
 
-def _operation(s: RatchetState, action: str) -> Callable[[uuid.UUID], bool]:
-    r = s.ratchet
+def _operation(s: Runtime, action: str) -> Callable[[uuid.UUID], bool]:
     if action == "delete":
 
         def delete(job_id: uuid.UUID) -> bool:
@@ -84,10 +85,10 @@ def _operation(s: RatchetState, action: str) -> Callable[[uuid.UUID], bool]:
 
         return delete
     ops: dict[str, Callable[[uuid.UUID], bool]] = {
-        "retry": r.retry_job,
-        "cancel": r.cancel_job,
-        "pause": r.pause_job,
-        "resume": r.resume_job,
+        "retry": lambda job_id: jobs.retry(s, job_id),
+        "cancel": lambda job_id: jobs.cancel(s, job_id),
+        "pause": lambda job_id: jobs.pause(s, job_id),
+        "resume": lambda job_id: jobs.resume(s, job_id),
     }
     return ops[action]
 
@@ -300,18 +301,16 @@ class RecurringOutcome:
     status: str | None = None
 
 
-def _recurring_operation(s: RatchetState, action: str) -> Callable[[str], bool | uuid.UUID]:
-    r = s.ratchet
-
+def _recurring_operation(s: Runtime, action: str) -> Callable[[str], bool | uuid.UUID]:
     def run(recurring_id: str) -> bool | uuid.UUID:
-        handle = r.run_recurring_now(recurring_id)
-        return False if handle is None else handle.id
+        child = recurring_api.run_now(s, recurring_id)
+        return False if child is None else child
 
     ops: dict[str, Callable[[str], bool | uuid.UUID]] = {
-        "pause": r.pause_recurring,
-        "resume": r.resume_recurring,
+        "pause": lambda recurring_id: recurring_api.pause(s, recurring_id),
+        "resume": lambda recurring_id: recurring_api.resume(s, recurring_id),
         "run": run,
-        "cancel": r.cancel_recurring,
+        "cancel": lambda recurring_id: recurring_api.cancel(s, recurring_id),
     }
     return ops[action]
 
@@ -340,7 +339,7 @@ def recurring_one(action: str) -> Response | str:
         child = result if isinstance(result, uuid.UUID) else None
         changed = child is not None or result is True
         audit(conn, action, "recurring", recurring_id, 1, int(changed))
-        found = None if changed else s.ratchet.get_recurring(recurring_id)
+        found = None if changed else recurring_api.get(s, recurring_id)
     s.db.session.commit()
     outcome = RecurringOutcome(
         action,

@@ -11,13 +11,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import abort, current_app, render_template, request, url_for
+from flask import abort, render_template, request, url_for
 from sqlalchemy.engine import Connection
 
+from flask_ratchet import runtime
+from flask_ratchet.api import jobs as jobs_api
+from flask_ratchet.api import recurring as recurring_api
 from flask_ratchet.cron import CronError, next_fire_times
-from flask_ratchet.extension import RatchetState
 from flask_ratchet.flow import waits_for_parent
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
+from flask_ratchet.runtime import Runtime
 from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
 from flask_ratchet.store import console_flows as flows
 from flask_ratchet.store import console_queries as queries
@@ -33,12 +36,12 @@ NEW_CAP = 999
 UPCOMING = 3
 
 
-def state() -> RatchetState:
-    """The current app's ratchet state."""
-    return current_app.extensions["ratchet"]  # type: ignore[no-any-return]
+def state() -> Runtime:
+    """The current app's ratchet runtime."""
+    return runtime.current()
 
 
-def live_after(s: RatchetState) -> float:
+def live_after(s: Runtime) -> float:
     """Seconds since its last heartbeat within which a node counts as live: three missed
     heartbeats make it silent."""
     return 3 * s.config.heartbeat_interval
@@ -129,7 +132,7 @@ def job_detail(job_id: str) -> str:
     the batch, chain or workflow it is part of."""
     key = job_id_or_404(job_id)
     s = state()
-    job = s.ratchet.get_job(key)
+    job = jobs_api.get(s, key)
     if job is None:
         abort(404)
     with s.connection() as conn:
@@ -281,7 +284,7 @@ def recurring() -> str:
     """Every recurring master (CANCELED ones with ``?canceled=1``) and its next fire times."""
     with_canceled = request.args.get("canceled", "") == "1"
     s = state()
-    masters = s.ratchet.list_recurring(include_canceled=with_canceled)
+    masters = recurring_api.list_all(s, with_canceled)
     with s.connection() as conn:
         now = s.store.now(conn)
     rows = [MasterRow(m, _upcoming(m)) for m in masters]
@@ -317,7 +320,7 @@ def recurring_cancel() -> str:
     wanted = request.args.get("id", "")
     if not wanted or len(wanted) > filters.MAX_TEXT:
         abort(404)
-    master = state().ratchet.get_recurring(wanted)
+    master = recurring_api.get(state(), wanted)
     if master is None:
         abort(404)
     return render_template("ratchet/recurring_cancel.html", master=master)

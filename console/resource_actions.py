@@ -17,7 +17,8 @@ from typing import Any
 from flask import abort, request, url_for
 from werkzeug.wrappers import Response
 
-from flask_ratchet.resources_facade import ResourceLimit
+from flask_ratchet.api.resources import configure_resource
+from flask_ratchet.resources import ResourceLimit
 from flask_ratchet.store import console_resources as held
 from flask_ratchet.store.cluster import BREAKER_RESET
 
@@ -76,7 +77,7 @@ def set_limit() -> Response | str:
     with s.connection() as conn:
         before = s.store.get_resource_limit(conn, name)
         try:
-            limit = s.ratchet.configure_resource(name, wanted_max, wanted_delay)
+            limit = configure_resource(s, name, wanted_max, wanted_delay)
         except ValueError as exc:
             abort(400, str(exc))
         outcome = LimitOutcome(limit, before)

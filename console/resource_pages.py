@@ -9,7 +9,7 @@ from __future__ import annotations
 from flask import abort, render_template, request
 
 from flask_ratchet.options import RESOURCE_MAX_LENGTH
-from flask_ratchet.resources_facade import DEFAULT_RETRY_DELAY
+from flask_ratchet.resources import DEFAULT_RETRY_DELAY
 from flask_ratchet.store import console_resources as held
 
 from . import filters

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from . import events
-from .batch import BatchBuilder, BatchHandle, StreamingBatchBuilder
+from .api.batches import BatchBuilder, BatchHandle, StreamingBatchBuilder
+from .api.chains import FlowBuilder, FlowHandle
+from .api.recurring import RecurringJobBuilder
+from .api.submit import JobBuilder
 from .breaker import BreakerSettings
-from .chain import FlowBuilder, FlowHandle
 from .context import JobContext
 from .cron import CronError
 from .errors import (
@@ -26,7 +28,6 @@ from .job import BatchProgress, Job, JobHandle, Page, Progress
 from .options import Backoff, Priority
 from .recurring import Misfire, RecurringJob, RecurringStatus
 from .states import JobStatus
-from .submit import JobBuilder, RecurringJobBuilder
 
 __version__ = "0.1.0.dev0"
 

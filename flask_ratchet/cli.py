@@ -14,7 +14,8 @@ import click
 from flask import current_app
 from flask.cli import AppGroup
 
-from . import migrate
+from . import migrate, runtime
+from .api import jobs, recurring
 from .cron import CronError, next_fire_times, zone_info
 from .errors import SchemaNotReady
 from .ids import job_id_of
@@ -24,10 +25,6 @@ from .states import JobStatus
 from .store.console_reports import job_logs
 
 ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
-
-
-def _ratchet() -> Any:
-    return current_app.extensions["ratchet"].ratchet
 
 
 @ratchet_cli.command("worker")
@@ -90,7 +87,7 @@ def db_cli() -> None:
 @click.argument("revision", default="head")
 def db_upgrade(revision: str) -> None:
     """Upgrade ratchet's tables to REVISION (default: head)."""
-    engine = current_app.extensions["ratchet"].engine
+    engine = runtime.current().engine
     migrate.upgrade(engine, revision)
     click.echo(f"ratchet schema at {migrate.current(engine)}")
 
@@ -99,7 +96,7 @@ def db_upgrade(revision: str) -> None:
 @click.argument("revision")
 def db_downgrade(revision: str) -> None:
     """Downgrade ratchet's tables to REVISION ('base' drops them)."""
-    engine = current_app.extensions["ratchet"].engine
+    engine = runtime.current().engine
     migrate.downgrade(engine, revision)
     click.echo(f"ratchet schema at {migrate.current(engine) or 'base (no tables)'}")
 
@@ -107,7 +104,7 @@ def db_downgrade(revision: str) -> None:
 @db_cli.command("current")
 def db_current() -> None:
     """Show the revision ratchet's tables are at, and the newest one available."""
-    engine = current_app.extensions["ratchet"].engine
+    engine = runtime.current().engine
     click.echo(f"current: {migrate.current(engine) or 'none (run: flask ratchet db upgrade)'}")
     click.echo(f"head:    {migrate.head()}")
 
@@ -126,8 +123,12 @@ def jobs_cli() -> None:
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 def jobs_list(status: str | None, task: str | None, tag: str | None, limit: int) -> None:
     """List jobs, newest first."""
-    page = _ratchet().find_jobs(
-        status=status.upper() if status else None, task=task, tag=tag, limit=limit
+    page = jobs.find(
+        runtime.current(),
+        status=status.upper() if status else None,
+        task=task,
+        tag=tag,
+        limit=limit,
     )
     for job in page.items:
         click.echo(
@@ -155,7 +156,7 @@ def _tries(max_retries: object) -> str:
 )
 def jobs_show(job_id: str, reveal_secrets: bool) -> None:
     """Show one job as JSON."""
-    job = _ratchet().get_job(job_id)
+    job = jobs.get(runtime.current(), job_id)
     if job is None:
         raise click.ClickException(f"no job has id {job_id}")
     fields = {name: getattr(job, name) for name in job.__dataclass_fields__}
@@ -188,7 +189,7 @@ def jobs_logs(job_id: str, limit: int) -> None:
         key = job_id_of(job_id)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    state = current_app.extensions["ratchet"]
+    state = runtime.current()
     with state.connection() as conn:
         lines = job_logs(conn, key, limit)
     for line in lines:
@@ -200,14 +201,19 @@ def jobs_logs(job_id: str, limit: int) -> None:
 @click.argument("job_id")
 def jobs_retry(job_id: str) -> None:
     """Retry a FAILED job now."""
-    _report(_ratchet().retry_job(job_id), job_id, "retried", "is not FAILED")
+    _report(jobs.retry(runtime.current(), job_id), job_id, "retried", "is not FAILED")
 
 
 @jobs_cli.command("cancel")
 @click.argument("job_id")
 def jobs_cancel(job_id: str) -> None:
     """Cancel a PENDING, PAUSED or RUNNING job."""
-    _report(_ratchet().cancel_job(job_id), job_id, "canceled", "is not PENDING, PAUSED or RUNNING")
+    _report(
+        jobs.cancel(runtime.current(), job_id),
+        job_id,
+        "canceled",
+        "is not PENDING, PAUSED or RUNNING",
+    )
 
 
 def _report(done: bool, job_id: str, verb: str, why_not: str) -> None:
@@ -225,7 +231,7 @@ def recurring_cli() -> None:
 @click.option("--all", "include_canceled", is_flag=True, help="Include canceled masters.")
 def recurring_list(include_canceled: bool) -> None:
     """List recurring jobs with their next fire times (UTC)."""
-    masters = _ratchet().list_recurring(include_canceled=include_canceled)
+    masters = recurring.list_all(runtime.current(), include_canceled)
     if not masters:
         click.echo("no recurring jobs")
     for m in masters:
@@ -236,7 +242,7 @@ def recurring_list(include_canceled: bool) -> None:
 @recurring_cli.command("register")
 def recurring_register() -> None:
     """Register the app's declared recurring jobs now (workers do it when they start)."""
-    for m in _ratchet().register_recurring():
+    for m in recurring.register_declared(runtime.current()):
         click.echo(f"{m.id}  {m.status}")
 
 
@@ -244,30 +250,30 @@ def recurring_register() -> None:
 @click.argument("recurring_id")
 def recurring_pause(recurring_id: str) -> None:
     """Stop creating children until resumed."""
-    _report_recurring(_ratchet().pause_recurring(recurring_id), recurring_id, "paused")
+    _report_recurring(recurring.pause(runtime.current(), recurring_id), recurring_id, "paused")
 
 
 @recurring_cli.command("resume")
 @click.argument("recurring_id")
 def recurring_resume(recurring_id: str) -> None:
     """Fire again from the next occurrence."""
-    _report_recurring(_ratchet().resume_recurring(recurring_id), recurring_id, "resumed")
+    _report_recurring(recurring.resume(runtime.current(), recurring_id), recurring_id, "resumed")
 
 
 @recurring_cli.command("cancel")
 @click.argument("recurring_id")
 def recurring_cancel(recurring_id: str) -> None:
     """End a recurring job (its id is free to be registered again)."""
-    _report_recurring(_ratchet().cancel_recurring(recurring_id), recurring_id, "canceled")
+    _report_recurring(recurring.cancel(runtime.current(), recurring_id), recurring_id, "canceled")
 
 
 @recurring_cli.command("run-now")
 @click.argument("recurring_id")
 def recurring_run_now(recurring_id: str) -> None:
     """Create one extra child now."""
-    handle = _ratchet().run_recurring_now(recurring_id)
-    _report_recurring(handle is not None, recurring_id, "run")
-    click.echo(f"job {handle.id}")
+    child = recurring.run_now(runtime.current(), recurring_id)
+    _report_recurring(child is not None, recurring_id, "run")
+    click.echo(f"job {child}")
 
 
 @recurring_cli.command("preview")

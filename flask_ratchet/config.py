@@ -17,7 +17,7 @@ from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
 from .errors import ConfigError
-from .resources_facade import ResourceLimit, resource_limit
+from .resources import ResourceLimit, resource_limit
 
 PREFIX = "RATCHET_"
 

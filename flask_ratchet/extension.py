@@ -1,246 +1,48 @@
-"""The :class:`Ratchet` extension: registration, configuration and the public job API.
+"""The :class:`Ratchet` extension: registration, and the public API as one object.
 
-No SQL lives here (that is :mod:`flask_ratchet.store`) and nothing is started: ``init_app`` only
-records state in ``app.extensions["ratchet"]``, adds the CLI group and the console blueprint.
+``init_app`` only records a :class:`~flask_ratchet.runtime.Runtime` in
+``app.extensions["ratchet"]`` and adds the CLI group and the console blueprint: nothing is
+started and nothing is written. Every other method says what it does and hands the work to the
+module of its noun in :mod:`flask_ratchet.api`.
 """
 
 from __future__ import annotations
 
-import contextvars
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-import sqlalchemy as sa
-from flask import Flask, current_app, has_request_context
+from flask import Flask, current_app
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
-from sqlalchemy.orm import Session
+from sqlalchemy.engine import Connection
 
-from . import events, migrate
-from .announce import announce
+from . import migrate, runtime
+from .api import jobs
+from .api import recurring as recurring_api
+from .api import resources as resources_api
+from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
+from .api.recurring import RecurringJobBuilder, make_recurring_builder
+from .api.submit import JobBuilder, make_builder, submit_jobs
 from .breaker import BreakerSettings
 from .config import RatchetConfig
-from .errors import ConfigError, IllegalTransition, JobNotFound, SchemaNotReady
-from .flow_facade import FlowFacade
+from .errors import ConfigError
 from .forks import fresh_pool_after_fork
-from .ids import job_id_of
-from .job import Job, JobHandle, Page
+from .job import BatchProgress, Job, JobHandle, Page
 from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
-from .recurring import RecurringDefinition
-from .recurring_facade import RecurringFacade
+from .recurring import Misfire, RecurringDefinition, RecurringJob
 from .registry import TaskRegistry
-from .resources_facade import ResourcesFacade
-from .states import Action, JobStatus, allowed
-from .store import SqlJobStore, check_driver, store_for
-from .store.base import ClaimedJob, JobFilter
-from .submit import JobBuilder, make_builder, replacement_builder
-from .worker.wakeup import Notifier
+from .resources import DEFAULT_RETRY_DELAY, ResourceLimit
+from .runtime import Runtime
+from .states import JobStatus
+from .store import check_driver
+from .store.base import ClaimedJob
 
 F = TypeVar("F", bound=Callable[..., Any])
-T = TypeVar("T")
-
-#: The connection of an enclosing ``ratchet.transaction()`` block, if any.
-_transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
-    "ratchet_transaction", default=None
-)
-
-FIND_LIMIT_MAX = 1000
 
 
-class RatchetState:
-    """What one app knows about ratchet: ``app.extensions["ratchet"]``."""
-
-    def __init__(self, ratchet: Ratchet, db: SQLAlchemy, config: RatchetConfig) -> None:
-        self.ratchet = ratchet
-        self.db = db
-        self.config = config
-        self._stores: dict[int, SqlJobStore] = {}
-        self._statement_engine: tuple[Engine, Engine] | None = None
-        self._schema_ready = False
-        self._lock = threading.Lock()
-        #: Called with no arguments after a transaction that wrote a due job commits.
-        self.wake_listeners: list[Callable[[], None]] = []
-        self._notifier: Notifier | None = None
-
-    @property
-    def engine(self) -> Engine:
-        """The app's default Flask-SQLAlchemy engine (needs an app context)."""
-        return self.db.engine
-
-    @property
-    def store(self) -> SqlJobStore:
-        """The store for :attr:`engine`'s dialect."""
-        engine = self.engine
-        store = self._stores.get(id(engine))
-        if store is None:
-            store = self._stores[id(engine)] = store_for(engine, self.config)
-            fresh_pool_after_fork(engine)
-        return store
-
-    @property
-    def statement_engine(self) -> Engine:
-        """The engine single-statement operations run on (autocommit on PostgreSQL)."""
-        engine = self.engine
-        cached = self._statement_engine
-        if cached is None or cached[0] is not engine:
-            cached = self._statement_engine = (engine, self.store.statement_engine(engine))
-        return cached[1]
-
-    @property
-    def auto_create(self) -> bool:
-        """Whether tables are created at first use (by default: on SQLite only)."""
-        if self.config.auto_create is not None:
-            return self.config.auto_create
-        return self.engine.dialect.name == "sqlite"
-
-    def ensure_schema(self) -> None:
-        """Once per process, make sure ratchet's tables are up to date: create or upgrade them
-        if auto-create is on, else check their revision (one query, until it passes).
-
-        :raises SchemaNotReady: if auto-create is off and the tables are missing or older than
-            this version needs, naming the revisions and the command to run.
-        """
-        if self._schema_ready:
-            return
-        with self._lock:
-            if not self._schema_ready:
-                if self.auto_create:
-                    if migrate.current(self.engine) != migrate.HEAD:
-                        self._create_schema()
-                else:
-                    problem = migrate.schema_problem(self.engine)
-                    if problem is not None:
-                        raise SchemaNotReady(problem)
-                self.store.prepare(self.engine)
-                self._schema_ready = True
-
-    def _create_schema(self) -> None:
-        try:
-            migrate.upgrade(self.engine)
-        except OperationalError as exc:
-            if "locked" not in str(exc):
-                raise
-            raise RuntimeError(
-                "flask-ratchet could not create its tables: this app's own open transaction "
-                "holds the SQLite write lock. Run 'flask ratchet db upgrade' once, or make the "
-                "first ratchet call before writing in that transaction"
-            ) from exc
-
-    def joined_connection(self) -> Connection | None:
-        """The connection of the transaction a job operation must join, if there is one.
-
-        Inside ``ratchet.transaction()``: that transaction. Inside a request, or when the app's
-        ``db.session`` already has a transaction: the session's connection (committed or rolled
-        back by the app, never by ratchet). Otherwise ``None``: the operation runs on its own.
-        """
-        outer = _transaction.get()
-        if outer is not None:
-            return outer
-        self.ensure_schema()
-        session = self.db.session()  # the Session of this app context
-        if has_request_context() or session.in_transaction():
-            return session.connection()
-        return None
-
-    @contextmanager
-    def connection(
-        self,
-        own: Callable[[], AbstractContextManager[Connection]] | None = None,
-        *,
-        atomic: bool = False,
-    ) -> Iterator[Connection]:
-        """The joined connection, or a transaction of its own (``own``, default a write
-        transaction) that commits at the end. The events recorded on it are sent once the
-        transaction has committed: the joined one's when the app commits it.
-
-        ``atomic``: the block writes several statements that stand or fall together. Joined,
-        it runs in a savepoint (:meth:`_all_or_nothing`); its own transaction is all or
-        nothing already.
-        """
-        joined = self.joined_connection()
-        if joined is not None:
-            with self._all_or_nothing(joined) if atomic else nullcontext():
-                yield joined
-            if _transaction.get() is None:  # ratchet.transaction() announces when it commits
-                self._announce_after_commit(events.take(joined))
-            return
-        with (own or (lambda: self.store.begin(self.engine)))() as conn:
-            yield conn
-            recorded = events.take(conn)
-        self.announce(recorded)
-
-    @contextmanager
-    def _all_or_nothing(self, conn: Connection) -> Iterator[None]:
-        """Run the block in a savepoint of the caller's transaction. If it raises, exactly what
-        it wrote is rolled back, with the events it recorded, and the error goes on to the
-        caller, whose transaction stays usable: its own rows still commit (on PostgreSQL a
-        failed statement outside a savepoint would abort the whole transaction)."""
-        with events.dropped_on_error(conn), self.store.savepoint(conn):
-            yield
-
-    def announce(self, recorded: list[events.Event]) -> None:
-        """Send committed events in this thread (see :mod:`flask_ratchet.announce`)."""
-        if recorded:
-            announce(current_app._get_current_object(), recorded, self.wake)  # type: ignore[attr-defined]
-
-    def _announce_after_commit(self, recorded: list[events.Event]) -> None:
-        """Keep events for the request's session; send them once it commits."""
-        if not recorded:
-            return
-        session = self.db.session()
-        kept = session.info.setdefault("ratchet_events", [])
-        if not kept:
-            sa.event.listen(session, "after_commit", self._session_announces, once=True)
-            sa.event.listen(session, "after_rollback", _forget_events, once=True)
-        kept.extend(recorded)
-
-    def _session_announces(self, session: Session) -> None:
-        self.announce(session.info.pop("ratchet_events", []))
-
-    def submit(self, builders: Sequence[JobBuilder]) -> list[JobHandle]:
-        """Insert the builders' jobs atomically; return their handles in order."""
-        jobs = [b.build() for b in builders]
-        urgent = any(b.wakes_workers for b in builders)
-        outcome = self.write_jobs(
-            lambda conn: self.store.insert_jobs(conn, jobs),
-            wake=lambda _: urgent,
-            own=lambda: self.store.single_statement(self.statement_engine),
-        )
-        return [JobHandle(o.job_id, o.created) for o in outcome]
-
-    def write_jobs(
-        self,
-        write: Callable[[Connection], T],
-        *,
-        wake: Callable[[T], bool],
-        own: Callable[[], AbstractContextManager[Connection]] | None = None,
-    ) -> T:
-        """Run ``write`` on :meth:`connection`, all or nothing (``atomic``), and wake the
-        workers if ``wake(result)``, once the transaction has committed (never before: a woken
-        worker must find the jobs), and at most once per transaction."""
-        with self.connection(own, atomic=True) as conn:
-            result = write(conn)
-            if wake(result):
-                events.record(conn, [events.Event(events.WAKE)])
-        return result
-
-    def wake(self) -> None:
-        """Tell workers that committed work is due: in this process directly, and elsewhere by
-        ``NOTIFY`` on PostgreSQL (SQLite workers see the commit themselves)."""
-        for listener in list(self.wake_listeners):
-            listener()
-        if self.engine.dialect.name == "postgresql":
-            if self._notifier is None:
-                self._notifier = Notifier(self.engine.url)
-            self._notifier.request()
-
-
-class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
+class Ratchet:
     """The flask-ratchet extension.
 
     ::
@@ -260,6 +62,7 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
 
     def __init__(self, app: Flask | None = None, db: SQLAlchemy | None = None) -> None:
         self.registry = TaskRegistry()
+        #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
         self.recurring_definitions: dict[str, RecurringDefinition] = {}
         self._db = db
         if app is not None:
@@ -282,7 +85,7 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
                 "ratchet.init_app(app), or pass db=..."
             )
         config = RatchetConfig.from_mapping(app.config)
-        app.extensions["ratchet"] = RatchetState(self, db, config)
+        app.extensions["ratchet"] = Runtime(db, config, self.registry, self.recurring_definitions)
         if "sqlalchemy" in app.extensions:
             # Now, not at ratchet's first use: an app factory may query the database before
             # gunicorn --preload forks its web workers, which must not share that connection.
@@ -308,19 +111,12 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
             app.register_blueprint(blueprint, url_prefix=config.console_url_prefix)
 
     @property
-    def state(self) -> RatchetState:
-        """The current app's :class:`RatchetState` (needs an app context)."""
-        try:
-            state = current_app.extensions["ratchet"]
-        except RuntimeError:
-            raise RuntimeError(
-                "flask-ratchet needs an application context: use 'with app.app_context():'"
-            ) from None
-        except KeyError:
-            raise RuntimeError("ratchet.init_app(app) was not called for this app") from None
-        if state.ratchet is not self:
+    def state(self) -> Runtime:
+        """The current app's :class:`~flask_ratchet.runtime.Runtime` (needs an app context)."""
+        state = runtime.current()
+        if state.registry is not self.registry:
             raise RuntimeError("this app was initialised with another Ratchet instance")
-        return state  # type: ignore[no-any-return]
+        return state
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -404,7 +200,7 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
 
     def enqueue_many(self, builders: Iterable[JobBuilder]) -> list[JobHandle]:
         """Submit many jobs in one transaction with multi-row inserts; all or nothing."""
-        return self.state.submit(list(builders))
+        return submit_jobs(self.state, list(builders))
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -412,46 +208,26 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
 
         Inside a request you rarely need this: operations join the request's ``db.session``.
         """
-        outer = _transaction.get()
-        if outer is not None:
-            yield outer
-            return
-        state = self.state
-        state.ensure_schema()
-        with state.store.begin(state.engine) as conn:
-            token = _transaction.set(conn)
-            try:
-                yield conn
-            finally:
-                _transaction.reset(token)
-            recorded = events.take(conn)
-        state.announce(recorded)
+        with self.state.transaction() as conn:
+            yield conn
 
     # -- operations ----------------------------------------------------------------------------
 
     def cancel_job(self, job_id: uuid.UUID | str) -> bool:
         """PENDING, PAUSED or RUNNING → CANCELED (a running job's result is discarded)."""
-        return self._change(job_id, SqlJobStore.cancel)
+        return jobs.cancel(self.state, job_id)
 
     def pause_job(self, job_id: uuid.UUID | str) -> bool:
         """PENDING or FAILED → PAUSED, remembering which. Pausing a paused job returns True."""
-        return self._change(job_id, SqlJobStore.pause)
+        return jobs.pause(self.state, job_id)
 
     def resume_job(self, job_id: uuid.UUID | str) -> bool:
         """PAUSED → the status it was paused from."""
-        return self._change(job_id, SqlJobStore.resume)
+        return jobs.resume(self.state, job_id)
 
     def retry_job(self, job_id: uuid.UUID | str) -> bool:
         """FAILED → PENDING, attempts reset, due now; re-reserves its business key."""
-        return self._change(job_id, SqlJobStore.retry)
-
-    def _change(
-        self, job_id: uuid.UUID | str, op: Callable[[SqlJobStore, Connection, uuid.UUID], bool]
-    ) -> bool:
-        key = job_id_of(job_id)
-        state = self.state
-        with state.connection() as conn:
-            return op(state.store, conn, key)
+        return jobs.retry(self.state, job_id)
 
     def replace(
         self,
@@ -470,35 +246,13 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
         :raises JobNotFound: if there is no such job.
         :raises IllegalTransition: if the job already ended (nothing is written).
         """
-        key = job_id_of(job_id)
-        state = self.state
-        # Atomic: the new job's insert may be refused (its business key held meanwhile) after
-        # the old job's cancel was written.
-        with state.connection(atomic=True) as conn:
-            old = state.store.get_job(conn, key)
-            if old is None:
-                raise JobNotFound(f"no job has id {key}")
-            if not isinstance(old.status, JobStatus) or not allowed(Action.CANCEL, old.status):
-                raise IllegalTransition(
-                    f"job {key} is {old.status}: only PENDING, PAUSED or RUNNING jobs "
-                    "can be replaced"
-                )
-            builder = replacement_builder(state, old, fn, args, kwargs, seconds("delay", delay))
-            new = builder.build()
-            if not state.store.cancel(conn, key):  # the swap: lost if the job just ended
-                raise IllegalTransition(f"job {key} ended while it was being replaced")
-            (inserted,) = state.store.insert_jobs(conn, [new])
-            state.store.mark_superseded(conn, key, inserted.job_id)
-        return JobHandle(inserted.job_id)
+        return jobs.replace(self.state, job_id, delay, fn, args, kwargs)
 
     # -- reads ---------------------------------------------------------------------------------
 
     def get_job(self, job_id: uuid.UUID | str) -> Job | None:
         """A snapshot of one job, or ``None`` if there is no such job."""
-        key = job_id_of(job_id)
-        state = self.state
-        with state.connection() as conn:
-            return state.store.get_job(conn, key)
+        return jobs.get(self.state, job_id)
 
     def find_jobs(
         self,
@@ -520,48 +274,143 @@ class Ratchet(RecurringFacade, FlowFacade, ResourcesFacade):
             while page.next_cursor:
                 page = ratchet.find_jobs(status="FAILED", tag="billing", cursor=page.next_cursor)
         """
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= FIND_LIMIT_MAX
-        ):
-            raise ValueError(f"limit must be from 1 to {FIND_LIMIT_MAX}, got {limit!r}")
-        statuses: tuple[JobStatus, ...] | None = None
-        if status is not None:
-            items = [status] if isinstance(status, str) else list(status)
-            try:
-                statuses = tuple(JobStatus(s) for s in items)
-            except ValueError:
-                names = ", ".join(JobStatus)
-                raise ValueError(f"status must be one of {names}, got {status!r}") from None
-        task_name = task if task is None or isinstance(task, str) else self._task_name(task)
-        where = JobFilter(statuses, task_name, tag, business_key, created_after, created_before)
-        state = self.state
-        with state.connection() as conn:
-            return state.store.find_jobs(conn, where, limit, cursor)
-
-    def _task_name(self, fn: Callable[..., Any]) -> str:
-        return self.registry.for_submit(fn, self.state.config.allowed_modules).name
+        return jobs.find(
+            self.state,
+            status=status,
+            task=task,
+            tag=tag,
+            business_key=business_key,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+            cursor=cursor,
+        )
 
     def queue_health(self) -> dict[str, Any]:
         """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds)."""
-        state = self.state
-        with state.connection() as conn:
-            return state.store.queue_health(conn)
+        return jobs.queue_health(self.state)
 
     def claim_due(self, limit: int, node_id: str) -> list[ClaimedJob]:
         """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them: the claim.
 
         Always its own short transaction: a claim never joins a request.
         """
-        state = self.state
-        state.ensure_schema()
-        with state.store.single_statement(state.statement_engine) as conn:
-            return state.store.claim_due(conn, limit, node_id, state.config.priority_boost_minutes)
+        return jobs.claim_due(self.state, limit, node_id)
 
+    # -- recurring -----------------------------------------------------------------------------
 
-def _forget_events(session: Session, *args: Any) -> None:
-    session.info.pop("ratchet_events", None)
+    def recurring(
+        self,
+        cron: str,
+        *,
+        zone: str = "UTC",
+        name: str | None = None,
+        id: str | None = None,
+        misfire: Misfire | str = Misfire.FIRE_ONCE,
+        **options: Any,
+    ) -> Callable[[F], F]:
+        """Declare a recurring job: ``func`` runs at every occurrence of the Quartz ``cron``.
+
+        ::
+
+            @ratchet.recurring("0 0 2 * * ?", zone="Europe/Berlin", name="Nightly cleanup",
+                               priority=Priority.LOW, max_retries=2, misfire=Misfire.SKIP)
+            def nightly_cleanup() -> None: ...
+
+        The function is also registered as a task (with ``options``: ``priority``,
+        ``max_retries``, ``backoff``, ``backoff_base``, ``timeout``, ``resource``, ``tags``) and
+        must take no arguments, or only a ``JobContext``. ``id`` (default ``module:qualname``)
+        names the master: exactly one exists per id however many workers start. Workers
+        register declared masters when they start; ``init_app`` writes nothing.
+
+        :raises CronError: for a bad expression or zone, naming the field.
+        """
+        return recurring_api.declare(
+            self.registry, self.recurring_definitions, cron, zone, name, id, misfire, options
+        )
+
+    def schedule_recurring(
+        self, cron: str, zone: str, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
+    ) -> RecurringJobBuilder:
+        """Start building a recurring master that runs ``fn(*args, **kwargs)`` at every
+        occurrence of ``cron`` in ``zone``. Nothing is written until ``submit()``.
+
+        :raises CronError: for a bad expression or zone, naming the field.
+        """
+        return make_recurring_builder(self.state, cron, zone, fn, args, kwargs)
+
+    def register_recurring(self) -> list[RecurringJob]:
+        """Register every declared master now (workers do this when they start), e.g. from a
+        deploy step."""
+        return recurring_api.register_declared(self.state)
+
+    def pause_recurring(self, recurring_id: str) -> bool:
+        """ACTIVE → PAUSED: no children until resumed. Pausing a paused master returns True."""
+        return recurring_api.pause(self.state, recurring_id)
+
+    def resume_recurring(self, recurring_id: str) -> bool:
+        """PAUSED → ACTIVE, next at the first occurrence after now (paused time is not made up)."""
+        return recurring_api.resume(self.state, recurring_id)
+
+    def cancel_recurring(self, recurring_id: str) -> bool:
+        """End a master (ACTIVE or PAUSED → CANCELED); its id is free to be registered again.
+
+        Children already created are not touched (cancel them with ``cancel_job``).
+        """
+        return recurring_api.cancel(self.state, recurring_id)
+
+    def run_recurring_now(self, recurring_id: str) -> JobHandle | None:
+        """Create one extra child of an ACTIVE or PAUSED master, due now; ``None`` if there is
+        no such master. The schedule is not changed."""
+        job_id = recurring_api.run_now(self.state, recurring_id)
+        return None if job_id is None else JobHandle(job_id)
+
+    def get_recurring(self, recurring_id: str) -> RecurringJob | None:
+        """A snapshot of one master (also a canceled one), or ``None``."""
+        return recurring_api.get(self.state, recurring_id)
+
+    def list_recurring(self, *, include_canceled: bool = False) -> list[RecurringJob]:
+        """Every master with its next fire time, by id."""
+        return recurring_api.list_all(self.state, include_canceled)
+
+    # -- batches -------------------------------------------------------------------------------
+
+    def enqueue_batch(self, name: str) -> BatchBuilder:
+        """Start a batch: ``add()`` children, set options and follow-ups, then ``submit()``."""
+        return BatchBuilder(self.state, name)
+
+    def streaming_batch(self, name: str) -> StreamingBatchBuilder:
+        """Start a batch whose children come from an iterable:
+        ``.from_iterable(items).process(fn).with_chunk_size(500).start()``."""
+        return StreamingBatchBuilder(self.state, name)
+
+    def batch_progress(self, batch_id: uuid.UUID | str) -> BatchProgress | None:
+        """A batch's counts and metrics (``batch_id`` is its parent job's id), or None."""
+        return batch_progress(self.state, batch_id)
+
+    # -- resources -----------------------------------------------------------------------------
+
+    def configure_resource(
+        self,
+        name: str,
+        max_concurrent: int,
+        retry_delay: timedelta | float = DEFAULT_RETRY_DELAY,
+    ) -> ResourceLimit:
+        """Set (or change) the limit of the resource ``name``, effective for the next permit.
+
+        ::
+
+            ratchet.configure_resource("payment-api", max_concurrent=4,
+                                       retry_delay=timedelta(seconds=2))
+
+        Joins the request's transaction (or ``ratchet.transaction()``) like job operations do.
+        Lowering a limit takes no permit back: jobs holding one finish, and new ones wait until
+        the count is under the new limit.
+
+        :raises InvalidOption: for a bad name, ``max_concurrent < 1`` or a delay that is not
+            positive or longer than ``options.MAX_DURATION``; nothing is written.
+        """
+        return resources_api.configure_resource(self.state, name, max_concurrent, retry_delay)
 
 
 def _ensure_schema() -> None:

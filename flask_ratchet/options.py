@@ -1,6 +1,6 @@
 """Per-job options: priority, retries, backoff, timeout, resource, tags and params.
 
-A task's decorator sets its defaults; a :class:`~flask_ratchet.submit.JobBuilder` overrides them
+A task's decorator sets its defaults; a :class:`~flask_ratchet.api.submit.JobBuilder` overrides them
 for one job. The resolved options are what the store writes.
 """
 

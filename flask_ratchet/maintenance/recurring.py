@@ -33,7 +33,7 @@ from ..store import SqlJobStore
 from ..store.recurring import FIRE_BATCH, FirePass, RecurringStore
 
 if TYPE_CHECKING:
-    from ..extension import RatchetState
+    from ..runtime import Runtime
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -218,14 +218,14 @@ def start_recurring(
     workers, so that the children run at once. Join it with ``firer.join()`` after setting
     ``stop`` or ``draining``.
     """
-    state: RatchetState = app.extensions["ratchet"]
+    state: Runtime = app.extensions["ratchet"]
     if burst:
         log.info("recurring jobs are not fired by a --burst worker")
         return None
     if not state.config.recurring_enabled:
         log.info("recurring jobs are disabled here (RATCHET_RECURRING_ENABLED = False)")
         return None
-    registrar = Registrar(store, engine, list(state.ratchet.recurring_definitions.values()))
+    registrar = Registrar(store, engine, list(state.recurring_definitions.values()))
     registrar.register_pending()
 
     def wake() -> None:

@@ -34,7 +34,7 @@ from ..breaker import BreakerSnapshot, BreakerState
 from ..errors import InvalidOption
 from ..options import shown
 from ..payload import Unreadable, read_checked
-from ..resources_facade import checked_max_concurrent, checked_retry_delay
+from ..resources import checked_max_concurrent, checked_retry_delay
 from ..schema import StoredUuid, audit, job, job_queue, node, resource_limit, resource_permit
 from ..states import JobStatus
 from .cluster import BREAKER_RESET
@@ -108,7 +108,7 @@ class ResourceRow:
     @property
     def unreadable(self) -> list[Unreadable]:
         """The columns of the limit row that cannot be read (its jobs are deferred by
-        :data:`~flask_ratchet.resources_facade.DEFAULT_RETRY_DELAY` until it is set again)."""
+        :data:`~flask_ratchet.resources.DEFAULT_RETRY_DELAY` until it is set again)."""
         values = (self.max_concurrent, self.retry_delay)
         return [v for v in values if isinstance(v, Unreadable)]
 

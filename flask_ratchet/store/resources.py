@@ -28,8 +28,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import InvalidOption
-from ..resources_facade import DEFAULT_RETRY_DELAY, ResourceLimit
-from ..resources_facade import resource_limit as checked_limit
+from ..resources import DEFAULT_RETRY_DELAY, ResourceLimit
+from ..resources import resource_limit as checked_limit
 from ..schema import StoredUuid, job_queue, node, resource_limit, resource_permit
 from ..states import JobStatus
 from .dialect import DialectHooks

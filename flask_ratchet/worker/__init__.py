@@ -1,4 +1,4 @@
 """The worker: claims due jobs, runs them, writes their outcomes (``runner.Worker``).
 
-Nothing is imported here: the app side uses :mod:`.wakeup` without loading the worker.
+Nothing is imported here: a module of the worker loads only what it needs.
 """

@@ -10,8 +10,8 @@ from typing import Any
 
 from flask import Flask
 
-from ..announce import announce
 from ..events import Event
+from ..runtime import Runtime, announce
 
 
 class Announcer(threading.Thread):
@@ -41,10 +41,10 @@ class Announcer(threading.Thread):
 def predicate_evaluator(app: Flask) -> Callable[[str, Any], bool]:
     """How the completer evaluates a WHEN branch's predicate: the registered (or allow-listed)
     function of that name, called with the parent's result inside an app context."""
-    state = app.extensions["ratchet"]
+    runtime: Runtime = app.extensions["ratchet"]
 
     def evaluate(name: str, result: Any) -> bool:
-        task = state.ratchet.registry.for_run(name, state.config.allowed_modules)
+        task = runtime.registry.for_run(name, runtime.config.allowed_modules)
         with app.app_context():
             return bool(task.func(result))
 

@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 from flask import Flask
 
 from .. import events, payload
-from ..announce import send
 from ..breaker import Breakers, BreakerState, CircuitBreaker
 from ..context import JobContext
 from ..context import context_parameter as _context_parameter
@@ -41,13 +40,14 @@ from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed, UnreadableJo
 from ..options import Backoff
 from ..registry import Task
 from ..retry import Decision, decide, describe, format_traceback
+from ..runtime import send
 from ..store.base import ClaimedJob
 from ..store.execution import Finished, Outcome
 from ..store.resources import Permit
 from .permits import PERMIT_ERROR_DELAY, PermitGate, WorkerSide
 
 if TYPE_CHECKING:
-    from ..extension import RatchetState
+    from ..runtime import Runtime
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -105,7 +105,7 @@ class Executor:
     def __init__(
         self,
         app: Flask,
-        state: RatchetState,
+        state: Runtime,
         supervisor: WorkerSide,
         report: Callable[[Finished], None],
         concurrency: int,
@@ -269,9 +269,7 @@ class Executor:
             return None
         try:
             args, kwargs = _read_row(run)
-            task = self._state.ratchet.registry.for_run(
-                claimed.task, self._state.config.allowed_modules
-            )
+            task = self._state.registry.for_run(claimed.task, self._state.config.allowed_modules)
         except (UnreadableJob, TaskNotAllowed) as exc:
             return self._failed(run, exc, permanent=True)
         breaker = self.breakers.get(task.service_name, task.circuit_breaker)

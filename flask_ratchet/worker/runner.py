@@ -37,14 +37,14 @@ from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
 from ..store.cluster import NodeInfo
 from ..store.execution import Finished, Outcome
+from ..store.wakeup import PgListener, SqliteWatcher
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
 from .executor import Executor, Run
 from .polling import PollingStrategy
-from .wakeup import PgListener, SqliteWatcher
 
 if TYPE_CHECKING:
-    from ..extension import RatchetState
+    from ..runtime import Runtime
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -70,7 +70,7 @@ class Worker:
         drain_timeout: float | None = None,
     ) -> None:
         self.app = app
-        self.state: RatchetState = app.extensions["ratchet"]
+        self.state: Runtime = app.extensions["ratchet"]
         config: RatchetConfig = self.state.config
         self.config = config
         self.concurrency = concurrency or config.concurrency

@@ -21,7 +21,7 @@ from werkzeug.test import TestResponse
 
 from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.maintenance.heartbeat import Heartbeat
-from flask_ratchet.resources_facade import ResourceLimit
+from flask_ratchet.resources import ResourceLimit
 from flask_ratchet.schema import node
 from flask_ratchet.store import console_resources as held
 from flask_ratchet.store.cluster import BREAKER_RESET, NodeInfo

@@ -19,7 +19,7 @@ def test_state_lives_in_app_extensions_and_nothing_starts(tmp_path: Path) -> Non
     before = set(threading.enumerate())
     app = create_app(f"sqlite:///{tmp_path / 'a.db'}")
     state = app.extensions["ratchet"]
-    assert state.ratchet is ratchet
+    assert state.registry is ratchet.registry
     assert isinstance(state.config, RatchetConfig)
     # No thread started (threads left by earlier tests may end meanwhile: compare identities).
     assert set(threading.enumerate()) <= before

@@ -17,7 +17,7 @@ from flask import Flask
 from flask_ratchet import JobStatus
 from flask_ratchet.config import RatchetConfig
 from flask_ratchet.errors import ConfigError
-from flask_ratchet.resources_facade import DEFAULT_RETRY_DELAY, ResourceLimit
+from flask_ratchet.resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from flask_ratchet.schema import resource_permit
 from flask_ratchet.store.cluster import NodeInfo
 from flask_ratchet.store.resources import Acquisition, Permit

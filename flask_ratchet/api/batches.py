@@ -24,21 +24,20 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Self
 
-from . import payload
-from .errors import InvalidOption
-from .flow import NOT_YET, Condition, JobType
-from .ids import uuid7
-from .job import BatchProgress
-from .options import KEY_MAX_LENGTH, JobOptions, shown, validate_options, validate_text
-from .store.base import NewJob
-from .store.batches import NewBatch
-from .store.flow import Link
+from .. import payload
+from ..errors import InvalidOption
+from ..flow import NOT_YET, Condition, JobType
+from ..ids import job_id_of, uuid7
+from ..job import BatchProgress
+from ..options import KEY_MAX_LENGTH, JobOptions, shown, validate_options, validate_text
+from ..runtime import Runtime
+from ..store.base import NewJob
+from ..store.batches import NewBatch
+from ..store.flow import Link
 from .submit import JobBuilder, OptionSetters, make_builder
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection
-
-    from .extension import RatchetState
 
 #: The largest failure count a follow-up may wait for (stored as a float: exact up to here).
 MAX_COUNT = 1_000_000_000
@@ -52,11 +51,11 @@ class BatchHandle:
 
     id: uuid.UUID
     total: int
-    _state: RatchetState
+    _state: Runtime
 
     def progress(self) -> BatchProgress:
         """The batch's counts and metrics now."""
-        found = self._state.ratchet.batch_progress(self.id)
+        found = batch_progress(self._state, self.id)
         if found is None:  # archived or deleted since
             raise LookupError(f"batch {self.id} no longer exists")
         return found
@@ -72,7 +71,7 @@ class _FollowUp:
 class BatchBuilder(OptionSetters):
     """Children, options for all of them, and follow-ups; then :meth:`submit`."""
 
-    def __init__(self, state: RatchetState, name: str) -> None:
+    def __init__(self, state: Runtime, name: str) -> None:
         validate_text("a batch name", name, KEY_MAX_LENGTH)
         self._state = state
         self._name = name
@@ -122,9 +121,7 @@ class BatchBuilder(OptionSetters):
         """Call ``fn(progress)`` (a registered task, with a
         :class:`~flask_ratchet.job.BatchProgress`) in the worker as children end."""
         config = self._state.config
-        self._progress_task = self._state.ratchet.registry.for_submit(
-            fn, config.allowed_modules
-        ).name
+        self._progress_task = self._state.registry.for_submit(fn, config.allowed_modules).name
         return self
 
     def on_success(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Self:
@@ -223,7 +220,7 @@ class StreamingBatchBuilder(BatchBuilder):
     in one transaction: memory stays flat however many items there are, and if the iterable
     raises, nothing at all is written."""
 
-    def __init__(self, state: RatchetState, name: str) -> None:
+    def __init__(self, state: Runtime, name: str) -> None:
         super().__init__(state, name)
         self._items: Iterable[Any] | None = None
         self._process: Callable[..., Any] | str | None = None
@@ -236,7 +233,7 @@ class StreamingBatchBuilder(BatchBuilder):
 
     def process(self, fn: Callable[..., Any] | str) -> Self:
         """The task each item is passed to."""
-        self._state.ratchet.registry.for_submit(fn, self._state.config.allowed_modules)
+        self._state.registry.for_submit(fn, self._state.config.allowed_modules)
         self._process = fn
         return self
 
@@ -259,7 +256,7 @@ class StreamingBatchBuilder(BatchBuilder):
             raise ValueError("call from_iterable(items) and process(fn) before start()")
         state, store = self._state, self._state.store
         config = state.config
-        task = state.ratchet.registry.for_submit(self._process, config.allowed_modules)
+        task = state.registry.for_submit(self._process, config.allowed_modules)
         options = self._child_options(task.options)
         parent = self._parent()
         follow_ups, links = self._follow_up_jobs(parent.job_id)
@@ -310,3 +307,10 @@ class StreamingBatchBuilder(BatchBuilder):
         # raises, also inside a caller's transaction (a savepoint).
         total = state.write_jobs(stream, wake=lambda _: True)
         return BatchHandle(parent.job_id, total, state)
+
+
+def batch_progress(runtime: Runtime, batch_id: uuid.UUID | str) -> BatchProgress | None:
+    """A batch's counts and metrics (``batch_id`` is its parent job's id), or ``None``."""
+    key = job_id_of(batch_id)
+    with runtime.connection() as conn:
+        return runtime.store.batch_progress(conn, key)

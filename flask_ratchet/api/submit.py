@@ -9,25 +9,21 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
-from . import payload
-from .cron import normalize as cron_normalize
-from .cron import validate as cron_validate
-from .ids import uuid7
-from .job import JobHandle
-from .options import Backoff, JobOptions, Priority, validate_key
-from .recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
-from .registry import Task, default_name
-from .store.base import NewJob
-from .store.recurring import RecurringStore
+from .. import payload
+from ..ids import uuid7
+from ..job import JobHandle
+from ..options import Backoff, JobOptions, Priority, validate_key
+from ..registry import Task
+from ..runtime import Runtime
+from ..store.base import NewJob
 
 if TYPE_CHECKING:
-    from .chain import FlowBuilder
-    from .extension import RatchetState
+    from .chains import FlowBuilder
 
 log = logging.getLogger("flask_ratchet")
 
@@ -78,11 +74,11 @@ class OptionSetters:
         return self._merge(resource=name)
 
 
-class _OptionsBuilder(OptionSetters):
+class OptionsBuilder(OptionSetters):
     """Options of a job (or of a recurring master's children) over its task's defaults, and the
     warning for a builder that was never submitted."""
 
-    def __init__(self, state: RatchetState, task: Task, payload_text: str) -> None:
+    def __init__(self, state: Runtime, task: Task, payload_text: str) -> None:
         self._state = state
         self._task = task
         self._payload = payload_text
@@ -108,7 +104,7 @@ class _OptionsBuilder(OptionSetters):
         return self._options.params
 
 
-class JobBuilder(_OptionsBuilder):
+class JobBuilder(OptionsBuilder):
     """Options for one job, then :meth:`submit`. Returned by ``ratchet.enqueue()`` and friends.
 
     >>> ratchet.enqueue(charge, 42).with_priority(Priority.HIGH).with_max_retries(5).submit()
@@ -116,7 +112,7 @@ class JobBuilder(_OptionsBuilder):
 
     def __init__(
         self,
-        state: RatchetState,
+        state: Runtime,
         task: Task,
         payload_text: str,
         *,
@@ -169,11 +165,11 @@ class JobBuilder(_OptionsBuilder):
         return self._callback("failure", fn)
 
     def _callback(self, when: str, fn: Callable[..., Any] | str) -> Self:
-        task = self._state.ratchet.registry.for_submit(fn, self._state.config.allowed_modules)
+        task = self._state.registry.for_submit(fn, self._state.config.allowed_modules)
         self._callbacks.setdefault(when, []).append(task.name)
         return self
 
-    # -- chains and workflow branches (see flask_ratchet.chain) --------------------------------
+    # -- chains and workflow branches (see flask_ratchet.api.chains) ------------------------
 
     def then(
         self, fn: Callable[..., Any] | str | JobBuilder, /, *args: Any, **kwargs: Any
@@ -205,7 +201,7 @@ class JobBuilder(_OptionsBuilder):
         return self._flow().when(predicate, fn, *args, **kwargs)
 
     def _flow(self) -> FlowBuilder:
-        from .chain import FlowBuilder
+        from .chains import FlowBuilder
 
         return FlowBuilder(self._state, self)
 
@@ -257,11 +253,11 @@ class JobBuilder(_OptionsBuilder):
 
     def submit(self) -> JobHandle:
         """Write the job (joining the current transaction, see ``Ratchet.transaction``)."""
-        return self._state.submit([self])[0]
+        return submit_jobs(self._state, [self])[0]
 
 
 def make_builder(
-    state: RatchetState,
+    state: Runtime,
     target: Callable[..., Any] | str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -270,13 +266,13 @@ def make_builder(
     run_at: datetime | None = None,
 ) -> JobBuilder:
     """Check the task and encode its arguments; raise before anything is built if either is bad."""
-    task = state.ratchet.registry.for_submit(target, state.config.allowed_modules)
+    task = state.registry.for_submit(target, state.config.allowed_modules)
     text = payload.encode_arguments(task.name, args, kwargs, state.config.max_payload_bytes)
     return JobBuilder(state, task, text, delay=delay, run_at=run_at)
 
 
 def replacement_builder(
-    state: RatchetState,
+    state: Runtime,
     old: Any,
     target: Callable[..., Any] | str,
     args: tuple[Any, ...],
@@ -302,91 +298,13 @@ def replacement_builder(
     return builder
 
 
-class RecurringJobBuilder(_OptionsBuilder):
-    """A recurring schedule for one task, then :meth:`submit`. Returned by
-    ``ratchet.schedule_recurring()``.
-
-    >>> (ratchet.schedule_recurring("0 0 * * * ?", "UTC", hourly_report)
-    ...     .with_max_retries(3).with_tags("reports").with_business_key("hourly-report")
-    ...     .submit())
-    """
-
-    def __init__(
-        self, state: RatchetState, task: Task, payload_text: str, cron: str, zone: str
-    ) -> None:
-        super().__init__(state, task, payload_text)
-        self._cron = cron
-        self._zone = zone
-        self._id = default_name(task.func)
-        self._name: str | None = None
-        self._misfire = Misfire.FIRE_ONCE
-
-    def __repr__(self) -> str:
-        return f"<RecurringJobBuilder {self._id} {self._cron!r} {self._zone}>"
-
-    def _unsubmitted(self) -> str:
-        return f"recurring job {self._id}"
-
-    def with_options(self, **options: Any) -> Self:
-        """Set several child-job options at once: ``priority``, ``max_retries``, ``backoff``,
-        ``backoff_base``, ``timeout``, ``resource``, ``tags``, ``params``."""
-        return self._merge(**options)
-
-    def with_business_key(self, key: str) -> Self:
-        """The master's id (default ``module:qualname``): exactly one master exists per id, and
-        submitting the same id again updates it."""
-        self._id = validate_key("recurring id", key)
-        return self
-
-    def with_name(self, name: str) -> Self:
-        """A display name (default: the id)."""
-        self._name = validate_key("recurring name", name)
-        return self
-
-    def with_misfire_policy(self, policy: Misfire | str) -> Self:
-        """What to do with occurrences missed while no worker ran (default FIRE_ONCE)."""
-        self._misfire = misfire_policy(policy)
-        return self
-
-    def build(self) -> RecurringDefinition:
-        """Return the validated master this builder describes, and mark the builder used."""
-        if self._options.params:
-            payload.encode_value(
-                f"the params of {self._task.name}",
-                self._options.params,
-                self._state.config.max_payload_bytes,
-            )
-        self._submitted = True
-        return RecurringDefinition(
-            id=self._id,
-            name=self._name or self._id,
-            task=self._task.name,
-            cron=self._cron,
-            zone=self._zone,
-            payload=self._payload,
-            options=self._options,
-            misfire=self._misfire,
-        )
-
-    def submit(self) -> RecurringJob:
-        """Create or update the master (joining the current transaction, like a job) and
-        return it. The same definition again changes nothing; see ``RecurringStore.register``."""
-        definition = self.build()
-        with self._state.connection(atomic=True) as conn:
-            master, _ = RecurringStore(self._state.store).register(conn, definition)
-        return master
-
-
-def make_recurring_builder(
-    state: RatchetState,
-    cron: str,
-    zone: str,
-    target: Callable[..., Any] | str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> RecurringJobBuilder:
-    """Check the schedule, the task and its arguments; raise before anything is built."""
-    cron_validate(cron, zone)
-    task = state.ratchet.registry.for_submit(target, state.config.allowed_modules)
-    text = payload.encode_arguments(task.name, args, kwargs, state.config.max_payload_bytes)
-    return RecurringJobBuilder(state, task, text, cron_normalize(cron), zone)
+def submit_jobs(runtime: Runtime, builders: Sequence[JobBuilder]) -> list[JobHandle]:
+    """Insert the builders' jobs atomically; return their handles in order."""
+    jobs = [b.build() for b in builders]
+    urgent = any(b.wakes_workers for b in builders)
+    outcome = runtime.write_jobs(
+        lambda conn: runtime.store.insert_jobs(conn, jobs),
+        wake=lambda _: urgent,
+        own=lambda: runtime.store.single_statement(runtime.statement_engine),
+    )
+    return [JobHandle(o.job_id, o.created) for o in outcome]

@@ -14,15 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .flow import NOT_YET, Condition, JobType
-from .store.base import NewJob
-from .store.flow import Link
+from ..flow import NOT_YET, Condition, JobType
+from ..runtime import Runtime
+from ..store.base import NewJob
+from ..store.flow import Link
 from .submit import JobBuilder, make_builder
-
-if TYPE_CHECKING:
-    from .extension import RatchetState
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +47,7 @@ class _Dependent:
 class FlowBuilder:
     """A first job and the jobs that follow it; :meth:`submit` writes them all."""
 
-    def __init__(self, state: RatchetState, root: JobBuilder) -> None:
+    def __init__(self, state: Runtime, root: JobBuilder) -> None:
         self._state = state
         self._root = root
         self._last = root
@@ -97,7 +95,7 @@ class FlowBuilder:
         is canceled and the error is kept with them.
         """
         config = self._state.config
-        name = self._state.ratchet.registry.for_submit(predicate, config.allowed_modules).name
+        name = self._state.registry.for_submit(predicate, config.allowed_modules).name
         self._add(Condition.WHEN, fn, args, kwargs, predicate=name)
         return self
 

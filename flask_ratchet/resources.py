@@ -1,4 +1,4 @@
-"""The resource-limit part of the :class:`~flask_ratchet.Ratchet` facade. No SQL, no threads.
+"""Resource limits: what they are and which values they accept. Pure.
 
 A *resource* is anything jobs of many tasks share and must not overload: a payment API, a
 licence server, a slow database. A job names one (``@ratchet.task(resource="payment-api")`` or
@@ -6,7 +6,7 @@ licence server, a slow database. A job names one (``@ratchet.task(resource="paym
 the database, and with ``max_concurrent`` permits out the job is deferred by ``retry_delay``
 without spending an attempt. The limit holds across every worker process on the database.
 
-Limits live in ``ratchet_resource_limit``: set them with :meth:`ResourcesFacade.configure_resource`
+Limits live in ``ratchet_resource_limit``: set them with ``ratchet.configure_resource()``
 or the config key ``RATCHET_RESOURCES``, which every worker writes when it starts. A resource
 without a limit row has no limit.
 """
@@ -15,13 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import InvalidOption
 from .options import MAX_DURATION, RESOURCE_MAX_LENGTH, shown, validate_text
-
-if TYPE_CHECKING:
-    from .extension import RatchetState
 
 #: A resource's ``retry_delay`` when its config entry gives none.
 DEFAULT_RETRY_DELAY = 5.0
@@ -86,37 +83,3 @@ def checked_retry_delay(name: str, retry_delay: Any) -> float:
             f"timedelta, at most {MAX_DURATION.days} days, got {shown(retry_delay)}"
         )
     return float(delay)
-
-
-class ResourcesFacade:
-    """Resource limits: how many jobs may use a shared resource at once."""
-
-    @property
-    def state(self) -> RatchetState:
-        raise NotImplementedError
-
-    def configure_resource(
-        self,
-        name: str,
-        max_concurrent: int,
-        retry_delay: timedelta | float = DEFAULT_RETRY_DELAY,
-    ) -> ResourceLimit:
-        """Set (or change) the limit of the resource ``name``, effective for the next permit.
-
-        ::
-
-            ratchet.configure_resource("payment-api", max_concurrent=4,
-                                       retry_delay=timedelta(seconds=2))
-
-        Joins the request's transaction (or ``ratchet.transaction()``) like job operations do.
-        Lowering a limit takes no permit back: jobs holding one finish, and new ones wait until
-        the count is under the new limit.
-
-        :raises InvalidOption: for a bad name, ``max_concurrent < 1`` or a delay that is not
-            positive or longer than ``options.MAX_DURATION``; nothing is written.
-        """
-        limit = resource_limit(name, max_concurrent, retry_delay)
-        state = self.state
-        with state.connection() as conn:
-            state.store.set_resource_limit(conn, limit)
-        return limit

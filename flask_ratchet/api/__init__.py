@@ -1,0 +1,8 @@
+"""What the :class:`~flask_ratchet.Ratchet` object's methods do, one module per noun: submitting
+jobs (:mod:`.submit`), chains and workflows (:mod:`.chains`), batches (:mod:`.batches`),
+operations on jobs that exist (:mod:`.jobs`), recurring masters (:mod:`.recurring`) and
+resource limits (:mod:`.resources`).
+
+Each takes the app's :class:`~flask_ratchet.runtime.Runtime` and none imports ``Ratchet``: the
+console and the CLI call them too. No SQL lives here (that is :mod:`flask_ratchet.store`).
+"""

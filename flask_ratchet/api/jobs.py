@@ -1,0 +1,146 @@
+"""Operations on jobs that exist: cancel, pause, resume, retry, replace, read, claim.
+
+Each joins the caller's transaction (a request's, or ``ratchet.transaction()``) or runs in one of
+its own; the state change itself is the store's guarded compare-and-swap.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from ..errors import IllegalTransition, JobNotFound
+from ..ids import job_id_of
+from ..job import Job, JobHandle, Page
+from ..options import seconds
+from ..runtime import Runtime
+from ..states import Action, JobStatus, allowed
+from ..store import SqlJobStore
+from ..store.base import ClaimedJob, JobFilter
+from .submit import replacement_builder
+
+#: The largest page ``find_jobs`` returns.
+FIND_LIMIT_MAX = 1000
+
+Change = Callable[[SqlJobStore, Connection, uuid.UUID], bool]
+
+
+def cancel(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
+    """PENDING, PAUSED or RUNNING → CANCELED."""
+    return _change(runtime, job_id, SqlJobStore.cancel)
+
+
+def pause(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
+    """PENDING or FAILED → PAUSED."""
+    return _change(runtime, job_id, SqlJobStore.pause)
+
+
+def resume(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
+    """PAUSED → the status it was paused from."""
+    return _change(runtime, job_id, SqlJobStore.resume)
+
+
+def retry(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
+    """FAILED → PENDING, attempts reset, due now."""
+    return _change(runtime, job_id, SqlJobStore.retry)
+
+
+def _change(runtime: Runtime, job_id: uuid.UUID | str, op: Change) -> bool:
+    key = job_id_of(job_id)
+    with runtime.connection() as conn:
+        return op(runtime.store, conn, key)
+
+
+def replace(
+    runtime: Runtime,
+    job_id: uuid.UUID | str,
+    delay: Any,
+    fn: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> JobHandle:
+    """Cancel a job and submit ``fn(*args, **kwargs)`` in its place, in one transaction.
+
+    :raises JobNotFound: if there is no such job.
+    :raises IllegalTransition: if the job already ended (nothing is written).
+    """
+    key = job_id_of(job_id)
+    store = runtime.store
+    # Atomic: the new job's insert may be refused (its business key held meanwhile) after
+    # the old job's cancel was written.
+    with runtime.connection(atomic=True) as conn:
+        old = store.get_job(conn, key)
+        if old is None:
+            raise JobNotFound(f"no job has id {key}")
+        if not isinstance(old.status, JobStatus) or not allowed(Action.CANCEL, old.status):
+            raise IllegalTransition(
+                f"job {key} is {old.status}: only PENDING, PAUSED or RUNNING jobs can be replaced"
+            )
+        wait = seconds("delay", delay)
+        new = replacement_builder(runtime, old, fn, args, kwargs, wait).build()
+        if not store.cancel(conn, key):  # the swap: lost if the job just ended
+            raise IllegalTransition(f"job {key} ended while it was being replaced")
+        (inserted,) = store.insert_jobs(conn, [new])
+        store.mark_superseded(conn, key, inserted.job_id)
+    return JobHandle(inserted.job_id)
+
+
+def get(runtime: Runtime, job_id: uuid.UUID | str) -> Job | None:
+    """A snapshot of one job, or ``None`` if there is no such job."""
+    key = job_id_of(job_id)
+    with runtime.connection() as conn:
+        return runtime.store.get_job(conn, key)
+
+
+def find(
+    runtime: Runtime,
+    *,
+    status: JobStatus | str | Iterable[JobStatus | str] | None = None,
+    task: Callable[..., Any] | str | None = None,
+    tag: str | None = None,
+    business_key: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page[Job]:
+    """Jobs matching every given filter, newest first, a page at a time.
+
+    :raises ValueError: for a limit out of range or an unknown status.
+    """
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= FIND_LIMIT_MAX:
+        raise ValueError(f"limit must be from 1 to {FIND_LIMIT_MAX}, got {limit!r}")
+    statuses: tuple[JobStatus, ...] | None = None
+    if status is not None:
+        items = [status] if isinstance(status, str) else list(status)
+        try:
+            statuses = tuple(JobStatus(s) for s in items)
+        except ValueError:
+            names = ", ".join(JobStatus)
+            raise ValueError(f"status must be one of {names}, got {status!r}") from None
+    task_name = (
+        task
+        if task is None or isinstance(task, str)
+        else runtime.registry.for_submit(task, runtime.config.allowed_modules).name
+    )
+    where = JobFilter(statuses, task_name, tag, business_key, created_after, created_before)
+    with runtime.connection() as conn:
+        return runtime.store.find_jobs(conn, where, limit, cursor)
+
+
+def queue_health(runtime: Runtime) -> dict[str, Any]:
+    """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds)."""
+    with runtime.connection() as conn:
+        return runtime.store.queue_health(conn)
+
+
+def claim_due(runtime: Runtime, limit: int, node_id: str) -> list[ClaimedJob]:
+    """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, always in a short
+    transaction of its own: a claim never joins a request."""
+    runtime.ensure_schema()
+    with runtime.store.single_statement(runtime.statement_engine) as conn:
+        return runtime.store.claim_due(conn, limit, node_id, runtime.config.priority_boost_minutes)

@@ -1,0 +1,226 @@
+"""Recurring masters: declaring them (``@ratchet.recurring``), building them
+(``ratchet.schedule_recurring()``), operating and reading them.
+
+Declared masters are only remembered here; workers register them when they start (``init_app``
+writes nothing and opens no connection). :func:`register_declared` does the same on demand, e.g.
+from a deploy step. What a master is and when it fires: :mod:`flask_ratchet.recurring`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any, Self, TypeVar
+
+from .. import payload
+from ..context import required_arguments
+from ..cron import normalize as cron_normalize
+from ..cron import validate as cron_validate
+from ..options import JobOptions, validate_key, validate_options
+from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
+from ..registry import Task, TaskRegistry, default_name
+from ..runtime import Runtime
+from ..store.recurring import RecurringStore
+from .submit import OptionsBuilder
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def declare(
+    registry: TaskRegistry,
+    definitions: dict[str, RecurringDefinition],
+    cron: str,
+    zone: str,
+    name: str | None,
+    master_id: str | None,
+    misfire: Misfire | str,
+    options: dict[str, Any],
+) -> Callable[[F], F]:
+    """The decorator ``@ratchet.recurring(...)`` returns: registers the function as a task and
+    remembers its master in ``definitions``. Validates everything before it returns.
+
+    :raises CronError: for a bad expression or zone, naming the field.
+    """
+    cron_validate(cron, zone)
+    policy = misfire_policy(misfire)
+    defaults = JobOptions(**validate_options(**options))
+    if master_id is not None:
+        validate_key("recurring id", master_id)
+    if name is not None:
+        validate_key("recurring name", name)
+
+    def decorate(func: F) -> F:
+        _refuse_arguments(func)
+        key = master_id or default_name(func)
+        existing = definitions.get(key)
+        if existing is not None and existing.task != default_name(func):
+            raise ValueError(
+                f"recurring id {key!r} is already declared for {existing.task}; "
+                "give one of them another id="
+            )
+        task = registry.register(func, None, defaults)
+        definitions[key] = RecurringDefinition(
+            id=key,
+            name=name or key,
+            task=task.name,
+            cron=cron_normalize(cron),
+            zone=zone,
+            payload=payload.NO_ARGUMENTS,
+            options=defaults,
+            misfire=policy,
+        )
+        return func
+
+    return decorate
+
+
+def _refuse_arguments(func: Callable[..., Any]) -> None:
+    """A declared recurring job is called with nothing (a ``JobContext`` is filled in)."""
+    required = required_arguments(func)
+    if required:
+        raise TypeError(
+            f"{default_name(func)} takes argument {required[0]!r}, but a declared recurring "
+            "job is called with none; use ratchet.schedule_recurring(cron, zone, fn, *args) "
+            "to pass arguments"
+        )
+
+
+def register_declared(runtime: Runtime) -> list[RecurringJob]:
+    """Register every declared master now, all or nothing."""
+    store = RecurringStore(runtime.store)
+    with runtime.connection(atomic=True) as conn:
+        return [store.register(conn, d)[0] for d in runtime.recurring_definitions.values()]
+
+
+def pause(runtime: Runtime, recurring_id: str) -> bool:
+    """ACTIVE → PAUSED. Pausing a paused master returns True."""
+    return _change(runtime, recurring_id, RecurringStore.pause)
+
+
+def resume(runtime: Runtime, recurring_id: str) -> bool:
+    """PAUSED → ACTIVE, next at the first occurrence after now."""
+    return _change(runtime, recurring_id, RecurringStore.resume)
+
+
+def cancel(runtime: Runtime, recurring_id: str) -> bool:
+    """ACTIVE or PAUSED → CANCELED."""
+    return _change(runtime, recurring_id, RecurringStore.cancel)
+
+
+def run_now(runtime: Runtime, recurring_id: str) -> uuid.UUID | None:
+    """Create one extra child of an ACTIVE or PAUSED master, due now: its id, or ``None`` if
+    there is no such master."""
+    key = validate_key("id", recurring_id)
+    store = RecurringStore(runtime.store)
+    return runtime.write_jobs(
+        lambda conn: store.run_now(conn, key), wake=lambda made: made is not None
+    )
+
+
+def get(runtime: Runtime, recurring_id: str) -> RecurringJob | None:
+    """A snapshot of one master (also a canceled one), or ``None``."""
+    key = validate_key("id", recurring_id)
+    with runtime.connection() as conn:
+        return RecurringStore(runtime.store).get(conn, key)
+
+
+def list_all(runtime: Runtime, include_canceled: bool) -> list[RecurringJob]:
+    """Every master with its next fire time, by id."""
+    with runtime.connection() as conn:
+        return RecurringStore(runtime.store).list_all(conn, include_canceled)
+
+
+def _change(
+    runtime: Runtime, recurring_id: str, op: Callable[[RecurringStore, Any, str], bool]
+) -> bool:
+    key = validate_key("id", recurring_id)
+    with runtime.connection() as conn:
+        return op(RecurringStore(runtime.store), conn, key)
+
+
+class RecurringJobBuilder(OptionsBuilder):
+    """A recurring schedule for one task, then :meth:`submit`. Returned by
+    ``ratchet.schedule_recurring()``.
+
+    >>> (ratchet.schedule_recurring("0 0 * * * ?", "UTC", hourly_report)
+    ...     .with_max_retries(3).with_tags("reports").with_business_key("hourly-report")
+    ...     .submit())
+    """
+
+    def __init__(self, state: Runtime, task: Task, payload_text: str, cron: str, zone: str) -> None:
+        super().__init__(state, task, payload_text)
+        self._cron = cron
+        self._zone = zone
+        self._id = default_name(task.func)
+        self._name: str | None = None
+        self._misfire = Misfire.FIRE_ONCE
+
+    def __repr__(self) -> str:
+        return f"<RecurringJobBuilder {self._id} {self._cron!r} {self._zone}>"
+
+    def _unsubmitted(self) -> str:
+        return f"recurring job {self._id}"
+
+    def with_options(self, **options: Any) -> Self:
+        """Set several child-job options at once: ``priority``, ``max_retries``, ``backoff``,
+        ``backoff_base``, ``timeout``, ``resource``, ``tags``, ``params``."""
+        return self._merge(**options)
+
+    def with_business_key(self, key: str) -> Self:
+        """The master's id (default ``module:qualname``): exactly one master exists per id, and
+        submitting the same id again updates it."""
+        self._id = validate_key("recurring id", key)
+        return self
+
+    def with_name(self, name: str) -> Self:
+        """A display name (default: the id)."""
+        self._name = validate_key("recurring name", name)
+        return self
+
+    def with_misfire_policy(self, policy: Misfire | str) -> Self:
+        """What to do with occurrences missed while no worker ran (default FIRE_ONCE)."""
+        self._misfire = misfire_policy(policy)
+        return self
+
+    def build(self) -> RecurringDefinition:
+        """Return the validated master this builder describes, and mark the builder used."""
+        if self._options.params:
+            payload.encode_value(
+                f"the params of {self._task.name}",
+                self._options.params,
+                self._state.config.max_payload_bytes,
+            )
+        self._submitted = True
+        return RecurringDefinition(
+            id=self._id,
+            name=self._name or self._id,
+            task=self._task.name,
+            cron=self._cron,
+            zone=self._zone,
+            payload=self._payload,
+            options=self._options,
+            misfire=self._misfire,
+        )
+
+    def submit(self) -> RecurringJob:
+        """Create or update the master (joining the current transaction, like a job) and
+        return it. The same definition again changes nothing; see ``RecurringStore.register``."""
+        definition = self.build()
+        with self._state.connection(atomic=True) as conn:
+            master, _ = RecurringStore(self._state.store).register(conn, definition)
+        return master
+
+
+def make_recurring_builder(
+    state: Runtime,
+    cron: str,
+    zone: str,
+    target: Callable[..., Any] | str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> RecurringJobBuilder:
+    """Check the schedule, the task and its arguments; raise before anything is built."""
+    cron_validate(cron, zone)
+    task = state.registry.for_submit(target, state.config.allowed_modules)
+    text = payload.encode_arguments(task.name, args, kwargs, state.config.max_payload_bytes)
+    return RecurringJobBuilder(state, task, text, cron_normalize(cron), zone)

@@ -1,0 +1,336 @@
+"""What one app knows about ratchet at run time: :class:`Runtime`, in ``app.extensions["ratchet"]``.
+
+It holds what every layer above the store needs (config, task registry, engine, store), says which
+connection an operation runs on, and sends the events a transaction recorded once it has
+committed. It knows nothing of :class:`~flask_ratchet.Ratchet`, the builders, the worker or the
+console: they all take a ``Runtime``, never the other way round.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from blinker import NamedSignal
+from flask import Flask, current_app, has_request_context
+from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session
+
+from . import events, migrate
+from .config import RatchetConfig
+from .errors import SchemaNotReady
+from .events import Event
+from .flow import BatchCounts
+from .forks import fresh_pool_after_fork
+from .job import BatchProgress
+from .recurring import RecurringDefinition
+from .registry import TaskRegistry
+from .store import SqlJobStore, store_for
+from .store.wakeup import Notifier
+
+T = TypeVar("T")
+
+#: The connection of an enclosing ``ratchet.transaction()`` block, if any.
+_transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
+    "ratchet_transaction", default=None
+)
+
+log = logging.getLogger("flask_ratchet.events")
+
+
+def current() -> Runtime:
+    """The current app's :class:`Runtime`.
+
+    :raises RuntimeError: outside an app context, or in an app ratchet was not registered on.
+    """
+    try:
+        runtime = current_app.extensions["ratchet"]
+    except RuntimeError:
+        raise RuntimeError(
+            "flask-ratchet needs an application context: use 'with app.app_context():'"
+        ) from None
+    except KeyError:
+        raise RuntimeError("ratchet.init_app(app) was not called for this app") from None
+    return runtime  # type: ignore[no-any-return]
+
+
+class Runtime:
+    """One app's ratchet: ``app.extensions["ratchet"]``.
+
+    ``registry`` and ``recurring_definitions`` are those of the ``Ratchet`` object it was
+    registered by (shared by every app that object is registered on); the rest is this app's.
+    """
+
+    def __init__(
+        self,
+        db: SQLAlchemy,
+        config: RatchetConfig,
+        registry: TaskRegistry,
+        recurring_definitions: dict[str, RecurringDefinition],
+    ) -> None:
+        self.db = db
+        self.config = config
+        self.registry = registry
+        #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
+        self.recurring_definitions = recurring_definitions
+        self._stores: dict[int, SqlJobStore] = {}
+        self._statement_engine: tuple[Engine, Engine] | None = None
+        self._schema_ready = False
+        self._lock = threading.Lock()
+        #: Called with no arguments after a transaction that wrote a due job commits.
+        self.wake_listeners: list[Callable[[], None]] = []
+        self._notifier: Notifier | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The app's default Flask-SQLAlchemy engine (needs an app context)."""
+        return self.db.engine
+
+    @property
+    def store(self) -> SqlJobStore:
+        """The store for :attr:`engine`'s dialect."""
+        engine = self.engine
+        store = self._stores.get(id(engine))
+        if store is None:
+            store = self._stores[id(engine)] = store_for(engine, self.config)
+            fresh_pool_after_fork(engine)
+        return store
+
+    @property
+    def statement_engine(self) -> Engine:
+        """The engine single-statement operations run on (autocommit on PostgreSQL)."""
+        engine = self.engine
+        cached = self._statement_engine
+        if cached is None or cached[0] is not engine:
+            cached = self._statement_engine = (engine, self.store.statement_engine(engine))
+        return cached[1]
+
+    @property
+    def auto_create(self) -> bool:
+        """Whether tables are created at first use (by default: on SQLite only)."""
+        if self.config.auto_create is not None:
+            return self.config.auto_create
+        return self.engine.dialect.name == "sqlite"
+
+    def ensure_schema(self) -> None:
+        """Once per process, make sure ratchet's tables are up to date: create or upgrade them
+        if auto-create is on, else check their revision (one query, until it passes).
+
+        :raises SchemaNotReady: if auto-create is off and the tables are missing or older than
+            this version needs, naming the revisions and the command to run.
+        """
+        if self._schema_ready:
+            return
+        with self._lock:
+            if not self._schema_ready:
+                if self.auto_create:
+                    if migrate.current(self.engine) != migrate.HEAD:
+                        self._create_schema()
+                else:
+                    problem = migrate.schema_problem(self.engine)
+                    if problem is not None:
+                        raise SchemaNotReady(problem)
+                self.store.prepare(self.engine)
+                self._schema_ready = True
+
+    def _create_schema(self) -> None:
+        try:
+            migrate.upgrade(self.engine)
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            raise RuntimeError(
+                "flask-ratchet could not create its tables: this app's own open transaction "
+                "holds the SQLite write lock. Run 'flask ratchet db upgrade' once, or make the "
+                "first ratchet call before writing in that transaction"
+            ) from exc
+
+    # -- which connection an operation runs on -------------------------------------------------
+
+    def joined_connection(self) -> Connection | None:
+        """The connection of the transaction a job operation must join, if there is one.
+
+        Inside ``ratchet.transaction()``: that transaction. Inside a request, or when the app's
+        ``db.session`` already has a transaction: the session's connection (committed or rolled
+        back by the app, never by ratchet). Otherwise ``None``: the operation runs on its own.
+        """
+        outer = _transaction.get()
+        if outer is not None:
+            return outer
+        self.ensure_schema()
+        session = self.db.session()  # the Session of this app context
+        if has_request_context() or session.in_transaction():
+            return session.connection()
+        return None
+
+    @contextmanager
+    def connection(
+        self,
+        own: Callable[[], AbstractContextManager[Connection]] | None = None,
+        *,
+        atomic: bool = False,
+    ) -> Iterator[Connection]:
+        """The joined connection, or a transaction of its own (``own``, default a write
+        transaction) that commits at the end. The events recorded on it are sent once the
+        transaction has committed: the joined one's when the app commits it.
+
+        ``atomic``: the block writes several statements that stand or fall together. Joined,
+        it runs in a savepoint (:meth:`_all_or_nothing`); its own transaction is all or
+        nothing already.
+        """
+        joined = self.joined_connection()
+        if joined is not None:
+            with self._all_or_nothing(joined) if atomic else nullcontext():
+                yield joined
+            if _transaction.get() is None:  # transaction() announces when it commits
+                self._announce_after_commit(events.take(joined))
+            return
+        with (own or (lambda: self.store.begin(self.engine)))() as conn:
+            yield conn
+            recorded = events.take(conn)
+        self.announce(recorded)
+
+    @contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        """A transaction of its own that every operation inside the block joins, committed at
+        the end (or the enclosing one, when blocks nest)."""
+        outer = _transaction.get()
+        if outer is not None:
+            yield outer
+            return
+        self.ensure_schema()
+        with self.store.begin(self.engine) as conn:
+            token = _transaction.set(conn)
+            try:
+                yield conn
+            finally:
+                _transaction.reset(token)
+            recorded = events.take(conn)
+        self.announce(recorded)
+
+    @contextmanager
+    def _all_or_nothing(self, conn: Connection) -> Iterator[None]:
+        """Run the block in a savepoint of the caller's transaction. If it raises, exactly what
+        it wrote is rolled back, with the events it recorded, and the error goes on to the
+        caller, whose transaction stays usable: its own rows still commit (on PostgreSQL a
+        failed statement outside a savepoint would abort the whole transaction)."""
+        with events.dropped_on_error(conn), self.store.savepoint(conn):
+            yield
+
+    def write_jobs(
+        self,
+        write: Callable[[Connection], T],
+        *,
+        wake: Callable[[T], bool],
+        own: Callable[[], AbstractContextManager[Connection]] | None = None,
+    ) -> T:
+        """Run ``write`` on :meth:`connection`, all or nothing (``atomic``), and wake the
+        workers if ``wake(result)``, once the transaction has committed (never before: a woken
+        worker must find the jobs), and at most once per transaction."""
+        with self.connection(own, atomic=True) as conn:
+            result = write(conn)
+            if wake(result):
+                events.record(conn, [events.Event(events.WAKE)])
+        return result
+
+    # -- after commit --------------------------------------------------------------------------
+
+    def announce(self, recorded: list[Event]) -> None:
+        """Send committed events in this thread (see :func:`announce`)."""
+        if recorded:
+            announce(current_app._get_current_object(), recorded, self.wake)  # type: ignore[attr-defined]
+
+    def _announce_after_commit(self, recorded: list[Event]) -> None:
+        """Keep events for the request's session; send them once it commits."""
+        if not recorded:
+            return
+        session = self.db.session()
+        kept = session.info.setdefault("ratchet_events", [])
+        if not kept:
+            sa.event.listen(session, "after_commit", self._session_announces, once=True)
+            sa.event.listen(session, "after_rollback", _forget_events, once=True)
+        kept.extend(recorded)
+
+    def _session_announces(self, session: Session) -> None:
+        self.announce(session.info.pop("ratchet_events", []))
+
+    def wake(self) -> None:
+        """Tell workers that committed work is due: in this process directly, and elsewhere by
+        ``NOTIFY`` on PostgreSQL (SQLite workers see the commit themselves)."""
+        for listener in list(self.wake_listeners):
+            listener()
+        if self.engine.dialect.name == "postgresql":
+            if self._notifier is None:
+                self._notifier = Notifier(self.engine.url)
+            self._notifier.request()
+
+
+def _forget_events(session: Session, *args: Any) -> None:
+    session.info.pop("ratchet_events", None)
+
+
+def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> None:
+    """Send the events a committed transaction recorded: signals, and job and batch callbacks
+    (call inside ``app``'s app context). ``wake`` is called once, first, if any of them made
+    jobs due: workers start on them before receivers run.
+
+    A callback is a registered task (or an allow-listed function) called in this process: a
+    job's ``on_success``/``on_failure`` callback gets the job's :class:`~flask_ratchet.job.Job`
+    snapshot, a batch's ``on_progress`` callback a :class:`~flask_ratchet.job.BatchProgress`.
+    A receiver or callback that raises is logged and changes nothing: the outcome it reacts to
+    is already committed.
+    """
+    items = list(items)
+    if any(event.kind == events.WAKE for event in items):
+        try:
+            wake()
+        except Exception:
+            log.exception("waking workers failed; they find the jobs at their next poll")
+    for event in items:
+        try:
+            if event.kind == events.WAKE:
+                continue
+            if event.kind == events.CALLBACK:
+                _call_back(app, event.data)
+            else:
+                send(app, events.SIGNALS[event.kind], event.data)
+        except Exception:
+            log.exception("a callback for %s raised; the job's outcome is unchanged", event.kind)
+
+
+def send(app: Flask, signal: NamedSignal, data: dict[str, Any]) -> None:
+    """Send ``signal`` to each receiver on its own: one that raises is logged and does not keep
+    the others from hearing (``signal.send`` stops at the first exception)."""
+    if not events.wanted(signal):
+        return
+    for receiver in signal.receivers_for(app):
+        try:
+            receiver(app, **data)
+        except Exception:
+            log.exception("a receiver of %s raised; the job's outcome is unchanged", signal.name)
+
+
+def _call_back(app: Flask, data: dict[str, Any]) -> None:
+    runtime: Runtime = app.extensions["ratchet"]
+    task = runtime.registry.for_run(data["task"], runtime.config.allowed_modules)
+    counts = data.get("counts")
+    if isinstance(counts, BatchCounts):
+        batch_id: uuid.UUID = data["batch_id"]
+        with runtime.connection() as conn:
+            found = runtime.store.batch_progress(conn, batch_id)
+        task.func(
+            found or BatchProgress(batch_id, "", counts.total, counts.succeeded, counts.failed)
+        )
+        return
+    with runtime.connection() as conn:
+        job = runtime.store.get_job(conn, data["job_id"])
+    if job is not None:
+        task.func(job)

@@ -39,7 +39,7 @@ from bench.enqueue_claim import db, fresh_pg, make_app, ratchet
 from bench.peers._common import IDLE_SECONDS, stamp_file, stop
 from bench.worker import percentile, reset, warm_client, worker
 from flask_ratchet.store import wakeup
-from flask_ratchet.store.postgres import PostgresStore
+from flask_ratchet.store.postgres import PostgresDialect
 
 STAGES = (
     ("enqueue returned", "enqueued"),
@@ -80,9 +80,9 @@ def profiled_app() -> Flask:
 
         listener_init(self, url, woken, *a)
 
-    claim_due = PostgresStore.claim_due
+    claim_due = PostgresDialect.claim_due
 
-    def claim(self: PostgresStore, *args: Any) -> Any:
+    def claim(self: PostgresDialect, *args: Any) -> Any:
         sent = time.perf_counter()
         claimed = claim_due(self, *args)
         if claimed:
@@ -90,7 +90,7 @@ def profiled_app() -> Flask:
         return claimed
 
     wakeup.PgListener.__init__ = init  # type: ignore[method-assign,assignment]
-    PostgresStore.claim_due = claim  # type: ignore[method-assign,assignment]
+    PostgresDialect.claim_due = claim  # type: ignore[method-assign,assignment]
     return make_app(os.environ["BENCH_URL"])
 
 

@@ -109,7 +109,7 @@ def _apply(
         # The selection's batches first, all at once and in order (the lock order of every batch
         # writer): locked job by job, inside each operation, two batches could be taken out of
         # order against a worker completing children of both.
-        s.store.lock_batches_of(conn, ids)
+        s.store.flows.batches.lock_of(conn, ids)
         for job_id in ids:
             try:
                 with s.store.savepoint(conn):  # SQLite: begun first, never a commit of its own

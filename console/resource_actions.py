@@ -75,7 +75,7 @@ def set_limit() -> Response | str:
         abort(400, f"max_concurrent must be at most {filters.INT_MAX}")
     s = state()
     with s.connection() as conn:
-        before = s.store.get_resource_limit(conn, name)
+        before = s.store.resources.get_resource_limit(conn, name)
         try:
             limit = configure_resource(s, name, wanted_max, wanted_delay)
         except ValueError as exc:

@@ -37,7 +37,7 @@ from .resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from .runtime import Runtime
 from .states import JobStatus
 from .store import check_driver
-from .store.base import ClaimedJob
+from .store.types import ClaimedJob
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -4,7 +4,7 @@ A *dependent* job (a chain step, a workflow branch, a batch follow-up) is writte
 waits for, PENDING but due at :data:`NOT_YET`, so that no claim ever sees it, with a condition
 (``ratchet_workflow_condition``) on how its parent must end. When the parent ends, each condition
 is decided once: a dependent that matches becomes due now, every other one is canceled, and its
-own dependents are decided in turn (that is the cascade). See :mod:`flask_ratchet.store.flow`.
+own dependents are decided in turn (that is the cascade). See :mod:`flask_ratchet.store.flows`.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
 
     store = store_for(engine)
     with store.begin(engine) as conn:
-        store.lock_schema(conn)
+        store.dialect.lock_schema(conn)
         command.upgrade(_config(conn), revision)
 
 
@@ -63,7 +63,7 @@ def downgrade(engine: Engine, revision: str) -> None:
 
     store = store_for(engine)
     with store.begin(engine) as conn:
-        store.lock_schema(conn)
+        store.dialect.lock_schema(conn)
         command.downgrade(_config(conn), revision)
 
 

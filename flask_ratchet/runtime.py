@@ -24,16 +24,16 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
-from . import events, migrate
+from . import events, facts, migrate
 from .config import RatchetConfig
 from .errors import SchemaNotReady
-from .events import Event
+from .facts import Event
 from .flow import BatchCounts
 from .forks import fresh_pool_after_fork
 from .job import BatchProgress
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
-from .store import SqlJobStore, store_for
+from .store import Store, store_for
 from .store.wakeup import Notifier
 
 T = TypeVar("T")
@@ -81,7 +81,7 @@ class Runtime:
         self.registry = registry
         #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
         self.recurring_definitions = recurring_definitions
-        self._stores: dict[int, SqlJobStore] = {}
+        self._stores: dict[int, Store] = {}
         self._statement_engine: tuple[Engine, Engine] | None = None
         self._schema_ready = False
         self._lock = threading.Lock()
@@ -95,7 +95,7 @@ class Runtime:
         return self.db.engine
 
     @property
-    def store(self) -> SqlJobStore:
+    def store(self) -> Store:
         """The store for :attr:`engine`'s dialect."""
         engine = self.engine
         store = self._stores.get(id(engine))
@@ -191,11 +191,11 @@ class Runtime:
             with self._all_or_nothing(joined) if atomic else nullcontext():
                 yield joined
             if _transaction.get() is None:  # transaction() announces when it commits
-                self._announce_after_commit(events.take(joined))
+                self._announce_after_commit(facts.take(joined))
             return
         with (own or (lambda: self.store.begin(self.engine)))() as conn:
             yield conn
-            recorded = events.take(conn)
+            recorded = facts.take(conn)
         self.announce(recorded)
 
     @contextmanager
@@ -213,7 +213,7 @@ class Runtime:
                 yield conn
             finally:
                 _transaction.reset(token)
-            recorded = events.take(conn)
+            recorded = facts.take(conn)
         self.announce(recorded)
 
     @contextmanager
@@ -222,7 +222,7 @@ class Runtime:
         it wrote is rolled back, with the events it recorded, and the error goes on to the
         caller, whose transaction stays usable: its own rows still commit (on PostgreSQL a
         failed statement outside a savepoint would abort the whole transaction)."""
-        with events.dropped_on_error(conn), self.store.savepoint(conn):
+        with facts.dropped_on_error(conn), self.store.savepoint(conn):
             yield
 
     def write_jobs(
@@ -238,7 +238,7 @@ class Runtime:
         with self.connection(own, atomic=True) as conn:
             result = write(conn)
             if wake(result):
-                events.record(conn, [events.Event(events.WAKE)])
+                facts.record(conn, [Event(facts.WAKE)])
         return result
 
     # -- after commit --------------------------------------------------------------------------
@@ -289,16 +289,16 @@ def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> No
     is already committed.
     """
     items = list(items)
-    if any(event.kind == events.WAKE for event in items):
+    if any(event.kind == facts.WAKE for event in items):
         try:
             wake()
         except Exception:
             log.exception("waking workers failed; they find the jobs at their next poll")
     for event in items:
         try:
-            if event.kind == events.WAKE:
+            if event.kind == facts.WAKE:
                 continue
-            if event.kind == events.CALLBACK:
+            if event.kind == facts.CALLBACK:
                 _call_back(app, event.data)
             else:
                 send(app, events.SIGNALS[event.kind], event.data)
@@ -325,12 +325,12 @@ def _call_back(app: Flask, data: dict[str, Any]) -> None:
     if isinstance(counts, BatchCounts):
         batch_id: uuid.UUID = data["batch_id"]
         with runtime.connection() as conn:
-            found = runtime.store.batch_progress(conn, batch_id)
+            found = runtime.store.flows.batches.batch_progress(conn, batch_id)
         task.func(
             found or BatchProgress(batch_id, "", counts.total, counts.succeeded, counts.failed)
         )
         return
     with runtime.connection() as conn:
-        job = runtime.store.get_job(conn, data["job_id"])
+        job = runtime.store.jobs.get_job(conn, data["job_id"])
     if job is not None:
         task.func(job)

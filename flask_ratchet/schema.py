@@ -213,7 +213,7 @@ job = sa.Table(
     # The batch a child belongs to (its parent job's id).
     _id("batch_id"),
     # Whether the job's end sets off more work (a batch to count, dependent steps or branches
-    # to release or cancel, callbacks): only such jobs pay for looking, see store/flow.py.
+    # to release or cancel, callbacks): only such jobs pay for looking, see store/flows.py.
     sa.Column("follow_up", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("callbacks", sa.Text),  # JSON {"success": [task, ...], "failure": [...]}
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time

@@ -31,9 +31,7 @@ from ..ids import job_id_of, uuid7
 from ..job import BatchProgress
 from ..options import KEY_MAX_LENGTH, JobOptions, shown, validate_options, validate_text
 from ..runtime import Runtime
-from ..store.base import NewJob
-from ..store.batches import NewBatch
-from ..store.flow import Link
+from ..store.types import Link, NewBatch, NewJob
 from .submit import JobBuilder, OptionSetters, make_builder
 
 if TYPE_CHECKING:
@@ -205,11 +203,11 @@ class BatchBuilder(OptionSetters):
         new_batch = NewBatch(parent.job_id, self._name, len(children), self._progress_task)
 
         def write(conn: Connection) -> None:
-            store.insert_jobs(conn, [parent, *children, *follow_ups])
-            store.insert_batch(conn, new_batch)
-            store.insert_links(conn, links)
+            store.jobs.insert_jobs(conn, [parent, *children, *follow_ups])
+            store.flows.batches.insert_batch(conn, new_batch)
+            store.flows.insert_links(conn, links)
             if not children:
-                store.settle(conn, parent.job_id, self._name)  # no children: ended already
+                store.flows.settle(conn, parent.job_id, self._name)  # no children: ended already
 
         self._state.write_jobs(write, wake=lambda _: True)
         return BatchHandle(parent.job_id, len(children), self._state)
@@ -290,17 +288,19 @@ class StreamingBatchBuilder(BatchBuilder):
 
         def stream(conn: Connection) -> int:
             jobs = first
-            store.insert_jobs(conn, [parent, *follow_ups])
-            store.insert_batch(conn, NewBatch(parent.job_id, self._name, 0, self._progress_task))
-            store.insert_links(conn, links)
+            store.jobs.insert_jobs(conn, [parent, *follow_ups])
+            store.flows.batches.insert_batch(
+                conn, NewBatch(parent.job_id, self._name, 0, self._progress_task)
+            )
+            store.flows.insert_links(conn, links)
             total = 0
             while jobs:
-                store.insert_jobs(conn, jobs)
+                store.jobs.insert_jobs(conn, jobs)
                 total += len(jobs)
                 jobs = next_chunk()
-            store.set_batch_total(conn, parent.job_id, total)
+            store.flows.batches.set_batch_total(conn, parent.job_id, total)
             if not total:
-                store.settle(conn, parent.job_id, self._name)  # no children: ended already
+                store.flows.settle(conn, parent.job_id, self._name)  # no children: ended already
             return total
 
         # write_jobs takes back everything written here if the iterable or the database
@@ -313,4 +313,4 @@ def batch_progress(runtime: Runtime, batch_id: uuid.UUID | str) -> BatchProgress
     """A batch's counts and metrics (``batch_id`` is its parent job's id), or ``None``."""
     key = job_id_of(batch_id)
     with runtime.connection() as conn:
-        return runtime.store.batch_progress(conn, key)
+        return runtime.store.flows.batches.batch_progress(conn, key)

@@ -18,8 +18,7 @@ from typing import Any
 
 from ..flow import NOT_YET, Condition, JobType
 from ..runtime import Runtime
-from ..store.base import NewJob
-from ..store.flow import Link
+from ..store.types import Link, NewJob
 from .submit import JobBuilder, make_builder
 
 
@@ -150,8 +149,8 @@ class FlowBuilder:
         wake = self._root.wakes_workers
 
         def write(conn: Any) -> Sequence[Any]:
-            inserted = state.store.insert_jobs(conn, jobs)
-            state.store.insert_links(conn, links)
+            inserted = state.store.jobs.insert_jobs(conn, jobs)
+            state.store.flows.insert_links(conn, links)
             return inserted
 
         inserted = state.write_jobs(write, wake=lambda _: wake)

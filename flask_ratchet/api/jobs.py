@@ -19,40 +19,40 @@ from ..job import Job, JobHandle, Page
 from ..options import seconds
 from ..runtime import Runtime
 from ..states import Action, JobStatus, allowed
-from ..store import SqlJobStore
-from ..store.base import ClaimedJob, JobFilter
+from ..store.jobs import Jobs
+from ..store.types import ClaimedJob, JobFilter
 from .submit import replacement_builder
 
 #: The largest page ``find_jobs`` returns.
 FIND_LIMIT_MAX = 1000
 
-Change = Callable[[SqlJobStore, Connection, uuid.UUID], bool]
+Change = Callable[[Jobs, Connection, uuid.UUID], bool]
 
 
 def cancel(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """PENDING, PAUSED or RUNNING → CANCELED."""
-    return _change(runtime, job_id, SqlJobStore.cancel)
+    return _change(runtime, job_id, Jobs.cancel)
 
 
 def pause(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """PENDING or FAILED → PAUSED."""
-    return _change(runtime, job_id, SqlJobStore.pause)
+    return _change(runtime, job_id, Jobs.pause)
 
 
 def resume(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """PAUSED → the status it was paused from."""
-    return _change(runtime, job_id, SqlJobStore.resume)
+    return _change(runtime, job_id, Jobs.resume)
 
 
 def retry(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """FAILED → PENDING, attempts reset, due now."""
-    return _change(runtime, job_id, SqlJobStore.retry)
+    return _change(runtime, job_id, Jobs.retry)
 
 
 def _change(runtime: Runtime, job_id: uuid.UUID | str, op: Change) -> bool:
     key = job_id_of(job_id)
     with runtime.connection() as conn:
-        return op(runtime.store, conn, key)
+        return op(runtime.store.jobs, conn, key)
 
 
 def replace(
@@ -73,7 +73,7 @@ def replace(
     # Atomic: the new job's insert may be refused (its business key held meanwhile) after
     # the old job's cancel was written.
     with runtime.connection(atomic=True) as conn:
-        old = store.get_job(conn, key)
+        old = store.jobs.get_job(conn, key)
         if old is None:
             raise JobNotFound(f"no job has id {key}")
         if not isinstance(old.status, JobStatus) or not allowed(Action.CANCEL, old.status):
@@ -82,10 +82,10 @@ def replace(
             )
         wait = seconds("delay", delay)
         new = replacement_builder(runtime, old, fn, args, kwargs, wait).build()
-        if not store.cancel(conn, key):  # the swap: lost if the job just ended
+        if not store.jobs.cancel(conn, key):  # the swap: lost if the job just ended
             raise IllegalTransition(f"job {key} ended while it was being replaced")
-        (inserted,) = store.insert_jobs(conn, [new])
-        store.mark_superseded(conn, key, inserted.job_id)
+        (inserted,) = store.jobs.insert_jobs(conn, [new])
+        store.jobs.mark_superseded(conn, key, inserted.job_id)
     return JobHandle(inserted.job_id)
 
 
@@ -93,7 +93,7 @@ def get(runtime: Runtime, job_id: uuid.UUID | str) -> Job | None:
     """A snapshot of one job, or ``None`` if there is no such job."""
     key = job_id_of(job_id)
     with runtime.connection() as conn:
-        return runtime.store.get_job(conn, key)
+        return runtime.store.jobs.get_job(conn, key)
 
 
 def find(
@@ -129,13 +129,13 @@ def find(
     )
     where = JobFilter(statuses, task_name, tag, business_key, created_after, created_before)
     with runtime.connection() as conn:
-        return runtime.store.find_jobs(conn, where, limit, cursor)
+        return runtime.store.jobs.find_jobs(conn, where, limit, cursor)
 
 
 def queue_health(runtime: Runtime) -> dict[str, Any]:
     """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds)."""
     with runtime.connection() as conn:
-        return runtime.store.queue_health(conn)
+        return runtime.store.jobs.queue_health(conn)
 
 
 def claim_due(runtime: Runtime, limit: int, node_id: str) -> list[ClaimedJob]:
@@ -143,4 +143,6 @@ def claim_due(runtime: Runtime, limit: int, node_id: str) -> list[ClaimedJob]:
     transaction of its own: a claim never joins a request."""
     runtime.ensure_schema()
     with runtime.store.single_statement(runtime.statement_engine) as conn:
-        return runtime.store.claim_due(conn, limit, node_id, runtime.config.priority_boost_minutes)
+        return runtime.store.jobs.claim_due(
+            conn, limit, node_id, runtime.config.priority_boost_minutes
+        )

@@ -20,7 +20,7 @@ from ..options import JobOptions, validate_key, validate_options
 from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
 from ..registry import Task, TaskRegistry, default_name
 from ..runtime import Runtime
-from ..store.recurring import RecurringStore
+from ..store.recurring import Recurring
 from .submit import OptionsBuilder
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -87,31 +87,31 @@ def _refuse_arguments(func: Callable[..., Any]) -> None:
 
 def register_declared(runtime: Runtime) -> list[RecurringJob]:
     """Register every declared master now, all or nothing."""
-    store = RecurringStore(runtime.store)
+    store = runtime.store.recurring
     with runtime.connection(atomic=True) as conn:
         return [store.register(conn, d)[0] for d in runtime.recurring_definitions.values()]
 
 
 def pause(runtime: Runtime, recurring_id: str) -> bool:
     """ACTIVE → PAUSED. Pausing a paused master returns True."""
-    return _change(runtime, recurring_id, RecurringStore.pause)
+    return _change(runtime, recurring_id, Recurring.pause)
 
 
 def resume(runtime: Runtime, recurring_id: str) -> bool:
     """PAUSED → ACTIVE, next at the first occurrence after now."""
-    return _change(runtime, recurring_id, RecurringStore.resume)
+    return _change(runtime, recurring_id, Recurring.resume)
 
 
 def cancel(runtime: Runtime, recurring_id: str) -> bool:
     """ACTIVE or PAUSED → CANCELED."""
-    return _change(runtime, recurring_id, RecurringStore.cancel)
+    return _change(runtime, recurring_id, Recurring.cancel)
 
 
 def run_now(runtime: Runtime, recurring_id: str) -> uuid.UUID | None:
     """Create one extra child of an ACTIVE or PAUSED master, due now: its id, or ``None`` if
     there is no such master."""
     key = validate_key("id", recurring_id)
-    store = RecurringStore(runtime.store)
+    store = runtime.store.recurring
     return runtime.write_jobs(
         lambda conn: store.run_now(conn, key), wake=lambda made: made is not None
     )
@@ -121,21 +121,19 @@ def get(runtime: Runtime, recurring_id: str) -> RecurringJob | None:
     """A snapshot of one master (also a canceled one), or ``None``."""
     key = validate_key("id", recurring_id)
     with runtime.connection() as conn:
-        return RecurringStore(runtime.store).get(conn, key)
+        return runtime.store.recurring.get(conn, key)
 
 
 def list_all(runtime: Runtime, include_canceled: bool) -> list[RecurringJob]:
     """Every master with its next fire time, by id."""
     with runtime.connection() as conn:
-        return RecurringStore(runtime.store).list_all(conn, include_canceled)
+        return runtime.store.recurring.list_all(conn, include_canceled)
 
 
-def _change(
-    runtime: Runtime, recurring_id: str, op: Callable[[RecurringStore, Any, str], bool]
-) -> bool:
+def _change(runtime: Runtime, recurring_id: str, op: Callable[[Recurring, Any, str], bool]) -> bool:
     key = validate_key("id", recurring_id)
     with runtime.connection() as conn:
-        return op(RecurringStore(runtime.store), conn, key)
+        return op(runtime.store.recurring, conn, key)
 
 
 class RecurringJobBuilder(OptionsBuilder):
@@ -204,10 +202,11 @@ class RecurringJobBuilder(OptionsBuilder):
 
     def submit(self) -> RecurringJob:
         """Create or update the master (joining the current transaction, like a job) and
-        return it. The same definition again changes nothing; see ``RecurringStore.register``."""
+        return it. The same definition again changes nothing (see
+        :meth:`flask_ratchet.store.recurring.Recurring.register`)."""
         definition = self.build()
         with self._state.connection(atomic=True) as conn:
-            master, _ = RecurringStore(self._state.store).register(conn, definition)
+            master, _ = self._state.store.recurring.register(conn, definition)
         return master
 
 

@@ -17,5 +17,5 @@ def configure_resource(
     """
     limit = resource_limit(name, max_concurrent, retry_delay)
     with runtime.connection() as conn:
-        runtime.store.set_resource_limit(conn, limit)
+        runtime.store.resources.set_resource_limit(conn, limit)
     return limit

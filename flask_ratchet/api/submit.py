@@ -20,7 +20,7 @@ from ..job import JobHandle
 from ..options import Backoff, JobOptions, Priority, validate_key
 from ..registry import Task
 from ..runtime import Runtime
-from ..store.base import NewJob
+from ..store.types import NewJob
 
 if TYPE_CHECKING:
     from .chains import FlowBuilder
@@ -303,7 +303,7 @@ def submit_jobs(runtime: Runtime, builders: Sequence[JobBuilder]) -> list[JobHan
     jobs = [b.build() for b in builders]
     urgent = any(b.wakes_workers for b in builders)
     outcome = runtime.write_jobs(
-        lambda conn: runtime.store.insert_jobs(conn, jobs),
+        lambda conn: runtime.store.jobs.insert_jobs(conn, jobs),
         wake=lambda _: urgent,
         own=lambda: runtime.store.single_statement(runtime.statement_engine),
     )

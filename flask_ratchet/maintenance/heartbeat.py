@@ -12,8 +12,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..breaker import Breakers
-from ..store import SqlJobStore
-from ..store.cluster import NodeInfo
+from ..store import Store
+from ..store.types import NodeInfo
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -32,7 +32,7 @@ class Heartbeat(threading.Thread):
 
     def __init__(
         self,
-        store: SqlJobStore,
+        store: Store,
         engine: Engine,
         info: NodeInfo,
         interval: float,
@@ -54,7 +54,7 @@ class Heartbeat(threading.Thread):
     def beat(self) -> None:
         """One heartbeat, now."""
         with self._store.begin(self._engine) as conn:
-            db_now = self._store.heartbeat(conn, self.info, self._published())
+            db_now = self._store.cluster.heartbeat(conn, self.info, self._published())
             if self._breakers is not None:
                 self._apply_resets(conn, db_now, self._breakers)
         self.beats += 1
@@ -81,7 +81,7 @@ class Heartbeat(threading.Thread):
         # stamped after it: look back a while, and apply each row once, by its id.
         since = max(self._first_beat, db_now - RESET_LOOKBACK)
         self._applied = {k: at for k, at in self._applied.items() if at >= since}
-        for audit_id, service in self._store.breaker_resets(conn, since):
+        for audit_id, service in self._store.cluster.breaker_resets(conn, since):
             if audit_id in self._applied:
                 continue
             self._applied[audit_id] = db_now

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from ..store import SqlJobStore
+from ..store import Store
 from .locks import Lease
 
 log = logging.getLogger("flask_ratchet.worker")
@@ -27,7 +27,7 @@ class PeriodicTask:
 
     name: str
     interval: float
-    run: Callable[[SqlJobStore, Engine], None]
+    run: Callable[[Store, Engine], None]
 
 
 class Maintenance(threading.Thread):
@@ -35,7 +35,7 @@ class Maintenance(threading.Thread):
 
     def __init__(
         self,
-        store: SqlJobStore,
+        store: Store,
         engine: Engine,
         owner: str,
         tasks: list[PeriodicTask],

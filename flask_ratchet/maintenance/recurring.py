@@ -8,8 +8,8 @@ while it fires everything else.
 The firer reads when the next occurrence is due (by the database's clock) and sleeps until then,
 but never longer than :data:`RECHECK`, so that masters registered or changed elsewhere are seen
 within a second. A due occurrence is fired in one short write transaction
-(:meth:`RecurringStore.fire_due`), so an every-second schedule fires within milliseconds of each
-second. Firers on several nodes never create the same child twice: see
+(:meth:`flask_ratchet.store.recurring.Recurring.fire_due`), so an every-second schedule fires
+within milliseconds of each second. Firers on several nodes never create the same child twice: see
 :mod:`flask_ratchet.store.recurring`. It stops firing as soon as the worker starts draining.
 """
 
@@ -29,8 +29,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import RatchetConfig
 from ..recurring import RecurringDefinition
 from ..retry import first_line
-from ..store import SqlJobStore
-from ..store.recurring import FIRE_BATCH, FirePass, RecurringStore
+from ..store import Store
+from ..store.recurring import FIRE_BATCH
+from ..store.types import FirePass
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -55,10 +56,10 @@ class Registrar:
     """Registers declared masters, each on its own, and remembers the ones that failed."""
 
     def __init__(
-        self, store: SqlJobStore, engine: Engine, definitions: Sequence[RecurringDefinition]
+        self, store: Store, engine: Engine, definitions: Sequence[RecurringDefinition]
     ) -> None:
         self._store = store
-        self._recurring = RecurringStore(store)
+        self._recurring = store.recurring
         self._engine = engine
         self.pending = list(definitions)
         self._wait = REGISTER_BACKOFF[0]
@@ -99,7 +100,7 @@ class RecurringFirer(threading.Thread):
 
     def __init__(
         self,
-        store: SqlJobStore,
+        store: Store,
         engine: Engine,
         config: RatchetConfig,
         stop: threading.Event,
@@ -110,7 +111,7 @@ class RecurringFirer(threading.Thread):
     ) -> None:
         super().__init__(name="ratchet-recurring", daemon=True)
         self._store = store
-        self._recurring = RecurringStore(store)
+        self._recurring = store.recurring
         self._engine = engine
         self._threshold = timedelta(seconds=config.recurring_misfire_threshold)
         self._disabled = config.recurring_disabled
@@ -202,7 +203,7 @@ class RecurringFirer(threading.Thread):
 
 def start_recurring(
     app: Flask,
-    store: SqlJobStore,
+    store: Store,
     engine: Engine,
     stop: threading.Event,
     *,

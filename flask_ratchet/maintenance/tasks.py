@@ -7,9 +7,9 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
 
-from .. import events
+from .. import facts
 from ..config import RatchetConfig
-from ..store import SqlJobStore
+from ..store import Store
 from .periodic import PeriodicTask
 
 log = logging.getLogger("flask_ratchet.worker")
@@ -21,17 +21,17 @@ ARCHIVE_BATCH = 1000
 
 def orphan_recovery(
     config: RatchetConfig,
-    on_events: Callable[[list[events.Event]], None] = lambda _: None,
+    on_events: Callable[[list[facts.Event]], None] = lambda _: None,
 ) -> PeriodicTask:
     """Requeue (or fail) RUNNING jobs of silent nodes; forget nodes silent for long; settle
     batches left unsettled. ``on_events`` gets the events of what it changed, once committed."""
 
-    def run(store: SqlJobStore, engine: Engine) -> None:
+    def run(store: Store, engine: Engine) -> None:
         with store.begin(engine) as conn:
-            recovered = store.recover_orphans(conn, config.orphan_grace)
-            store.delete_dead_nodes(conn, max(10 * config.orphan_grace, 3600.0))
-            settled = store.settle_stranded_batches(conn)
-            recorded = events.take(conn)
+            recovered = store.cluster.recover_orphans(conn, config.orphan_grace)
+            store.cluster.delete_dead_nodes(conn, max(10 * config.orphan_grace, 3600.0))
+            settled = store.flows.settle_stranded_batches(conn)
+            recorded = facts.take(conn)
         if recorded:
             on_events(recorded)
         if settled:
@@ -59,17 +59,17 @@ def orphan_recovery(
 def retention(config: RatchetConfig) -> PeriodicTask:
     """Archive jobs that ended over RATCHET_RETENTION_DAYS ago; purge old alerts and logs."""
 
-    def run(store: SqlJobStore, engine: Engine) -> None:
+    def run(store: Store, engine: Engine) -> None:
         moved = 0
         while True:
             with store.begin(engine) as conn:
-                n = store.archive_ended(conn, config.retention_days * DAY, ARCHIVE_BATCH)
+                n = store.cluster.archive_ended(conn, config.retention_days * DAY, ARCHIVE_BATCH)
             moved += n
             if n < ARCHIVE_BATCH:
                 break
         with store.begin(engine) as conn:
-            alerts = store.purge_alerts(conn, config.dlq_retention_days * DAY)
-            logs = store.purge_logs(conn, config.log_retention_days * DAY)
+            alerts = store.cluster.purge_alerts(conn, config.dlq_retention_days * DAY)
+            logs = store.cluster.purge_logs(conn, config.log_retention_days * DAY)
         if moved or alerts or logs:
             log.info(
                 "retention: archived %d jobs, purged %d alerts, %d log lines", moved, alerts, logs

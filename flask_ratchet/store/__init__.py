@@ -1,17 +1,83 @@
-"""The only SQL in flask-ratchet. :func:`store_for` picks the implementation for an engine."""
+"""The only SQL in flask-ratchet: one :class:`Store` per database, made of per-noun parts that
+share one :class:`~.dialect.Dialect` (PostgreSQL's or SQLite's).
+
+========================  =================================================================
+``store.jobs``            job rows: submission, the claim, operators' status changes, reads
+``store.executions``      what workers write: outcomes, executions, log lines, DLQ alerts
+``store.flows``           what links jobs (conditions, batches) and what a job's end sets off
+``store.cluster``         nodes, leases, orphan recovery, the next due time, retention
+``store.resources``       resource limits and permits
+``store.recurring``       recurring masters
+========================  =================================================================
+
+Every method takes the :class:`~sqlalchemy.engine.Connection` to run on, so the caller decides
+the transaction (the request's, or one of its own: :meth:`Store.begin`). What crosses this
+boundary is in :mod:`.types`.
+"""
 
 from __future__ import annotations
 
-from sqlalchemy.engine import Engine
+from contextlib import AbstractContextManager
+from datetime import datetime
+
+from sqlalchemy.engine import Connection, Engine
 
 from ..config import RatchetConfig
-from .base import JobStore
-from .postgres import PostgresStore
-from .sql import SqlJobStore
-from .sqlite import SqliteStore
+from .cluster import Cluster
+from .dialect import Dialect
+from .executions import Executions
+from .flows import Flows
+from .jobs import Jobs
+from .postgres import PostgresDialect
+from .recurring import Recurring
+from .resources import Resources
+from .sqlite import SqliteDialect
 
 
-def store_for(engine: Engine, config: RatchetConfig | None = None) -> SqlJobStore:
+class Store:
+    """Every part of the store, over one dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.flows = Flows(dialect)
+        self.jobs = Jobs(dialect, self.flows)
+        self.executions = Executions(dialect, self.flows)
+        self.cluster = Cluster(dialect, self.flows)
+        self.resources = Resources(dialect)
+        self.recurring = Recurring(dialect, self.jobs)
+
+    # Transactions and the clock, which every caller needs: the dialect's.
+
+    def prepare(self, engine: Engine) -> None:
+        """Once per process, before first use: settings the database needs."""
+        self.dialect.prepare(engine)
+
+    def begin(self, engine: Engine) -> AbstractContextManager[Connection]:
+        """A write transaction on ``engine``: committed at the end, rolled back on error."""
+        return self.dialect.begin(engine)
+
+    def savepoint(self, conn: Connection) -> AbstractContextManager[None]:
+        """A savepoint in ``conn``'s transaction (see :meth:`.Dialect.savepoint`)."""
+        return self.dialect.savepoint(conn)
+
+    def statement_engine(self, engine: Engine) -> Engine:
+        """The engine :meth:`single_statement` runs on (see :meth:`.Dialect.statement_engine`)."""
+        return self.dialect.statement_engine(engine)
+
+    def claim_engine(self, engine: Engine) -> Engine:
+        """The engine a worker claims with (see :meth:`.Dialect.claim_engine`)."""
+        return self.dialect.claim_engine(engine)
+
+    def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
+        """A connection for work that is one atomic write (the claim, a submission)."""
+        return self.dialect.single_statement(engine)
+
+    def now(self, conn: Connection) -> datetime:
+        """The database's current time (UTC)."""
+        return self.dialect.now(conn)
+
+
+def store_for(engine: Engine, config: RatchetConfig | None = None) -> Store:
     """Return the store for ``engine``'s dialect.
 
     :raises ValueError: for a database flask-ratchet does not support (yet).
@@ -19,14 +85,14 @@ def store_for(engine: Engine, config: RatchetConfig | None = None) -> SqlJobStor
     name = engine.dialect.name
     if name == "postgresql":
         check_driver(engine)
-        return PostgresStore()
+        return Store(PostgresDialect())
     if name == "sqlite":
         if engine.url.database in (None, "", ":memory:"):
             raise ValueError(
                 "flask-ratchet needs a SQLite file shared by the app and its workers, not an "
                 "in-memory database; use a URL like 'sqlite:///instance/app.db'"
             )
-        return SqliteStore(synchronous=(config or RatchetConfig()).sqlite_synchronous)
+        return Store(SqliteDialect(synchronous=(config or RatchetConfig()).sqlite_synchronous))
     raise ValueError(f"flask-ratchet does not support {name!r} yet; use PostgreSQL or SQLite")
 
 
@@ -51,9 +117,4 @@ def check_driver(engine: Engine) -> None:
         )
 
 
-def _conforms(postgres: PostgresStore, sqlite: SqliteStore) -> tuple[JobStore, JobStore]:
-    """Never called: mypy checks here that both stores satisfy the protocols of :mod:`.base`."""
-    return postgres, sqlite
-
-
-__all__ = ["PostgresStore", "SqlJobStore", "SqliteStore", "check_driver", "store_for"]
+__all__ = ["Store", "check_driver", "store_for"]

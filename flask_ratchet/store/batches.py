@@ -1,7 +1,7 @@
 """Batches in the store: their rows, counting children as they end, settling, and the lock
 order every batch writer keeps.
 
-Counting happens in the transaction that ends each child (see :mod:`.flow`, which calls in
+Counting happens in the transaction that ends each child (see :mod:`.flows`, which calls in
 here), guarded by ``finished_at IS NULL``; settling is a swap on the same column, so exactly one
 transaction settles a batch. Batch rows are locked in id order before any job row.
 """
@@ -18,42 +18,17 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import events
-from ..events import Event
+from .. import facts
+from ..facts import Event
 from ..flow import BatchCounts, JobType, batch_outcome
 from ..job import BatchProgress
-from ..schema import batch, business_key, job, job_queue
-from ..states import Action, JobStatus, sources, target
-from .base import chunks
-from .dialect import DialectHooks
-from .execution import END_COLD_ROW
+from ..schema import batch, job, job_queue
+from ..states import Action, JobStatus
+from .dialect import Dialect, chunks
+from .terminal import end_live, end_live_many
+from .types import Ended, NewBatch
 
 log = logging.getLogger("flask_ratchet")
-
-
-@dataclass(frozen=True, slots=True)
-class Ended:
-    """A job that has just reached a terminal status in this transaction."""
-
-    job_id: uuid.UUID
-    status: JobStatus
-    result: str | None = None  # JSON
-    run_ms: float | None = None
-    wait_ms: float | None = None
-    cascade: bool = False  # canceled because an upstream job ended
-    #: The batch of a child, when the caller knows it (a batch child has nothing else to
-    #: follow up: no dependents, no callbacks), which spares looking the job up.
-    batch_id: uuid.UUID | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NewBatch:
-    """A batch's row, inserted with its parent job."""
-
-    batch_id: uuid.UUID
-    name: str
-    total: int
-    progress_task: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,67 +46,12 @@ class JobLinks:
 _COUNTED = (batch.c.name, batch.c.total, batch.c.succeeded, batch.c.failed, batch.c.progress_task)
 
 
-class BatchStore(DialectHooks):
-    """Batch rows and terminal writes of live jobs. Mixed into the dialect stores (through
-    :class:`~flask_ratchet.store.flow.FlowStore`)."""
+class Batches:
+    """Batch rows: inserted with their parent, counted into as children end, settled once.
+    Part of :class:`~flask_ratchet.store.flows.Flows`."""
 
-    def end_live(
-        self,
-        conn: Connection,
-        job_id: uuid.UUID,
-        action: Action,
-        *,
-        error: str | None = None,
-        result: str | None = None,
-    ) -> JobStatus | None:
-        """Apply a terminal ``action`` to a live job: the guarded delete of its hot row (the
-        swap), then its cold row. Return the new status, or None if the job was not in a
-        status ``action`` allows (nothing changed). Follow-ups are the caller's."""
-        return self.end_live_many(conn, [job_id], action, error=error, result=result).get(job_id)
-
-    def end_live_many(
-        self,
-        conn: Connection,
-        job_ids: Sequence[uuid.UUID],
-        action: Action,
-        *,
-        error: str | None = None,
-        result: str | None = None,
-    ) -> dict[uuid.UUID, JobStatus]:
-        """:meth:`end_live` for several jobs in three statements; return the new status of
-        each job the guard let through."""
-        ended: dict[uuid.UUID, JobStatus] = {}
-        for part in chunks(job_ids):
-            gone = conn.execute(
-                sa.delete(job_queue)
-                .where(job_queue.c.job_id.in_(list(part)), job_queue.c.status.in_(sources(action)))
-                .returning(
-                    job_queue.c.job_id,
-                    job_queue.c.status,
-                    job_queue.c.attempts,
-                    job_queue.c.progress,
-                )
-            ).all()
-            if not gone:
-                continue
-            now = {r.job_id: target(action, JobStatus(r.status)) for r in gone}
-            conn.execute(
-                END_COLD_ROW.values(finished_at=self.now_sql()),
-                [
-                    {
-                        "b_job_id": r.job_id,
-                        "b_status": now[r.job_id],
-                        "b_result": result,
-                        "b_error": error,
-                        "b_attempts": r.attempts,
-                        "b_progress": r.progress,
-                    }
-                    for r in gone
-                ],
-            )
-            conn.execute(sa.delete(business_key).where(business_key.c.job_id.in_(list(now))))
-            ended |= now
-        return ended
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
 
     def insert_batch(self, conn: Connection, new: NewBatch) -> None:
         """Insert a batch's row (its parent job is inserted first)."""
@@ -145,7 +65,7 @@ class BatchStore(DialectHooks):
                 child_run_ms=0.0,
                 child_wait_ms=0.0,
                 progress_task=new.progress_task,
-                created_at=self.now_sql(),
+                created_at=self.dialect.now_sql(),
             )
         )
 
@@ -158,13 +78,13 @@ class BatchStore(DialectHooks):
         row = conn.execute(sa.select(batch).where(batch.c.batch_id == batch_id)).first()
         return None if row is None else progress_of(row)
 
-    def lock_batches(self, conn: Connection, batch_ids: Sequence[uuid.UUID]) -> None:
+    def lock(self, conn: Connection, batch_ids: Sequence[uuid.UUID]) -> None:
         """Lock unsettled batch rows, in id order, before any job row: every writer that may
         count into or settle a batch takes its locks in this order, so none waits for another
         in a cycle (PostgreSQL; SQLite's writers are serialised anyway). A settled batch is
         never written again (all its writes are guarded by ``finished_at IS NULL``), so it is
         not locked: that would only make writers wait, and order them against retention."""
-        if not self.locks_rows:
+        if not self.dialect.locks_rows:
             return
         # Chunks of the sorted ids are locked in order, one after another: still one order.
         for part in chunks(sorted(set(batch_ids))):
@@ -175,10 +95,10 @@ class BatchStore(DialectHooks):
                 .with_for_update()
             ).all()
 
-    def lock_batches_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
-        """:meth:`lock_batches` for the batches these jobs are children or parents of."""
-        if not self.locks_rows:
-            return  # lock_batches would lock nothing: no lookup either
+    def lock_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
+        """:meth:`lock` the batches these jobs are children or parents of."""
+        if not self.dialect.locks_rows:
+            return  # lock would lock nothing: no lookup either
         mine: list[uuid.UUID] = []
         for part in chunks(job_ids):
             mine += conn.execute(
@@ -187,7 +107,7 @@ class BatchStore(DialectHooks):
                     sa.or_(job.c.batch_id.is_not(None), job.c.job_type == JobType.BATCH),
                 )
             ).scalars()
-        self.lock_batches(conn, mine)
+        self.lock(conn, mine)
 
     def uncount_child(self, conn: Connection, job_id: uuid.UUID) -> None:
         """A FAILED child is live again (retried, or paused): its failure no longer counts in
@@ -246,7 +166,7 @@ class BatchStore(DialectHooks):
             if row.progress_task:
                 out.append(
                     Event(
-                        events.CALLBACK,
+                        facts.CALLBACK,
                         {"task": row.progress_task, "batch_id": batch_id, "counts": counts},
                     )
                 )
@@ -262,7 +182,7 @@ class BatchStore(DialectHooks):
         counts and progress task, or None if the batch is settled or gone. The counts a batch's
         row holds are only ever recounted when they cannot be right (written by hand, a damaged
         disk) or nothing can count into them any more (the recovery sweep)."""
-        self.lock_batches(conn, [batch_id])
+        self.lock(conn, [batch_id])
         # A child without a hot row has ended, whatever its cold row says.
         ended = job_queue.c.job_id.is_(None)
         ok = ended & (job.c.terminal_status == JobStatus.SUCCEEDED)
@@ -304,7 +224,7 @@ class BatchStore(DialectHooks):
                 batch.c.finished_at.is_(None),
                 batch.c.succeeded + batch.c.failed >= batch.c.total,
             )
-            .values(finished_at=self.now_sql())
+            .values(finished_at=self.dialect.now_sql())
             .returning(batch.c.total, batch.c.succeeded, batch.c.failed)
         ).first()
         if row is None:
@@ -312,10 +232,10 @@ class BatchStore(DialectHooks):
         counts = BatchCounts(row.total, row.succeeded, row.failed)
         status, error = batch_outcome(counts)
         action = Action.BATCH_SUCCEED if status == JobStatus.SUCCEEDED else Action.BATCH_FAIL
-        ended = self.end_live(conn, batch_id, action, error=error, result=counts.to_json())
+        ended = end_live(self.dialect, conn, batch_id, action, error=error, result=counts.to_json())
         out.append(
             Event(
-                events.batch_completed.name,
+                facts.BATCH_COMPLETED,
                 {
                     "batch_id": batch_id,
                     "name": name,
@@ -352,9 +272,11 @@ class BatchStore(DialectHooks):
             ).scalars()
             children = [
                 Ended(child, status, cascade=True, batch_id=e.job_id)
-                for child, status in self.end_live_many(conn, list(live), Action.CANCEL).items()
+                for child, status in end_live_many(
+                    self.dialect, conn, list(live), Action.CANCEL
+                ).items()
             ]
-            announce_cascade(children, out)
+            record_cascade(children, out)
             canceled += children
         return canceled
 
@@ -363,7 +285,7 @@ def _room_for(ended: int) -> sa.ColumnElement[bool]:
     """Whether a batch row's counts can take ``ended`` more children: counts that are not
     negative and leave room under the total (computed in 64 bits: the counts of a damaged row
     may be near the 32-bit end, where adding to them fails on PostgreSQL). A row that fails
-    this is recounted (:meth:`BatchStore.recount_batch`)."""
+    this is recounted (:meth:`Batches.recount_batch`)."""
     left = sa.cast(batch.c.total, sa.BigInteger) - batch.c.succeeded - batch.c.failed
     return sa.and_(batch.c.succeeded >= 0, batch.c.failed >= 0, left >= ended)
 
@@ -378,13 +300,9 @@ def counts_of(row: Any) -> BatchCounts | None:
     return counts if counts.ended <= counts.total else None
 
 
-def announce_cascade(canceled: Iterable[Ended], out: list[Event]) -> None:
-    """A ``job_canceled`` event (``cascade``) for each job canceled because of another's end;
-    none built when nobody listens."""
-    if events.wanted(events.job_canceled):
-        out.extend(
-            Event(events.job_canceled.name, {"job_id": e.job_id, "cascade": True}) for e in canceled
-        )
+def record_cascade(canceled: Iterable[Ended], out: list[Event]) -> None:
+    """A ``job_canceled`` fact (``cascade``) for each job canceled because of another's end."""
+    out.extend(Event(facts.JOB_CANCELED, {"job_id": e.job_id, "cascade": True}) for e in canceled)
 
 
 def progress_of(row: Any) -> BatchProgress:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -35,9 +34,11 @@ from ..schema import (
     workflow_condition,
 )
 from ..states import Action, JobStatus, sources, target
-from .base import chunks
-from .dialect import DialectHooks
+from .dialect import Dialect, chunks
+from .flows import Flows
 from .resources import release_node_permits, release_stale_permits
+from .terminal import finish
+from .types import NodeInfo, Recovered
 
 log = logging.getLogger("flask_ratchet")
 
@@ -46,52 +47,35 @@ _UTC = UtcDateTime()
 BREAKER_RESET = "reset-breaker"
 
 
-@dataclass(frozen=True, slots=True)
-class NodeInfo:
-    """What a worker process says about itself in ``ratchet_node``."""
+class Cluster:
+    """Nodes, orphans, leases, the next due time and retention."""
 
-    node_id: str
-    host: str
-    pid: int
-    version: str
-    concurrency: int
-
-
-@dataclass(frozen=True, slots=True)
-class Recovered:
-    """Jobs taken back from dead nodes: requeued, or failed for good (they used every attempt)."""
-
-    requeued: list[uuid.UUID]
-    failed: list[uuid.UUID]
-    #: The task of each job taken back, and why they were, for the worker's log lines.
-    tasks: dict[uuid.UUID, str] = field(default_factory=dict, compare=False)
-    reason: str = field(default="", compare=False)
-
-
-class ClusterStore(DialectHooks):
-    """Nodes, orphans, leases and retention. Mixed into the dialect stores."""
+    def __init__(self, dialect: Dialect, flows: Flows) -> None:
+        self.dialect = dialect
+        self.flows = flows
 
     # -- nodes ---------------------------------------------------------------------------------
 
     def heartbeat(self, conn: Connection, info: NodeInfo, state: str | None = None) -> datetime:
         """Record that ``info.node_id`` is alive, with what it reports of its ``state`` (JSON:
         its circuit breakers); return the database's time."""
-        stmt = self.dialect_insert(node).values(
-            info=state,
-            node_id=info.node_id,
-            host=info.host,
-            pid=info.pid,
-            version=info.version,
-            concurrency=info.concurrency,
-            started_at=self.now_sql(),
-            last_heartbeat=self.now_sql(),
-        )
-        beat = stmt.on_conflict_do_update(
-            index_elements=["node_id"],
-            set_={
-                "last_heartbeat": stmt.excluded.last_heartbeat,
-                "pid": stmt.excluded.pid,
-                "info": stmt.excluded.info,
+        beat = self.dialect.upsert(
+            node,
+            ("node_id",),
+            {
+                "info": state,
+                "node_id": info.node_id,
+                "host": info.host,
+                "pid": info.pid,
+                "version": info.version,
+                "concurrency": info.concurrency,
+                "started_at": self.dialect.now_sql(),
+                "last_heartbeat": self.dialect.now_sql(),
+            },
+            lambda new: {
+                "last_heartbeat": new.last_heartbeat,
+                "pid": new.pid,
+                "info": new.info,
             },
         ).returning(node.c.last_heartbeat)
         return conn.execute(beat).scalar_one()  # type: ignore[no-any-return]
@@ -117,7 +101,7 @@ class ClusterStore(DialectHooks):
 
     def delete_dead_nodes(self, conn: Connection, silent_for: float) -> int:
         """Forget nodes not heard from within ``silent_for`` seconds (see :meth:`heard_within`)."""
-        result = conn.execute(sa.delete(node).where(sa.not_(self.heard_within(silent_for))))
+        result = conn.execute(sa.delete(node).where(sa.not_(self.dialect.heard_within(silent_for))))
         return int(result.rowcount)
 
     def recover_orphans(self, conn: Connection, grace: float) -> Recovered:
@@ -127,12 +111,12 @@ class ClusterStore(DialectHooks):
         claimed a moment ago by a node whose first heartbeat is not in yet. A job that has used all
         its attempts (it keeps killing its workers) goes to the dead-letter queue instead.
         """
-        alive = sa.select(node.c.node_id).where(self.heard_within(grace))
-        release_stale_permits(self, conn, grace)
+        alive = sa.select(node.c.node_id).where(self.dialect.heard_within(grace))
+        release_stale_permits(self.dialect, conn, grace)
         return self._take_back(
             conn,
             (
-                job_queue.c.picked_at < self.ago_sql(grace),
+                job_queue.c.picked_at < self.dialect.ago_sql(grace),
                 sa.or_(job_queue.c.picked_by.is_(None), job_queue.c.picked_by.not_in(alive)),
             ),
             "its worker stopped sending heartbeats",
@@ -159,7 +143,7 @@ class ClusterStore(DialectHooks):
         )
         # A job failed here counts into its batch: batch rows first, then job rows, the order
         # every batch writer follows (a cancel of the batch could deadlock with this otherwise).
-        self.lock_batches_of(conn, doomed)
+        self.flows.batches.lock_of(conn, doomed)
         failed: list[tuple[uuid.UUID, int]] = []
         for part in chunks(doomed):
             gone = conn.execute(
@@ -172,24 +156,27 @@ class ClusterStore(DialectHooks):
             )
             failed += [(row.job_id, row.attempts) for row in gone]
         for job_id, attempts in failed:
-            self.finish(
+            ended = finish(
+                self.dialect,
                 conn,
                 job_id,
                 target(Action.FAIL, JobStatus.RUNNING),
                 attempts=attempts,
                 error=f"WorkerLost: {why}, on every one of its {attempts} attempts",
             )
+            if ended is not None:
+                self.flows.ended(conn, [ended])
         requeued = conn.execute(
             sa.update(job_queue)
             .where(job_queue.c.status.in_(running), sa.not_(spent), *where)
             .values(
                 status=target(Action.RELEASE, JobStatus.RUNNING),
-                scheduled_time=self.now_sql(),
+                scheduled_time=self.dialect.now_sql(),
                 picked_by=None,
                 picked_at=None,
                 last_error=f"WorkerLost: {why}",
                 version=job_queue.c.version + 1,
-                updated_at=self.now_sql(),
+                updated_at=self.dialect.now_sql(),
             )
             .returning(job_queue.c.job_id)
         )
@@ -207,20 +194,23 @@ class ClusterStore(DialectHooks):
 
         A lease is free when nobody holds it or its holder let it expire.
         """
-        stmt = self.dialect_insert(lock).values(
-            lock_name=name,
-            locked_by=owner,
-            locked_at=self.now_sql(),
-            expires_at=self.later_sql(ttl),
-        )
-        stmt = stmt.on_conflict_do_update(
-            index_elements=["lock_name"],
-            set_={
-                "locked_by": stmt.excluded.locked_by,
-                "locked_at": stmt.excluded.locked_at,
-                "expires_at": stmt.excluded.expires_at,
+        stmt = self.dialect.upsert(
+            lock,
+            ("lock_name",),
+            {
+                "lock_name": name,
+                "locked_by": owner,
+                "locked_at": self.dialect.now_sql(),
+                "expires_at": self.dialect.later_sql(ttl),
             },
-            where=sa.or_(lock.c.locked_by == owner, lock.c.expires_at < self.now_sql()),
+            lambda new: {
+                "locked_by": new.locked_by,
+                "locked_at": new.locked_at,
+                "expires_at": new.expires_at,
+            },
+            where=lambda _: sa.or_(
+                lock.c.locked_by == owner, lock.c.expires_at < self.dialect.now_sql()
+            ),
         ).returning(lock.c.locked_by)
         return conn.execute(stmt).scalar() == owner
 
@@ -247,7 +237,7 @@ class ClusterStore(DialectHooks):
             .scalar_subquery()
             for p in Priority
         ]
-        *values, now = conn.execute(sa.select(*firsts, self.now_sql())).one()
+        *values, now = conn.execute(sa.select(*firsts, self.dialect.now_sql())).one()
         due = [v for v in values if v is not None]
         # SQLite returns a scalar subquery's value as untyped text: let the column type read it.
         earliest = _UTC.process_result_value(min(due), conn.dialect) if due else None
@@ -265,7 +255,7 @@ class ClusterStore(DialectHooks):
             sa.select(job)
             .where(
                 job.c.terminal_status.is_not(None),
-                job.c.finished_at < self.ago_sql(older_than),
+                job.c.finished_at < self.dialect.ago_sql(older_than),
                 ~sa.exists().where(job_queue.c.job_id == job.c.job_id),
             )
             .order_by(job.c.finished_at)
@@ -281,7 +271,7 @@ class ClusterStore(DialectHooks):
             )
         if not rows:
             return 0
-        archived_at = self.now(conn)
+        archived_at = self.dialect.now(conn)
         conn.execute(
             sa.insert(job_archive),
             [
@@ -312,13 +302,13 @@ class ClusterStore(DialectHooks):
     def purge_alerts(self, conn: Connection, older_than: float) -> int:
         """Delete DLQ alerts last seen over ``older_than`` seconds ago."""
         result = conn.execute(
-            sa.delete(dlq_alert).where(dlq_alert.c.last_seen_at < self.ago_sql(older_than))
+            sa.delete(dlq_alert).where(dlq_alert.c.last_seen_at < self.dialect.ago_sql(older_than))
         )
         return int(result.rowcount)
 
     def purge_logs(self, conn: Connection, older_than: float) -> int:
         """Delete job log lines older than ``older_than`` seconds."""
         result = conn.execute(
-            sa.delete(job_log).where(job_log.c.logged_at < self.ago_sql(older_than))
+            sa.delete(job_log).where(job_log.c.logged_at < self.dialect.ago_sql(older_than))
         )
         return int(result.rowcount)

@@ -25,7 +25,7 @@ from ..options import Priority
 from ..payload import Unreadable, read_member
 from ..schema import job, job_queue
 from ..states import LIVE, JobStatus
-from .sql import narrowed, tags_of
+from .jobs import narrowed, tags_of
 
 #: Exact counts stop here; beyond it a count is an estimate (PostgreSQL) or "more than".
 COUNT_CAP = 10_000

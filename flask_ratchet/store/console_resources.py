@@ -173,7 +173,7 @@ def live_node_ids(conn: Connection, now: datetime, live_after: float) -> set[str
 def _live(now: datetime, live_after: float) -> sa.ColumnElement[bool]:
     """Live nodes, as the overview decides it: a heartbeat at most ``live_after`` seconds from
     ``now``, before or after (one further ahead was written by hand, as orphan recovery sees
-    it: see ``DialectHooks.heard_within``)."""
+    it: see ``Dialect.heard_within``)."""
     window = timedelta(seconds=live_after)
     return node.c.last_heartbeat.between(now - window, now + window)
 

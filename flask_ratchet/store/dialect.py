@@ -1,15 +1,21 @@
-"""What the shared store parts call but do not define: each dialect's clock, transactions and
-INSERT, and two operations of the shared SQL that the parts call across each other.
+"""The dialect strategy: what differs between databases, behind one interface every store part
+uses. A database ratchet supports is one subclass of :class:`Dialect` plus its SQL.
 
-The shared parts (:mod:`.sql`, :mod:`.execution`, :mod:`.cluster`) are written against these
-hooks; :mod:`.postgres` and :mod:`.sqlite` fill in the dialect's, :mod:`.sql` ``finish`` and
-:mod:`.batches` ``lock_batches_of``.
+- the clock: the database's time, in Python and inside a statement;
+- transactions: a write transaction, a savepoint, a connection for one atomic statement;
+- inserts: ``INSERT … ON CONFLICT`` in the dialect's spelling (:meth:`Dialect.insert_ignoring`,
+  :meth:`Dialect.upsert`);
+- the claim: marking due jobs RUNNING, the poller's hot path;
+- locking: whether row locks order writers, and the lock that serialises schema changes;
+- the dialect's own SQL for the two batched hot paths (many jobs submitted, a batch of
+  outcomes), where it has one; the shared SQL of :mod:`.submission` and :mod:`.executions`
+  runs otherwise.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -19,22 +25,56 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..schema import node
-from ..states import JobStatus
 from .driver import savepoint
+from .types import ClaimedJob, Finished, Inserted, NewJob
+
+#: Rows per multi-row INSERT, or ids per ``IN (…)``: well under every driver's parameter limit.
+CHUNK = 500
 
 
-class DialectHooks:
-    """The dialect-specific primitives every store part may use."""
+def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
+    """Yield ``items`` in slices of at most ``size``."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
-    #: ``sqlalchemy.dialects.<name>.insert``: the INSERT with ``on_conflict_do_nothing``.
-    dialect_insert: Any
+
+class Dialect:
+    """One database's way of doing what the store parts need. Subclasses fill in the methods
+    that raise ``NotImplementedError``; the others have a default that fits most databases."""
+
+    #: ``sqlalchemy.dialects.<name>.insert``: the INSERT with ``on_conflict_do_nothing`` and
+    #: ``on_conflict_do_update``.
+    insert: Any
     #: Whether row locks order concurrent writers (``SELECT … FOR UPDATE``); False where whole
     #: write transactions are serialised anyway (SQLite's ``BEGIN IMMEDIATE``).
     locks_rows = True
 
+    # -- transactions --------------------------------------------------------------------------
+
+    def prepare(self, engine: Engine) -> None:
+        """Once per process, before first use: settings the database needs (none by default)."""
+
     def begin(self, engine: Engine) -> AbstractContextManager[Connection]:
         """Open a write transaction on ``engine``; commit on success, roll back on error."""
         raise NotImplementedError
+
+    def savepoint(self, conn: Connection) -> AbstractContextManager[None]:
+        """A savepoint in ``conn``'s transaction: what the block wrote is rolled back (and only
+        that) if it raises; released otherwise."""
+        return savepoint(conn)
+
+    def statement_engine(self, engine: Engine) -> Engine:
+        """The engine to pass to :meth:`single_statement`; make it once and keep it."""
+        return engine
+
+    def claim_engine(self, engine: Engine) -> Engine:
+        """The engine a worker claims with (through :meth:`single_statement`); the worker
+        makes it once from its own ``engine`` and disposes of it when it stops."""
+        return self.statement_engine(engine)
+
+    def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
+        """A connection for work that is one atomic write (the claim, a submission)."""
+        return self.begin(engine)
 
     def lock_schema(self, conn: Connection) -> None:
         """Hold the lock that serialises changes to ratchet's tables until ``conn``'s
@@ -42,10 +82,7 @@ class DialectHooks:
         after the other, each later one finding the work done. SQLite's ``BEGIN IMMEDIATE``
         already serialises them."""
 
-    def savepoint(self, conn: Connection) -> AbstractContextManager[None]:
-        """A savepoint in ``conn``'s transaction: what the block wrote is rolled back (and only
-        that) if it raises; released otherwise."""
-        return savepoint(conn)
+    # -- the clock -----------------------------------------------------------------------------
 
     def now(self, conn: Connection) -> datetime:
         """The database's current time (UTC)."""
@@ -63,6 +100,10 @@ class DialectHooks:
         """``seconds`` after the current time."""
         raise NotImplementedError
 
+    def hour_sql(self) -> ColumnElement[datetime]:
+        """The current time, truncated to the hour."""
+        raise NotImplementedError
+
     def heard_within(self, seconds: float) -> ColumnElement[bool]:
         """Nodes that sent a heartbeat within ``seconds``: at most that long ago, and no
         further ahead either. Every heartbeat is the database's time; one later than that was
@@ -72,24 +113,61 @@ class DialectHooks:
         beat = node.c.last_heartbeat
         return sa.and_(beat >= self.ago_sql(seconds), beat <= self.later_sql(seconds))
 
-    def hour_sql(self) -> ColumnElement[datetime]:
-        """The current time, truncated to the hour."""
-        raise NotImplementedError
+    # -- inserts -------------------------------------------------------------------------------
 
-    def finish(
+    def insert_ignoring(self, table: sa.Table, key: str) -> Any:
+        """``INSERT INTO table``, that inserts nothing where a row with the same ``key``
+        (a unique column) exists: add ``.values()`` or ``.from_select()``, and ``.returning()``
+        to learn which rows went in."""
+        return self.insert(table).on_conflict_do_nothing(index_elements=[key])
+
+    def upsert(
         self,
-        conn: Connection,
-        job_id: uuid.UUID,
-        status: JobStatus,
-        *,
-        attempts: int,
-        error: str | None = None,
-        result: str | None = None,
-    ) -> None:
-        """Write a terminal outcome to the cold row and free the business key."""
+        table: sa.Table,
+        keys: Sequence[str],
+        values: dict[str, Any],
+        update: Callable[[Any], dict[str, Any]],
+        where: Callable[[Any], ColumnElement[bool]] | None = None,
+    ) -> Any:
+        """``INSERT INTO table`` one row of ``values``, or where a row with the same ``keys``
+        (a unique index) exists, update it with ``update(new)`` (``new``: the proposed row's
+        columns), and only if ``where(new)`` holds."""
+        stmt = self.insert(table).values(**values)
+        return stmt.on_conflict_do_update(
+            index_elements=list(keys),
+            set_=update(stmt.excluded),
+            where=None if where is None else where(stmt.excluded),
+        )
+
+    # -- submission and the claim --------------------------------------------------------------
+
+    def insert_times(self) -> dict[str, ColumnElement[datetime]]:
+        """Expressions for a new job's ``created``/``due`` times, fed per row by
+        :meth:`time_params`."""
         raise NotImplementedError
 
-    def lock_batches_of(self, conn: Connection, job_ids: Sequence[uuid.UUID]) -> None:
-        """Lock the unsettled batches these jobs are children or parents of, before any job
-        row (the one lock order of batch writers)."""
+    def time_params(self, new: NewJob, now: datetime) -> dict[str, Any]:
+        """The parameters :meth:`insert_times` binds for ``new`` (``now``: this process's)."""
         raise NotImplementedError
+
+    def own_insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted] | None:
+        """Write ``jobs`` with the dialect's own SQL and return what :mod:`.submission` would,
+        or ``None`` to have the shared SQL write them."""
+        return None
+
+    def claim_due(
+        self, conn: Connection, limit: int, node_id: str, boost_minutes: int
+    ) -> list[ClaimedJob]:
+        """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first:
+        the oldest due of the highest effective priority (``boost_minutes`` of waiting raise a
+        job's priority by one level; 0: never)."""
+        raise NotImplementedError
+
+    # -- completion ----------------------------------------------------------------------------
+
+    def own_completion(
+        self, conn: Connection, node_id: str, items: Sequence[Finished]
+    ) -> set[uuid.UUID] | None:
+        """Write a batch of outcomes with the dialect's own SQL and return the ids it changed,
+        or ``None`` to have the shared SQL (:mod:`.executions`) write them."""
+        return None

@@ -1,4 +1,4 @@
-"""PostgreSQL (psycopg 3): the production store.
+"""PostgreSQL (psycopg 3): the production dialect.
 
 Time is always the server's ``now()``. The claim is one statement and one round trip:
 
@@ -32,12 +32,12 @@ from ..errors import DuplicateBusinessKey
 from ..options import Priority
 from ..schema import EARLIEST, UtcDateTime, business_key
 from ..states import Action, JobStatus, sources, target
-from .base import ClaimedJob, Inserted, NewJob, chunks
+from .dialect import Dialect, chunks
 from .driver import driver_statement
-from .execution import Finished
 from .postgres_completion import COMPLETE_STMT, complete_params
 from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
-from .sql import SqlJobStore, job_values, refuse_repeated_business_keys
+from .submission import delete_jobs, job_values, match_duplicates, refuse_repeated_business_keys
+from .types import ClaimedJob, Finished, Inserted, NewJob
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
 
@@ -150,10 +150,10 @@ _CLAIM_PLAIN = _claim_sql(boosted=False)
 _CLAIM_BOOSTED = _claim_sql(boosted=True)
 
 
-class PostgresStore(SqlJobStore):
-    """The store for ``postgresql+psycopg://`` URLs."""
+class PostgresDialect(Dialect):
+    """The dialect of ``postgresql+psycopg://`` URLs."""
 
-    dialect_insert = staticmethod(postgresql.insert)
+    insert = staticmethod(postgresql.insert)
 
     @contextmanager
     def begin(self, engine: Engine) -> Iterator[Connection]:
@@ -185,7 +185,7 @@ class PostgresStore(SqlJobStore):
             else:  # not a statement_engine(): switch this connection (slower)
                 yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
-    def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
+    def own_insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs, their queue rows, tags and key reservations: with COPY when none can
         conflict, else in one statement per chunk."""
         if copyable(jobs):
@@ -211,19 +211,15 @@ class PostgresStore(SqlJobStore):
             except sa.exc.IntegrityError as exc:
                 if _constraint(exc) == _KEY_CONSTRAINT:
                     if inserted:  # an earlier chunk of this call went in: take it back out
-                        self._delete_jobs(conn, list(inserted))
+                        delete_jobs(conn, list(inserted))
                     raise DuplicateBusinessKey(self._held_key(conn, part)) from None
                 raise
-        return self._match_duplicates(conn, jobs, inserted)
+        return match_duplicates(conn, jobs, inserted)
 
-    def complete_many(
+    def own_completion(
         self, conn: Connection, node_id: str, items: Sequence[Finished]
     ) -> set[uuid.UUID]:
         """A batch of outcomes in one statement (:mod:`.postgres_completion`)."""
-        if not items:
-            return set()
-        # Batch rows first, then job rows: the lock order every batch writer follows.
-        self.lock_batches(conn, [i.batch_id for i in items if i.batch_id is not None])
         # On the driver's cursor (see .driver), like the claim: one per completion batch.
         rows = driver_statement(COMPLETE_STMT, conn.dialect).execute(
             conn, complete_params(node_id, items)

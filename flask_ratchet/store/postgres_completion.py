@@ -1,4 +1,4 @@
-"""PostgreSQL: a batch of outcomes in one statement (see :mod:`.execution` for the semantics).
+"""PostgreSQL: a batch of outcomes in one statement (see :mod:`.executions` for the semantics).
 
 Hot rows are deleted (terminal) or requeued (retry, release) only where ``status = RUNNING AND
 picked_by = :node``; everything else (cold rows, freed keys, executions, log lines, DLQ alerts) is
@@ -19,7 +19,8 @@ import sqlalchemy as sa
 
 from ..ids import uuid7
 from ..states import Action, JobStatus, sources, target
-from .execution import Finished, Outcome, error_hash
+from .executions import error_hash
+from .types import Finished, Outcome
 
 _RUNNING = next(iter(sources(Action.SUCCEED)))
 _BACK = target(Action.RESCHEDULE, JobStatus.RUNNING)

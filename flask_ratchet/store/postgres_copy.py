@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection
 
 from ..states import JobStatus
-from .base import Inserted, NewJob
 from .driver import translated_errors
-from .sql import job_values
+from .submission import job_values
+from .types import Inserted, NewJob
 
 if TYPE_CHECKING:  # psycopg is the postgresql extra: an app on SQLite need not have it
     import psycopg
 
-#: The ``ratchet_job`` columns a submission writes (:func:`~.sql.job_values`'s), with their
+#: The ``ratchet_job`` columns a submission writes (:func:`~.submission.job_values`'s), with their
 #: PostgreSQL types: the statements of :mod:`.postgres` and the COPY here both take them from it.
 SUBMITTED_COLUMNS = (
     ("job_id", "uuid"), ("task", "text"), ("job_type", "text"), ("priority", "int2"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -40,8 +40,9 @@ from ..recurring import (
 )
 from ..retry import first_line
 from ..schema import recurring
-from .base import NewJob
-from .sql import SqlJobStore
+from .dialect import Dialect
+from .jobs import Jobs
+from .types import Fired, FirePass, NewJob
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -53,28 +54,11 @@ _LIVE = (RecurringStatus.ACTIVE, RecurringStatus.PAUSED)
 _DEFINITION = ("name", "task", "cron", "zone", "payload", "options", "misfire")
 
 
-@dataclass(frozen=True, slots=True)
-class Fired:
-    """One child created by :meth:`RecurringStore.fire_due`."""
+class Recurring:
+    """Recurring masters; their children go in through the jobs part's submission."""
 
-    recurring_id: str
-    fire_time: datetime
-    job_id: uuid.UUID
-
-
-@dataclass(frozen=True, slots=True)
-class FirePass:
-    """What one firing pass did, and when the next occurrence is due (database time)."""
-
-    now: datetime
-    fired: list[Fired]
-    next_due: datetime | None
-
-
-class RecurringStore:
-    """Recurring masters, on top of a job store (its clock, its dialect, its submission)."""
-
-    def __init__(self, jobs: SqlJobStore) -> None:
+    def __init__(self, dialect: Dialect, jobs: Jobs) -> None:
+        self.dialect = dialect
         self.jobs = jobs
 
     # -- registration --------------------------------------------------------------------------
@@ -87,7 +71,7 @@ class RecurringStore:
         misfire policy) keep it. A CANCELED master is replaced by a new, active one. A PAUSED one
         stays paused.
         """
-        now = self.jobs.now(conn)
+        now = self.dialect.now(conn)
         values = {
             "name": d.name,
             "task": d.task,
@@ -98,7 +82,7 @@ class RecurringStore:
             "misfire": str(d.misfire),
         }
         created = conn.execute(
-            self.jobs.dialect_insert(recurring)
+            self.dialect.insert_ignoring(recurring, "recurring_id")
             .values(
                 recurring_id=d.id,
                 status=RecurringStatus.ACTIVE,
@@ -107,7 +91,6 @@ class RecurringStore:
                 updated_at=now,
                 **values,
             )
-            .on_conflict_do_nothing(index_elements=["recurring_id"])
             .returning(recurring.c.recurring_id)
         ).first()
         if created is not None:
@@ -147,7 +130,7 @@ class RecurringStore:
         Run inside a write transaction of its own (``store.begin``); masters another firer holds
         are skipped, not waited for.
         """
-        now = self.jobs.now(conn)
+        now = self.dialect.now(conn)
         enabled = _enabled(disabled)
         due = conn.execute(
             sa.select(recurring)
@@ -213,7 +196,7 @@ class RecurringStore:
         it does not come back, and the other masters of the pass fire.
         """
         try:
-            with self.jobs.savepoint(conn):
+            with self.dialect.savepoint(conn):
                 self.jobs.insert_jobs(conn, children)
         except sa.exc.IntegrityError as exc:
             log.error(
@@ -249,7 +232,7 @@ class RecurringStore:
 
     def peek(self, conn: Connection, disabled: Sequence[str] = ()) -> FirePass:
         """When the next occurrence is due, read only: a firer checks before it writes."""
-        return FirePass(self.jobs.now(conn), [], self._next_due(conn, disabled))
+        return FirePass(self.dialect.now(conn), [], self._next_due(conn, disabled))
 
     def _next_due(self, conn: Connection, disabled: Sequence[str]) -> datetime | None:
         # MIN() keeps the column's type: an aware UTC time on SQLite too.
@@ -269,7 +252,9 @@ class RecurringStore:
                 recurring.c.recurring_id == recurring_id,
                 recurring.c.status == RecurringStatus.ACTIVE,
             )
-            .values(status=RecurringStatus.PAUSED, next_fire=None, updated_at=self.jobs.now_sql())
+            .values(
+                status=RecurringStatus.PAUSED, next_fire=None, updated_at=self.dialect.now_sql()
+            )
         )
         return paused.rowcount == 1 or self._status(conn, recurring_id) == RecurringStatus.PAUSED
 
@@ -288,7 +273,7 @@ class RecurringStore:
         ).first()
         if row is None or isinstance(_fireable(self._to_job(row)), str):
             return False
-        now = self.jobs.now(conn)
+        now = self.dialect.now(conn)
         try:
             upcoming = _first_after(row.cron, row.zone, now, row.last_fire)
         except (ValueError, OverflowError):
@@ -305,7 +290,9 @@ class RecurringStore:
         canceled = conn.execute(
             sa.update(recurring)
             .where(recurring.c.recurring_id == recurring_id, recurring.c.status.in_(_LIVE))
-            .values(status=RecurringStatus.CANCELED, next_fire=None, updated_at=self.jobs.now_sql())
+            .values(
+                status=RecurringStatus.CANCELED, next_fire=None, updated_at=self.dialect.now_sql()
+            )
         )
         return canceled.rowcount == 1
 

@@ -21,8 +21,6 @@ it starts (they belong to an earlier process with its node id).
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from enum import StrEnum
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -32,58 +30,38 @@ from ..resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from ..resources import resource_limit as checked_limit
 from ..schema import StoredUuid, job_queue, node, resource_limit, resource_permit
 from ..states import JobStatus
-from .dialect import DialectHooks
+from .dialect import Dialect
+from .types import Acquisition, Permit
 
 
-class Permit(StrEnum):
-    """What :meth:`ResourceStore.acquire_permit` answered."""
+class Resources:
+    """Resource limits and permits."""
 
-    GRANTED = "GRANTED"  # a permit row is held: release it after the run
-    UNLIMITED = "UNLIMITED"  # the resource has no limit row: run, there is nothing to release
-    FULL = "FULL"  # every permit is out: defer the job by the limit's retry_delay
-    #: The limit row holds what ratchet never writes: defer the job (see ``reason``) until the
-    #: limit is set again (``configure_resource``, or a worker starting with RATCHET_RESOURCES).
-    UNREADABLE = "UNREADABLE"
-    GONE = "GONE"  # the job is no longer RUNNING on this node (canceled, recovered): skip it
-
-
-@dataclass(frozen=True, slots=True)
-class Acquisition:
-    """The answer to one permit request."""
-
-    permit: Permit
-    #: FULL: seconds until the job should try again.
-    retry_delay: float = 0.0
-    #: Permits of the resource out after the request (this job's included if GRANTED).
-    in_use: int = 0
-    #: UNREADABLE: which column of the limit row holds what, and what is allowed.
-    reason: str | None = None
-
-
-class ResourceStore(DialectHooks):
-    """Resource limits and permits. Mixed into the dialect stores."""
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
 
     def set_resource_limit(self, conn: Connection, limit: ResourceLimit) -> None:
         """Create or change a resource's limit (a row that already says so is left alone)."""
-        stmt = self.dialect_insert(resource_limit).values(
-            resource_name=limit.name,
-            max_concurrent=limit.max_concurrent,
-            retry_delay=limit.retry_delay,
-            updated_at=self.now_sql(),
-        )
         conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["resource_name"],
-                set_={
-                    "max_concurrent": stmt.excluded.max_concurrent,
-                    "retry_delay": stmt.excluded.retry_delay,
-                    "updated_at": stmt.excluded.updated_at,
+            self.dialect.upsert(
+                resource_limit,
+                ("resource_name",),
+                {
+                    "resource_name": limit.name,
+                    "max_concurrent": limit.max_concurrent,
+                    "retry_delay": limit.retry_delay,
+                    "updated_at": self.dialect.now_sql(),
+                },
+                lambda new: {
+                    "max_concurrent": new.max_concurrent,
+                    "retry_delay": new.retry_delay,
+                    "updated_at": new.updated_at,
                 },
                 # Every worker writes RATCHET_RESOURCES when it starts: most of those writes
                 # change nothing and need not lock the row or bump updated_at.
-                where=sa.or_(
-                    resource_limit.c.max_concurrent != stmt.excluded.max_concurrent,
-                    resource_limit.c.retry_delay != stmt.excluded.retry_delay,
+                where=lambda new: sa.or_(
+                    resource_limit.c.max_concurrent != new.max_concurrent,
+                    resource_limit.c.retry_delay != new.retry_delay,
                 ),
             )
         )
@@ -147,20 +125,16 @@ class ResourceStore(DialectHooks):
             job_queue.c.status == JobStatus.RUNNING,
             job_queue.c.picked_by == node_id,
         )
-        stmt = self.dialect_insert(resource_permit).from_select(
+        stmt = self.dialect.insert_ignoring(resource_permit, "job_id").from_select(
             ["job_id", "resource_name", "node_id", "acquired_at"],
             sa.select(
                 sa.literal(job_id, StoredUuid()),
                 sa.literal(resource, sa.String()),
                 sa.literal(node_id, sa.String()),
-                self.now_sql(),
+                self.dialect.now_sql(),
             ).where(running),
         )
-        taken = conn.execute(
-            stmt.on_conflict_do_nothing(index_elements=["job_id"]).returning(
-                resource_permit.c.job_id
-            )
-        ).first()
+        taken = conn.execute(stmt.returning(resource_permit.c.job_id)).first()
         if taken is None:
             return Acquisition(Permit.GONE, in_use=others)
         return Acquisition(Permit.GRANTED, in_use=others + 1)
@@ -175,7 +149,7 @@ class ResourceStore(DialectHooks):
         return bool(result.rowcount == 1)
 
 
-def release_stale_permits(store: DialectHooks, conn: Connection, grace: float) -> int:
+def release_stale_permits(dialect: Dialect, conn: Connection, grace: float) -> int:
     """Orphan recovery: delete permits taken over ``grace`` seconds ago whose node is not alive
     (no heartbeat for ``grace``, or no node row). Returns how many were deleted.
 
@@ -184,10 +158,10 @@ def release_stale_permits(store: DialectHooks, conn: Connection, grace: float) -
     blocked). The age test spares a permit taken a moment ago, as orphan recovery spares a job
     claimed a moment ago.
     """
-    alive = sa.select(node.c.node_id).where(store.heard_within(grace))
+    alive = sa.select(node.c.node_id).where(dialect.heard_within(grace))
     result = conn.execute(
         sa.delete(resource_permit).where(
-            resource_permit.c.acquired_at < store.ago_sql(grace),
+            resource_permit.c.acquired_at < dialect.ago_sql(grace),
             resource_permit.c.node_id.not_in(alive),
         )
     )

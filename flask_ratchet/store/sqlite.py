@@ -22,9 +22,9 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..options import Priority
 from ..schema import UtcDateTime, job, job_queue
 from ..states import Action, sources, target
-from .base import ClaimedJob, NewJob
+from .dialect import Dialect
 from .driver import driver_statement
-from .sql import SqlJobStore
+from .types import ClaimedJob, NewJob
 
 # Every write transaction starts with it: run on the driver's cursor (see .driver).
 _BEGIN_IMMEDIATE = sa.text("BEGIN IMMEDIATE")
@@ -33,10 +33,10 @@ _BEGIN_IMMEDIATE = sa.text("BEGIN IMMEDIATE")
 _SYNCHRONOUS_SET = "ratchet_sqlite_synchronous"
 
 
-class SqliteStore(SqlJobStore):
-    """The store for ``sqlite:///path`` URLs."""
+class SqliteDialect(Dialect):
+    """The dialect of ``sqlite:///path`` URLs."""
 
-    dialect_insert = staticmethod(sqlite.insert)
+    insert = staticmethod(sqlite.insert)
     locks_rows = False  # every write transaction begins IMMEDIATE: one writer at a time
 
     def __init__(self, synchronous: str | None = "NORMAL") -> None:
@@ -88,13 +88,13 @@ class SqliteStore(SqlJobStore):
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         return sa.literal(hour, UtcDateTime())
 
-    def _insert_times(self) -> dict[str, ColumnElement[datetime]]:
+    def insert_times(self) -> dict[str, ColumnElement[datetime]]:
         return {
             "created": sa.bindparam("p_now", type_=UtcDateTime()),
             "due": sa.bindparam("p_due", type_=UtcDateTime()),
         }
 
-    def _time_params(self, new: NewJob, now: datetime) -> dict[str, Any]:
+    def time_params(self, new: NewJob, now: datetime) -> dict[str, Any]:
         return {"p_now": now, "p_due": new.due(now)}
 
     def claim_due(

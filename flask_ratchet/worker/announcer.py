@@ -10,7 +10,7 @@ from typing import Any
 
 from flask import Flask
 
-from ..events import Event
+from ..facts import Event
 from ..runtime import Runtime, announce
 
 

@@ -28,14 +28,11 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from .. import events, payload
-from ..events import Event
+from .. import events, facts, payload
+from ..facts import Event
 from ..retry import first_line
-from ..states import JobStatus
-from ..store import SqlJobStore
-from ..store.batches import Ended
-from ..store.execution import Finished, Outcome
-from ..store.flow import Evaluator, no_predicates
+from ..store import Store
+from ..store.types import Evaluator, Finished, Outcome, no_predicates
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -45,7 +42,7 @@ class Completer(threading.Thread):
 
     def __init__(
         self,
-        store: SqlJobStore,
+        store: Store,
         engine: Engine,
         node_id: str,
         *,
@@ -187,7 +184,7 @@ class Completer(threading.Thread):
         if not results or self._predicate is None:
             return no_predicates
         with self._engine.connect() as conn:
-            pending = self._store.pending_predicates(conn, list(results))
+            pending = self._store.flows.pending_predicates(conn, list(results))
         decoded: dict[uuid.UUID, Any] = {}  # each parent's result once, whatever its branches
         values: dict[tuple[uuid.UUID, str], bool | Exception] = {}
         for parent_id, name in pending:
@@ -213,46 +210,12 @@ class Completer(threading.Thread):
     ) -> tuple[set[uuid.UUID], list[Event]]:
         """Write ``batch``, and what the end of its linked jobs sets off, in ``conn``'s
         transaction; return the jobs changed and the events to send after the commit.
-        ``alone``: each job's follow-ups in a savepoint of its own (see :meth:`_follow_up`)."""
-        applied = self._store.complete_many(conn, self._node_id, batch)
-        ended = [
-            Ended(
-                i.job_id,
-                _ENDS_IN[i.outcome],
-                result=i.result,
-                run_ms=i.duration_ms,
-                wait_ms=i.queue_wait_ms,
-                batch_id=i.batch_id,
-            )
-            for i in batch
-            if i.follow_up and i.outcome.terminal and i.job_id in applied
-        ]
-        if ended and not alone:
-            self._store.after_end(conn, ended, evaluate)
-        for one in ended if alone else ():
-            self._follow_up(conn, one, evaluate)
-        return applied, events.take(conn)
-
-    def _follow_up(self, conn: Connection, ended: Ended, evaluate: Evaluator) -> None:
-        """Set off what one job's end sets off, in a savepoint: if that fails (a row it reads
-        holds what ratchet never writes, in a way nothing before caught), the job's outcome is
-        written all the same and its follow-ups are left as they are, with one log line (a
-        batch is settled later by the recovery sweep; a dependent waits for an operator)."""
-        earlier = events.take(conn)
-        try:
-            with self._store.savepoint(conn):
-                self._store.after_end(conn, [ended], evaluate)
-        except Exception as exc:
-            events.take(conn)  # recorded by what the savepoint took back: it never happened
-            log.error(
-                "job %s ended %s, but what its end sets off failed (%s: %s); its outcome is "
-                "written, its follow-ups are left as they are",
-                ended.job_id,
-                ended.status,
-                type(exc).__name__,
-                first_line(exc),
-            )
-        events.record(conn, [*earlier, *events.take(conn)])
+        ``alone``: each job's follow-ups in a savepoint of its own (see
+        :meth:`flask_ratchet.store.flows.Flows.ended`)."""
+        applied = self._store.executions.complete_many(
+            conn, self._node_id, batch, evaluate, isolate=alone
+        )
+        return applied, facts.take(conn)
 
     def _announce(
         self, batch: list[Finished], applied: set[uuid.UUID], recorded: list[Event]
@@ -362,9 +325,6 @@ def _reduced(item: Finished, exc: SQLAlchemyError) -> Finished:
     return replace(item, error=error, traceback=None, logs=())
 
 
-_ENDS_IN = {Outcome.SUCCEEDED: JobStatus.SUCCEEDED, Outcome.FAILED: JobStatus.FAILED}
-
-
 def _outcome_events(batch: list[Finished], applied: set[uuid.UUID]) -> list[Event]:
     """The signals for the outcomes themselves, for the signals someone listens to."""
     completed = events.wanted(events.job_completed)
@@ -380,13 +340,13 @@ def _outcome_events(batch: list[Finished], applied: set[uuid.UUID]) -> list[Even
         about = {"job_id": item.job_id, "task": item.task}
         if item.outcome == Outcome.SUCCEEDED:
             if completed:
-                out.append(Event(events.job_completed.name, about | {"result": item.result}))
+                out.append(Event(facts.JOB_COMPLETED, about | {"result": item.result}))
             continue
         failure = about | {"attempt": item.attempt, "error": item.error}
         if failed:
-            out.append(Event(events.job_failed.name, failure))
+            out.append(Event(facts.JOB_FAILED, failure))
         if item.outcome == Outcome.RETRY and retrying:
-            out.append(Event(events.job_retrying.name, failure | {"delay": item.delay}))
+            out.append(Event(facts.JOB_RETRYING, failure | {"delay": item.delay}))
         if item.outcome == Outcome.FAILED and dead:
-            out.append(Event(events.job_dead_lettered.name, failure))
+            out.append(Event(facts.JOB_DEAD_LETTERED, failure))
     return out

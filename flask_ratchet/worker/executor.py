@@ -41,9 +41,7 @@ from ..options import Backoff
 from ..registry import Task
 from ..retry import Decision, decide, describe, format_traceback
 from ..runtime import send
-from ..store.base import ClaimedJob
-from ..store.execution import Finished, Outcome
-from ..store.resources import Permit
+from ..store.types import ClaimedJob, Finished, Outcome, Permit
 from .permits import PERMIT_ERROR_DELAY, PermitGate, WorkerSide
 
 if TYPE_CHECKING:

@@ -14,13 +14,12 @@ from typing import TYPE_CHECKING, Protocol
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..context import Supervisor
-from ..store.base import ClaimedJob
-from ..store.resources import Acquisition, Permit
+from ..store.types import Acquisition, ClaimedJob, Permit
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from ..store import SqlJobStore
+    from ..store import Store
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -41,7 +40,7 @@ class WorkerSide(Supervisor, Protocol):
 
     node_id: str
     engine: Engine
-    store: SqlJobStore
+    store: Store
 
 
 class PermitGate:
@@ -59,7 +58,9 @@ class PermitGate:
         assert resource is not None
         try:
             with worker.store.begin(worker.engine) as conn:
-                answer = worker.store.acquire_permit(conn, claimed.job_id, resource, worker.node_id)
+                answer = worker.store.resources.acquire_permit(
+                    conn, claimed.job_id, resource, worker.node_id
+                )
         except SQLAlchemyError:
             log.warning(
                 "could not ask for a permit of %r for job %s",
@@ -89,7 +90,7 @@ class PermitGate:
         for left in reversed(range(RELEASE_TRIES)):
             try:
                 with worker.store.begin(worker.engine) as conn:
-                    worker.store.release_permit(conn, claimed.job_id, worker.node_id)
+                    worker.store.resources.release_permit(conn, claimed.job_id, worker.node_id)
                 return
             except SQLAlchemyError:
                 if not left:

@@ -29,14 +29,13 @@ import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import events
+from .. import facts
 from ..config import RatchetConfig
 from ..context import CaptureHandler, job_logger
 from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
-from ..store.cluster import NodeInfo
-from ..store.execution import Finished, Outcome
+from ..store.types import Finished, NodeInfo, Outcome
 from ..store.wakeup import PgListener, SqliteWatcher
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
@@ -115,18 +114,20 @@ class Worker:
     def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None:
         try:
             with self.store.begin(self.engine) as conn:
-                self.store.report_progress(conn, self.node_id, job_id, json.dumps(progress))
+                self.store.executions.report_progress(
+                    conn, self.node_id, job_id, json.dumps(progress)
+                )
         except SQLAlchemyError:
             log.warning("could not store progress of job %s", job_id, exc_info=True)
 
     def result_of(self, job_id: uuid.UUID) -> Any:
         with self.engine.connect() as conn:
-            return self.store.result_of(conn, job_id)
+            return self.store.jobs.result_of(conn, job_id)
 
     def still_running(self, job_id: uuid.UUID) -> bool:
         try:
             with self.engine.connect() as conn:
-                return job_id in self.store.still_running(conn, self.node_id, [job_id])
+                return job_id in self.store.executions.still_running(conn, self.node_id, [job_id])
         except SQLAlchemyError:
             return True  # cannot tell: let the job go on; the completion is fenced anyway
 
@@ -191,8 +192,8 @@ class Worker:
 
     def _start(self, url: sa.URL) -> None:
         with self.store.begin(self.engine) as conn:
-            mine = self.store.reclaim_own(conn, self.node_id)
-            recorded = events.take(conn)
+            mine = self.store.cluster.reclaim_own(conn, self.node_id)
+            recorded = facts.take(conn)
         self.announcer.put(recorded)  # sent once the announcer starts, below
         if mine.requeued or mine.failed:
             log.warning(
@@ -237,7 +238,7 @@ class Worker:
             return
         with self.store.begin(self.engine) as conn:
             for limit in limits:
-                self.store.set_resource_limit(conn, limit)
+                self.store.resources.set_resource_limit(conn, limit)
         log.info(
             "resource limits: %s",
             ", ".join(f"{x.name} {x.max_concurrent} at once" for x in limits),
@@ -254,7 +255,7 @@ class Worker:
             if free > 0:
                 try:
                     with self.store.single_statement(self.claim_engine) as conn:
-                        claimed = self.store.claim_due(conn, free, self.node_id, boost)
+                        claimed = self.store.jobs.claim_due(conn, free, self.node_id, boost)
                 except SQLAlchemyError:
                     log.warning("claim failed; polling again later", exc_info=True)
                 except Exception:
@@ -279,7 +280,7 @@ class Worker:
         """Seconds until the earliest pending job is due (the poller never sleeps past it)."""
         try:
             with self.engine.connect() as conn:
-                due, now = self.store.next_due_and_now(conn)
+                due, now = self.store.cluster.next_due_and_now(conn)
         except SQLAlchemyError:
             return self.config.poll_interval
         return float("inf") if due is None else max(0.0, float((due - now).total_seconds()))
@@ -330,7 +331,7 @@ class Worker:
             return
         try:
             with self.engine.connect() as conn:
-                mine = self.store.still_running(
+                mine = self.store.executions.still_running(
                     conn, self.node_id, [r.claimed.job_id for r in runs]
                 )
         except SQLAlchemyError:
@@ -361,7 +362,7 @@ class Worker:
             self.recurring.join(5)  # it stopped firing when the drain began
         try:
             with self.store.begin(self.engine) as conn:
-                self.store.remove_node(conn, self.node_id)
+                self.store.cluster.remove_node(conn, self.node_id)
         except SQLAlchemyError:
             log.warning("could not remove node %s; it will be cleaned up", self.node_id)
         self.executor.shutdown()

@@ -70,7 +70,7 @@ def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
     """End a RUNNING job as the worker would (fenced by ``node``)."""
     state = ratchet.state
     with state.store.begin(state.engine) as conn:
-        return state.store.complete(
+        return state.store.jobs.complete(
             conn, job_id, node, status, error="boom" if status == JobStatus.FAILED else None
         )
 

@@ -13,8 +13,9 @@ from flask import Flask
 from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.schema import node
-from flask_ratchet.store.cluster import BREAKER_RESET, NodeInfo
+from flask_ratchet.store.cluster import BREAKER_RESET
 from flask_ratchet.store.console_writes import record_audit
+from flask_ratchet.store.types import NodeInfo
 from tests.apps import ratchet
 
 SETTINGS = BreakerSettings(window=4, failure_rate=0.5, open_for=60, half_open_calls=1, min_calls=4)

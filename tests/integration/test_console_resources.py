@@ -24,7 +24,8 @@ from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.resources import ResourceLimit
 from flask_ratchet.schema import node
 from flask_ratchet.store import console_resources as held
-from flask_ratchet.store.cluster import BREAKER_RESET, NodeInfo
+from flask_ratchet.store.cluster import BREAKER_RESET
+from flask_ratchet.store.types import NodeInfo
 from tests.apps import add, create_app, db, ratchet
 from tests.integration.helpers import count
 from tests.integration.test_console import ADMIN, ORIGIN, WRITES, Console, audit_rows
@@ -64,7 +65,7 @@ def permit(job_id: uuid.UUID, resource: str, node_id: str = "node-a") -> None:
     """Take a permit for a RUNNING job as its worker would."""
     state = ratchet.state
     with state.store.begin(state.engine) as conn:
-        state.store.acquire_permit(conn, job_id, resource, node_id)
+        state.store.resources.acquire_permit(conn, job_id, resource, node_id)
 
 
 def pending(n: int, resource: str | None) -> list[uuid.UUID]:
@@ -104,7 +105,7 @@ def worker_beat(node_id: str, breakers: Breakers) -> Heartbeat:
 def limit_of(name: str) -> ResourceLimit | None:
     state = ratchet.state
     with state.engine.connect() as conn:
-        return state.store.get_resource_limit(conn, name)
+        return state.store.resources.get_resource_limit(conn, name)
 
 
 def stranger_post(console: Console, url: str, form: dict[str, str]) -> TestResponse:

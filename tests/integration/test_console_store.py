@@ -143,7 +143,7 @@ def test_a_delete_waits_for_a_concurrent_pause_and_then_leaves_the_job(
     store, engine = ratchet.state.store, ratchet.state.engine
     outcome: list[bool] = []
     with store.begin(engine) as pausing:
-        assert store.pause(pausing, failed)  # hot row written, not yet committed
+        assert store.jobs.pause(pausing, failed)  # hot row written, not yet committed
 
         def delete_meanwhile() -> None:
             with store.begin(engine) as conn:

@@ -19,8 +19,9 @@ from flask_ratchet import JobStatus
 from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.schema import UtcDateTime
-from flask_ratchet.store.cluster import BREAKER_RESET, NodeInfo
+from flask_ratchet.store.cluster import BREAKER_RESET
 from flask_ratchet.store.console_resources import live_node_ids
+from flask_ratchet.store.types import NodeInfo
 from tests.apps import add, create_app, db, ratchet
 from tests.integration.helpers import count, each_database_that_holds
 
@@ -192,9 +193,9 @@ def test_a_heartbeat_in_the_future_keeps_no_node_alive(
     assert [c.job_id for c in ratchet.claim_due(1, "ghost")] == [job_id]
     state = ratchet.state
     with state.store.begin(state.engine) as conn:
-        state.store.acquire_permit(conn, job_id, "api", "ghost")
-        state.store.heartbeat(conn, NodeInfo("ghost", "h", 1, "v", 1))
-        state.store.heartbeat(conn, NodeInfo("alive", "h", 2, "v", 1))
+        state.store.resources.acquire_permit(conn, job_id, "api", "ghost")
+        state.store.cluster.heartbeat(conn, NodeInfo("ghost", "h", 1, "v", 1))
+        state.store.cluster.heartbeat(conn, NodeInfo("alive", "h", 2, "v", 1))
     with db.engine.begin() as conn:
         conn.execute(
             sa.text(f"UPDATE ratchet_node SET {column} = :value WHERE node_id = 'ghost'"),
@@ -212,8 +213,8 @@ def test_a_heartbeat_in_the_future_keeps_no_node_alive(
     with db.engine.connect() as conn:  # the console agrees: only "alive" is live
         assert live_node_ids(conn, datetime.now(UTC), 60) == {"alive"}
     with state.store.begin(state.engine) as conn:
-        recovered = state.store.recover_orphans(conn, grace=60)
-        assert state.store.delete_dead_nodes(conn, 3600) == 1
+        recovered = state.store.cluster.recover_orphans(conn, grace=60)
+        assert state.store.cluster.delete_dead_nodes(conn, 3600) == 1
     assert recovered.requeued == [job_id]
     assert count("ratchet_resource_permit") == 0
     found = ratchet.get_job(job_id)

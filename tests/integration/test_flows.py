@@ -334,8 +334,8 @@ def test_the_recovery_sweep_settles_a_batch_whose_children_ended_unseen(app: Fla
         conn.execute(sa.update(job).where(job.c.job_id == ids[0]).values(terminal_status="FAILED"))
     assert not handle.progress().finished
     with state.store.begin(state.engine) as conn:
-        assert state.store.settle_stranded_batches(conn) == 1
-        assert state.store.settle_stranded_batches(conn) == 0  # once
+        assert state.store.flows.settle_stranded_batches(conn) == 1
+        assert state.store.flows.settle_stranded_batches(conn) == 0  # once
     progress = handle.progress()
     assert (progress.succeeded, progress.failed, progress.finished) == (2, 1, True)
     assert status(handle.id) == JobStatus.FAILED
@@ -472,8 +472,7 @@ def test_a_scheduled_builder_cannot_be_a_step(app: Flask) -> None:
 def test_canceling_a_batch_while_a_worker_ends_its_last_child_commits_both(app: Flask) -> None:
     """One lock order (batch row, then job rows) for the completer and for cancel: on
     PostgreSQL these two used to deadlock, and the cancel raised."""
-    from flask_ratchet.store.batches import Ended
-    from flask_ratchet.store.execution import Finished, Outcome
+    from flask_ratchet.store.types import Ended, Finished, Outcome
 
     state = ratchet.state
     store, engine = state.store, state.engine
@@ -481,18 +480,18 @@ def test_canceling_a_batch_while_a_worker_ends_its_last_child_commits_both(app: 
     first, last = children_of(handle.id)
     assert ratchet.cancel_job(first)
     with store.begin(engine) as conn:
-        assert [c.job_id for c in store.claim_due(conn, 10, "n1", 0)] == [last]
+        assert [c.job_id for c in store.jobs.claim_due(conn, 10, "n1", 0)] == [last]
 
     def complete(conn: Connection, started: threading.Event) -> None:
         done = Finished(
             last, Outcome.SUCCEEDED, "t", 1, result="2", follow_up=True, batch_id=handle.id
         )
-        store.complete_many(conn, "n1", [done])
+        store.executions.complete_many(conn, "n1", [done])
         started.set()
         time.sleep(0.5)  # the cancel starts meanwhile
-        store.after_end(conn, [Ended(last, JobStatus.SUCCEEDED, batch_id=handle.id)])
+        store.flows.ended(conn, [Ended(last, JobStatus.SUCCEEDED, batch_id=handle.id)])
 
-    outcome = two_writers(complete, lambda conn: store.cancel(conn, handle.id))
+    outcome = two_writers(complete, lambda conn: store.jobs.cancel(conn, handle.id))
     assert outcome == {"first": "committed", "second": "committed"}
     progress = handle.progress()
     assert (progress.succeeded, progress.failed, progress.finished) == (1, 1, True)
@@ -548,10 +547,10 @@ def race_with_batch_cancel(
     store, engine = ratchet.state.store, ratchet.state.engine
 
     def cancel(conn: Connection, started: threading.Event) -> None:
-        store.lock_batches_of(conn, [batch_id])  # cancel's first step ...
+        store.flows.batches.lock_of(conn, [batch_id])  # cancel's first step ...
         started.set()
         wait_for_a_lock_wait(engine)  # ... the other writer is stuck on one ...
-        assert store.cancel(conn, batch_id)  # ... and the rest of the cancel
+        assert store.jobs.cancel(conn, batch_id)  # ... and the rest of the cancel
 
     return two_writers(cancel, other)
 
@@ -571,11 +570,11 @@ def test_recovering_a_spent_batch_child_while_the_batch_is_canceled_commits_both
         .submit()
     )
     with store.begin(engine) as conn:  # claimed by a node that never sends a heartbeat
-        assert len(store.claim_due(conn, 10, "gone", 0)) == 2
+        assert len(store.jobs.claim_due(conn, 10, "gone", 0)) == 2
     time.sleep(0.05)  # claimed before "now" on every clock
     recovered: list[Any] = []
     outcome = race_with_batch_cancel(
-        handle.id, lambda conn: recovered.append(store.recover_orphans(conn, 0))
+        handle.id, lambda conn: recovered.append(store.cluster.recover_orphans(conn, 0))
     )
     assert outcome == {"first": "committed", "second": "committed"}
     # The cancel came first: the children were canceled with their batch, none was left to fail.
@@ -593,12 +592,12 @@ def test_resuming_a_paused_failed_child_while_the_batch_is_canceled_commits_both
     handle = ratchet.enqueue_batch("resumed").add(batch_item, 1).add(batch_item, 2).submit()
     first, second = children_of(handle.id)
     with store.begin(engine) as conn:
-        assert len(store.claim_due(conn, 10, "node-a", 0)) == 2
+        assert len(store.jobs.claim_due(conn, 10, "node-a", 0)) == 2
     assert finish(first, JobStatus.FAILED)
     assert ratchet.pause_job(first)  # FAILED -> PAUSED: live again, no longer counted
     resumed: list[bool] = []
     outcome = race_with_batch_cancel(
-        handle.id, lambda conn: resumed.append(store.resume(conn, first))
+        handle.id, lambda conn: resumed.append(store.jobs.resume(conn, first))
     )
     assert outcome == {"first": "committed", "second": "committed"}
     assert resumed == [False]  # canceled with its batch before the resume could take it
@@ -614,6 +613,6 @@ def test_archiving_a_flow_takes_its_batch_and_condition_rows_with_it(app: Flask)
     store, engine = ratchet.state.store, ratchet.state.engine
     assert handle.progress().finished
     with store.begin(engine) as conn:
-        assert store.archive_ended(conn, older_than=0, limit=100) == count("ratchet_job")
+        assert store.cluster.archive_ended(conn, older_than=0, limit=100) == count("ratchet_job")
     assert count("ratchet_job") == count("ratchet_batch") == 0
     assert count("ratchet_workflow_condition") == 0

@@ -27,7 +27,7 @@ from flask_ratchet.cron import next_fire, next_fire_times
 from flask_ratchet.ids import uuid7
 from flask_ratchet.maintenance.recurring import RecurringFirer, start_recurring
 from flask_ratchet.schema import job, recurring
-from flask_ratchet.store.recurring import FirePass, RecurringStore
+from flask_ratchet.store.types import FirePass
 from flask_ratchet.worker.runner import Worker
 from tests.apps import Run, add, create_app, db, new_year_2099, ratchet, record_context
 from tests.conftest import truncate_all
@@ -447,7 +447,7 @@ def test_a_registration_that_waited_for_a_firer_does_not_schedule_its_occurrence
                 began.append(state.store.now(conn))  # the transaction's clock from here on
                 pinned.set()
                 go.wait(30)
-                registered.append(RecurringStore(state.store).register(conn, changed)[0])
+                registered.append(state.store.recurring.register(conn, changed)[0])
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -459,7 +459,7 @@ def test_a_registration_that_waited_for_a_firer_does_not_schedule_its_occurrence
     set_next_fire(m.id, occurrence)
     poll_until(lambda: db_now() >= occurrence, "the occurrence after the registration began")
     with state.store.begin(state.engine) as conn:
-        fired = RecurringStore(state.store).fire_due(conn, timedelta(seconds=60)).fired
+        fired = state.store.recurring.fire_due(conn, timedelta(seconds=60)).fired
         assert [f.fire_time for f in fired] == [occurrence]
         go.set()
         poll_until(lambda: lock_waits(db.engine) == 1, "the registration to wait for the row")

@@ -19,8 +19,7 @@ from flask_ratchet.config import RatchetConfig
 from flask_ratchet.errors import ConfigError
 from flask_ratchet.resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from flask_ratchet.schema import resource_permit
-from flask_ratchet.store.cluster import NodeInfo
-from flask_ratchet.store.resources import Acquisition, Permit
+from flask_ratchet.store.types import Acquisition, NodeInfo, Permit
 from tests.apps import add, ratchet
 from tests.integration.helpers import count, each_database_that_holds, finish
 from tests.integration.test_flows import work
@@ -43,12 +42,12 @@ def running(n: int, node: str = "node-a", resource: str = "api") -> list[uuid.UU
 
 def acquire(job_id: uuid.UUID, node: str = "node-a", resource: str = "api") -> Acquisition:
     with tx() as conn:
-        return ratchet.state.store.acquire_permit(conn, job_id, resource, node)
+        return ratchet.state.store.resources.acquire_permit(conn, job_id, resource, node)
 
 
 def release(job_id: uuid.UUID, node: str = "node-a") -> bool:
     with tx() as conn:
-        return ratchet.state.store.release_permit(conn, job_id, node)
+        return ratchet.state.store.resources.release_permit(conn, job_id, node)
 
 
 def holders() -> set[tuple[uuid.UUID, str]]:
@@ -77,11 +76,11 @@ def test_configure_resource_writes_and_changes_the_limit(app: Flask) -> None:
     ratchet.configure_resource("other", 1)
     with tx() as conn:
         store = ratchet.state.store
-        assert store.get_resource_limit(conn, "api") == ResourceLimit("api", 5, 0.5)
-        assert store.get_resource_limit(conn, "other") == ResourceLimit(
+        assert store.resources.get_resource_limit(conn, "api") == ResourceLimit("api", 5, 0.5)
+        assert store.resources.get_resource_limit(conn, "other") == ResourceLimit(
             "other", 1, DEFAULT_RETRY_DELAY
         )
-        assert store.get_resource_limit(conn, "unknown") is None
+        assert store.resources.get_resource_limit(conn, "unknown") is None
     assert count("ratchet_resource_limit") == 2
 
 
@@ -107,7 +106,9 @@ def test_a_bad_limit_is_refused_and_writes_nothing(
     with pytest.raises(ValueError, match=message):
         ratchet.configure_resource(*args)
     with tx() as conn:
-        assert ratchet.state.store.get_resource_limit(conn, "api") == ResourceLimit("api", 4, 1.0)
+        assert ratchet.state.store.resources.get_resource_limit(conn, "api") == ResourceLimit(
+            "api", 4, 1.0
+        )
     assert count("ratchet_resource_limit") == 1
 
 
@@ -144,7 +145,7 @@ def test_permits_count_per_resource(app: Flask) -> None:
     assert acquire(api_job, resource="api").permit is Permit.GRANTED
     assert acquire(db_job, resource="db").permit is Permit.GRANTED
     with tx() as conn:
-        assert ratchet.state.store.permits_in_use(conn, "api") == 1
+        assert ratchet.state.store.resources.permits_in_use(conn, "api") == 1
 
 
 def test_raising_the_limit_applies_to_the_next_request(app: Flask) -> None:
@@ -208,7 +209,7 @@ def ask_at_once(engine: sa.Engine, jobs: list[uuid.UUID]) -> dict[uuid.UUID, Per
     def ask(job_id: uuid.UUID) -> None:
         barrier.wait()
         with store.begin(engine) as conn:
-            answers[job_id] = store.acquire_permit(conn, job_id, "api", "node-a").permit
+            answers[job_id] = store.resources.acquire_permit(conn, job_id, "api", "node-a").permit
 
     threads = [threading.Thread(target=ask, args=(j,)) for j in jobs]
     for t in threads:
@@ -245,7 +246,7 @@ def test_concurrent_requests_never_exceed_the_limit(app: Flask, database_url: st
 
 def heartbeat(node_id: str) -> None:
     with tx() as conn:
-        ratchet.state.store.heartbeat(conn, NodeInfo(node_id, "host", 1, "test", 4))
+        ratchet.state.store.cluster.heartbeat(conn, NodeInfo(node_id, "host", 1, "test", 4))
 
 
 def test_orphan_recovery_releases_permits_of_dead_nodes_only(app: Flask) -> None:
@@ -263,7 +264,7 @@ def test_orphan_recovery_releases_permits_of_dead_nodes_only(app: Flask) -> None
     (fresh,) = running(1, node="dead")
     acquire(fresh, node="dead")  # taken a moment ago: spared, like a job claimed a moment ago
     with tx() as conn:
-        ratchet.state.store.recover_orphans(conn, 60)
+        ratchet.state.store.cluster.recover_orphans(conn, 60)
     assert holders() == {(kept, "alive"), (ended, "alive"), (fresh, "dead")}
 
 
@@ -276,7 +277,7 @@ def test_a_silent_nodes_permits_are_released(app: Flask) -> None:
     with tx() as conn:
         conn.execute(sa.text("UPDATE ratchet_node SET last_heartbeat = :t"), {"t": "2000-01-01"})
     with tx() as conn:
-        ratchet.state.store.recover_orphans(conn, 60)
+        ratchet.state.store.cluster.recover_orphans(conn, 60)
     assert holders() == set()
 
 
@@ -287,7 +288,7 @@ def test_a_restarting_node_drops_its_own_permits(app: Flask) -> None:
     acquire(mine, node="node-a")
     acquire(theirs, node="node-b")
     with tx() as conn:
-        ratchet.state.store.reclaim_own(conn, "node-a")
+        ratchet.state.store.cluster.reclaim_own(conn, "node-a")
     assert holders() == {(theirs, "node-b")}
 
 

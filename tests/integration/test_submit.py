@@ -316,7 +316,7 @@ def test_a_bulk_insert_the_database_refuses_raises_sqlalchemys_error_and_writes_
     state = ratchet.state
     own = state.store.single_statement(state.statement_engine)
     with pytest.raises(sa.exc.IntegrityError), ratchet.transaction() if joined else own as conn:
-        state.store.insert_jobs(conn, jobs)
+        state.store.jobs.insert_jobs(conn, jobs)
     assert rows_written() == dict.fromkeys(rows_written(), 0)
 
 

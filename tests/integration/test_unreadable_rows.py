@@ -429,7 +429,7 @@ def test_an_id_that_is_not_a_uuid_reads_as_the_nil_id(app: Flask, text: str) -> 
     (claimed,) = ratchet.claim_due(10, "node-a")
     assert claimed.job_id == waiting and claimed.depends_on == UNREADABLE_ID
     with db.engine.begin() as conn:
-        assert ratchet.state.store.archive_ended(conn, older_than=0, limit=10) == 1
+        assert ratchet.state.store.cluster.archive_ended(conn, older_than=0, limit=10) == 1
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -455,7 +455,7 @@ def test_ended_jobs_whose_id_is_not_a_uuid_leave_retention_archiving_the_others(
     store = ratchet.state.store
     for _ in range(2):
         with db.engine.begin() as conn:
-            store.archive_ended(conn, older_than=0, limit=10)
+            store.cluster.archive_ended(conn, older_than=0, limit=10)
     assert ratchet.get_job(kept) is None
     with db.engine.connect() as conn:
         assert conn.execute(sa.select(job_archive.c.job_id)).scalars().all() == [kept]

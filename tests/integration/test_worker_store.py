@@ -18,8 +18,7 @@ from flask_ratchet.context import LogLine
 from flask_ratchet.job import Progress
 from flask_ratchet.maintenance.periodic import Maintenance, PeriodicTask
 from flask_ratchet.schema import UtcDateTime
-from flask_ratchet.store.cluster import NodeInfo, Recovered
-from flask_ratchet.store.execution import Finished, Outcome
+from flask_ratchet.store.types import Finished, NodeInfo, Outcome, Recovered
 from flask_ratchet.worker.completer import Completer
 from tests.apps import add, db, ratchet
 from tests.integration.helpers import count
@@ -64,7 +63,7 @@ def test_complete_many_writes_every_kind_of_outcome(app: Flask) -> None:
         finished(back, Outcome.RELEASE),
     ]
     with tx() as conn:
-        applied = ratchet.state.store.complete_many(conn, "n1", items)
+        applied = ratchet.state.store.executions.complete_many(conn, "n1", items)
     assert applied == {ok, bad, again, back}
     jobs = {i: ratchet.get_job(i) for i in (ok, bad, again, back)}
     assert jobs[ok].status == JobStatus.SUCCEEDED and jobs[ok].result == {"sum": 2}  # type: ignore[union-attr]
@@ -84,17 +83,24 @@ def test_completion_is_fenced_by_node_and_status(app: Flask) -> None:
     (mine,) = running(1, node="n1")
     with tx() as conn:
         assert (
-            ratchet.state.store.complete_many(conn, "n2", [finished(mine, Outcome.SUCCEEDED)])
+            ratchet.state.store.executions.complete_many(
+                conn, "n2", [finished(mine, Outcome.SUCCEEDED)]
+            )
             == set()
         )
     assert ratchet.cancel_job(mine)
     with tx() as conn:
         assert (
-            ratchet.state.store.complete_many(conn, "n1", [finished(mine, Outcome.SUCCEEDED)])
+            ratchet.state.store.executions.complete_many(
+                conn, "n1", [finished(mine, Outcome.SUCCEEDED)]
+            )
             == set()
         )
         assert (
-            ratchet.state.store.complete_many(conn, "n1", [finished(mine, Outcome.RETRY)]) == set()
+            ratchet.state.store.executions.complete_many(
+                conn, "n1", [finished(mine, Outcome.RETRY)]
+            )
+            == set()
         )
     job = ratchet.get_job(mine)
     assert job is not None and job.status == JobStatus.CANCELED
@@ -105,13 +111,13 @@ def test_dlq_alerts_are_deduplicated_per_job_and_error_per_hour(app: Flask) -> N
     (job_id,) = running(1)
     for _ in range(3):
         with tx() as conn:
-            ratchet.state.store.complete_many(
+            ratchet.state.store.executions.complete_many(
                 conn, "n1", [finished(job_id, Outcome.FAILED, error="E: x")]
             )
         assert ratchet.retry_job(job_id)
         ratchet.claim_due(1, "n1")
     with tx() as conn:
-        ratchet.state.store.complete_many(
+        ratchet.state.store.executions.complete_many(
             conn, "n1", [finished(job_id, Outcome.FAILED, error="E: other")]
         )
         rows = conn.execute(
@@ -130,7 +136,7 @@ def test_orphans_of_silent_nodes_are_requeued_or_failed(app: Flask) -> None:
     live, dead_once, dead_spent = running(3, node="dead")
     five_minutes_ago = datetime.now(UTC) - timedelta(minutes=5)
     with tx() as conn:
-        store.heartbeat(conn, NodeInfo("alive", "h", 1, "t", 4))
+        store.cluster.heartbeat(conn, NodeInfo("alive", "h", 1, "t", 4))
         update = sa.text("UPDATE ratchet_job_queue SET picked_by = 'alive' WHERE job_id = :id")
         conn.execute(update, {"id": sql_id(live)})
         spend = sa.text("UPDATE ratchet_job_queue SET attempts = 2 WHERE job_id = :id")
@@ -141,8 +147,10 @@ def test_orphans_of_silent_nodes_are_requeued_or_failed(app: Flask) -> None:
             )
         )
     with tx() as conn:
-        assert store.recover_orphans(conn, grace=600) == Recovered([], [])  # claimed recently
-        recovered = store.recover_orphans(conn, grace=60)
+        assert store.cluster.recover_orphans(conn, grace=600) == Recovered(
+            [], []
+        )  # claimed recently
+        recovered = store.cluster.recover_orphans(conn, grace=60)
     assert recovered.requeued == [dead_once] and recovered.failed == [dead_spent]
     assert recovered.tasks == {dead_once: "tests.apps:add", dead_spent: "tests.apps:add"}
     assert recovered.reason == "WorkerLost: its worker stopped sending heartbeats"
@@ -157,42 +165,42 @@ def test_orphans_of_silent_nodes_are_requeued_or_failed(app: Flask) -> None:
 def test_a_node_reclaims_its_own_jobs_at_start(app: Flask) -> None:
     (job_id,) = running(1, node="fixed-id")
     with tx() as conn:
-        recovered = ratchet.state.store.reclaim_own(conn, "fixed-id")
+        recovered = ratchet.state.store.cluster.reclaim_own(conn, "fixed-id")
     assert recovered.requeued == [job_id]
 
 
 def test_leases_are_exclusive_renewable_and_expire(app: Flask) -> None:
     store = ratchet.state.store
     with tx() as conn:
-        assert store.try_lease(conn, "orphans", "a", ttl=60)
-        assert not store.try_lease(conn, "orphans", "b", ttl=60)
-        assert store.try_lease(conn, "orphans", "a", ttl=60)  # renew
-        assert not store.release_lease(conn, "orphans", "b")
-        assert store.release_lease(conn, "orphans", "a")
-        assert store.try_lease(conn, "orphans", "b", ttl=0.0)  # expires at once
+        assert store.cluster.try_lease(conn, "orphans", "a", ttl=60)
+        assert not store.cluster.try_lease(conn, "orphans", "b", ttl=60)
+        assert store.cluster.try_lease(conn, "orphans", "a", ttl=60)  # renew
+        assert not store.cluster.release_lease(conn, "orphans", "b")
+        assert store.cluster.release_lease(conn, "orphans", "a")
+        assert store.cluster.try_lease(conn, "orphans", "b", ttl=0.0)  # expires at once
     with tx() as conn:
-        assert store.try_lease(conn, "orphans", "a", ttl=60)
+        assert store.cluster.try_lease(conn, "orphans", "a", ttl=60)
 
 
 def test_next_due_is_the_earliest_pending_time(app: Flask) -> None:
     store = ratchet.state.store
     with tx() as conn:
-        assert store.next_due(conn) is None
+        assert store.cluster.next_due(conn) is None
     at = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
     ratchet.schedule_at(at, add, 1, 1).submit()
     ratchet.schedule_at(at + timedelta(days=1), add, 1, 1).with_priority(4).submit()
     with tx() as conn:
-        assert store.next_due(conn) == at
+        assert store.cluster.next_due(conn) == at
 
 
 def test_archive_moves_old_ended_jobs_and_purges_history(app: Flask) -> None:
     store = ratchet.state.store
     (job_id,) = running(1)
     with tx() as conn:
-        store.complete_many(conn, "n1", [finished(job_id, Outcome.FAILED, error="E: x")])
+        store.executions.complete_many(conn, "n1", [finished(job_id, Outcome.FAILED, error="E: x")])
     with tx() as conn:
-        assert store.archive_ended(conn, older_than=3600, limit=10) == 0
-        assert store.archive_ended(conn, older_than=0, limit=10) == 1
+        assert store.cluster.archive_ended(conn, older_than=3600, limit=10) == 0
+        assert store.cluster.archive_ended(conn, older_than=0, limit=10) == 1
     assert ratchet.get_job(job_id) is None
     assert count("ratchet_job_archive") == 1
     assert count("ratchet_execution") == count("ratchet_dlq_alert") == 0
@@ -201,9 +209,11 @@ def test_archive_moves_old_ended_jobs_and_purges_history(app: Flask) -> None:
 def test_progress_is_fenced(app: Flask) -> None:
     (job_id,) = running(1)
     with tx() as conn:
-        assert ratchet.state.store.report_progress(conn, "n1", job_id, '{"done":1}')
-        assert not ratchet.state.store.report_progress(conn, "n2", job_id, '{"done":2}')
-        assert ratchet.state.store.still_running(conn, "n1", [job_id, uuid.uuid4()]) == {job_id}
+        assert ratchet.state.store.executions.report_progress(conn, "n1", job_id, '{"done":1}')
+        assert not ratchet.state.store.executions.report_progress(conn, "n2", job_id, '{"done":2}')
+        assert ratchet.state.store.executions.still_running(conn, "n1", [job_id, uuid.uuid4()]) == {
+            job_id
+        }
     found = ratchet.get_job(job_id)
     assert found is not None and found.progress == Progress(1)  # while it runs
     assert found.progress.fraction is None
@@ -214,7 +224,7 @@ def test_terminal_outcomes_free_the_business_key(app: Flask, outcome: Outcome) -
     job_id = ratchet.enqueue(add, 1, 1).with_business_key("bk").submit().id
     ratchet.claim_due(1, "n1")
     with tx() as conn:
-        ratchet.state.store.complete_many(conn, "n1", [finished(job_id, outcome)])
+        ratchet.state.store.executions.complete_many(conn, "n1", [finished(job_id, outcome)])
     assert count("ratchet_business_key") == 0
 
 

@@ -19,7 +19,7 @@ def test_a_claim_failing_on_what_it_read_is_logged_and_polling_goes_on(
 ) -> None:
     job_id = ratchet.enqueue_now(add, 1, 2).id
     store = ratchet.state.store
-    claim = store.claim_due
+    claim = store.jobs.claim_due
     failures = [ValueError("badly formed hexadecimal UUID string")]
 
     def damaged_once(*args: Any, **kwargs: Any) -> Any:
@@ -27,7 +27,7 @@ def test_a_claim_failing_on_what_it_read_is_logged_and_polling_goes_on(
             raise failures.pop()
         return claim(*args, **kwargs)
 
-    monkeypatch.setattr(store, "claim_due", damaged_once)
+    monkeypatch.setattr(store.jobs, "claim_due", damaged_once)
     worker = Worker(app, concurrency=1, burst=True)
     thread = threading.Thread(target=worker.run, name="test-worker")
     thread.start()

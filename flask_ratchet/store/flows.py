@@ -8,7 +8,8 @@ the transaction that loses a race changes nothing. Only jobs written with ``foll
 looked at, so plain jobs pay nothing here.
 
 Ending one job may end others (a batch's last child ends the batch, a failed step cancels the
-steps after it): :meth:`FlowStore.after_end` works in rounds until nothing more ends.
+steps after it): :meth:`Flows.ended`, the one entry point every terminal write calls (completion,
+cancel, orphan recovery, a batch's settling), works in rounds until nothing more ends.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ import json
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import events
-from ..events import Event
+from .. import facts
+from ..facts import Event
 from ..flow import (
     NOT_YET,
     BatchCounts,
@@ -37,36 +37,23 @@ from ..flow import (
     unreadable_condition,
     unreadable_decision,
 )
+from ..retry import first_line
 from ..schema import batch, job, job_queue, workflow_condition
 from ..states import Action, JobStatus
-from .base import chunks
-from .batches import BatchStore, Ended, JobLinks, announce_cascade
+from .batches import Batches, JobLinks, record_cascade
+from .dialect import Dialect, chunks
+from .terminal import end_live
+from .types import Ended, Evaluator, Link, no_predicates
 
 log = logging.getLogger("flask_ratchet")
 
-#: ``evaluate(parent job id, predicate task name) -> bool``; may raise. The worker evaluates
-#: predicates on the parent's result before its write transaction and looks the values up here.
-Evaluator = Callable[[uuid.UUID, str], bool]
 
+class Flows:
+    """What links jobs (conditions, batches) and what a job's end sets off."""
 
-def no_predicates(parent_id: uuid.UUID, name: str) -> bool:
-    """The evaluator outside a worker: predicates only run where the parent succeeded."""
-    raise RuntimeError(f"predicate {name} can only be evaluated by a worker")
-
-
-@dataclass(frozen=True, slots=True)
-class Link:
-    """A dependent's condition on its parent, to insert with the dependent."""
-
-    job_id: uuid.UUID
-    parent_id: uuid.UUID
-    kind: Condition
-    predicate: str | None = None
-    threshold: float | None = None
-
-
-class FlowStore(BatchStore):
-    """Follow-ups of ended jobs. Mixed into the dialect stores."""
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self.batches = Batches(dialect)
 
     def insert_links(self, conn: Connection, links: Sequence[Link]) -> None:
         """Insert dependents' conditions (their jobs are inserted first)."""
@@ -85,7 +72,7 @@ class FlowStore(BatchStore):
                 ],
             )
 
-    # -- lock order and batch counts outside the completer ---------------------------------------
+    # -- predicates and batch counts outside the completer --------------------------------------
 
     def pending_predicates(
         self, conn: Connection, parent_ids: Sequence[uuid.UUID]
@@ -108,16 +95,52 @@ class FlowStore(BatchStore):
         parent = conn.execute(sa.select(job.c.batch_id).where(job.c.job_id == job_id)).scalar()
         if parent is None:
             return
-        self.after_end(conn, [Ended(job_id, status, batch_id=parent)])
+        self.ended(conn, [Ended(job_id, status, batch_id=parent)])
 
-    def after_end(
+    # -- the one entry point after a job's end -------------------------------------------------
+
+    def ended(
         self,
         conn: Connection,
         ended: Sequence[Ended],
         evaluate: Evaluator = no_predicates,
+        *,
+        isolate: bool = False,
     ) -> None:
         """Set off what the end of ``ended`` sets off, in this transaction, and record the
-        events to send once it commits (:func:`flask_ratchet.events.record`)."""
+        facts to announce once it commits (:func:`flask_ratchet.facts.record`).
+
+        ``isolate``: each job's follow-ups in a savepoint of their own (see :meth:`_alone`), for
+        a batch of outcomes that failed to write whole.
+        """
+        if isolate:
+            for one in ended:
+                self._alone(conn, one, evaluate)
+        elif ended:
+            self._rounds(conn, ended, evaluate)
+
+    def _alone(self, conn: Connection, ended: Ended, evaluate: Evaluator) -> None:
+        """Set off what one job's end sets off, in a savepoint: if that fails (a row it reads
+        holds what ratchet never writes, in a way nothing before caught), the job's outcome is
+        written all the same and its follow-ups are left as they are, with one log line (a
+        batch is settled later by the recovery sweep; a dependent waits for an operator)."""
+        earlier = facts.take(conn)
+        try:
+            with self.dialect.savepoint(conn):
+                self._rounds(conn, [ended], evaluate)
+        except Exception as exc:
+            facts.take(conn)  # recorded by what the savepoint took back: it never happened
+            log.error(
+                "job %s ended %s, but what its end sets off failed (%s: %s); its outcome is "
+                "written, its follow-ups are left as they are",
+                ended.job_id,
+                ended.status,
+                type(exc).__name__,
+                first_line(exc),
+            )
+        facts.record(conn, [*earlier, *facts.take(conn)])
+
+    def _rounds(self, conn: Connection, ended: Sequence[Ended], evaluate: Evaluator) -> None:
         frontier = list(ended)
         while frontier:
             links = {
@@ -130,11 +153,11 @@ class FlowStore(BatchStore):
             if not mine:
                 return
             out: list[Event] = []
-            later = self.count_children(conn, mine, links, out)
-            later += self.cascade_batches(conn, mine, links, out)
+            later = self.batches.count_children(conn, mine, links, out)
+            later += self.batches.cascade_batches(conn, mine, links, out)
             later += self._decide(conn, mine, links, evaluate, out)
             _callbacks(mine, links, out)
-            events.record(conn, out)
+            facts.record(conn, out)
             frontier = later
 
     # -- what the ended jobs are linked to -----------------------------------------------------
@@ -181,7 +204,7 @@ class FlowStore(BatchStore):
         ).all()
         settled = 0
         for row in stranded:
-            if self.recount_batch(conn, row.batch_id) is not None:
+            if self.batches.recount_batch(conn, row.batch_id) is not None:
                 settled += self.settle(conn, row.batch_id, row.name)
         return settled
 
@@ -189,11 +212,11 @@ class FlowStore(BatchStore):
         """Settle a batch whose children have all ended (an empty one: at once) and set off
         what its parent's end sets off; False if it was settled already."""
         out: list[Event] = []
-        ended = self.settle_batch(conn, batch_id, name, out)
-        events.record(conn, out)
+        ended = self.batches.settle_batch(conn, batch_id, name, out)
+        facts.record(conn, out)
         if ended is None:
             return False
-        self.after_end(conn, [ended])
+        self.ended(conn, [ended])
         return True
 
     # -- dependents ----------------------------------------------------------------------------
@@ -233,7 +256,7 @@ class FlowStore(BatchStore):
                         continue  # canceled by hand meanwhile: nothing to announce
                     out.append(
                         Event(
-                            events.branch_triggered.name,
+                            facts.BRANCH_TRIGGERED,
                             {
                                 "job_id": cond.job_id,
                                 "parent_id": parent_id,
@@ -241,13 +264,13 @@ class FlowStore(BatchStore):
                             },
                         )
                     )
-                    out.append(Event(events.WAKE))
+                    out.append(Event(facts.WAKE))
                     continue
-                status = self.end_live(conn, cond.job_id, Action.CANCEL, error=error)
+                status = end_live(self.dialect, conn, cond.job_id, Action.CANCEL, error=error)
                 if status is not None:
                     canceled.append(Ended(cond.job_id, status, cascade=True))
             _chain_events(parent, links[parent_id], every, out)
-        announce_cascade(canceled, out)
+        record_cascade(canceled, out)
         return canceled
 
     def _claim_decision(
@@ -261,7 +284,7 @@ class FlowStore(BatchStore):
                 workflow_condition.c.job_id == cond.job_id,
                 workflow_condition.c.decision.is_not_distinct_from(cond.decision),
             )
-            .values(decision=decision, error=error, decided_at=self.now_sql())
+            .values(decision=decision, error=error, decided_at=self.dialect.now_sql())
         )
         return bool(done.rowcount == 1)
 
@@ -276,15 +299,15 @@ class FlowStore(BatchStore):
                 job_queue.c.scheduled_time == NOT_YET,
             )
             .values(
-                scheduled_time=self.now_sql(),
+                scheduled_time=self.dialect.now_sql(),
                 version=job_queue.c.version + 1,
-                updated_at=self.now_sql(),
+                updated_at=self.dialect.now_sql(),
             )
         )
         if released.rowcount != 1:
             return False
         conn.execute(
-            sa.update(job).where(job.c.job_id == job_id).values(first_due_at=self.now_sql())
+            sa.update(job).where(job.c.job_id == job_id).values(first_due_at=self.dialect.now_sql())
         )
         return True
 
@@ -353,11 +376,9 @@ def _chain_events(parent: Ended, link: JobLinks, conditions: list[Any], out: lis
     if not in_chain:
         return
     if parent.status == JobStatus.SUCCEEDED and not steps:
-        out.append(Event(events.chain_completed.name, {"job_id": parent.job_id}))
+        out.append(Event(facts.CHAIN_COMPLETED, {"job_id": parent.job_id}))
     elif parent.status != JobStatus.SUCCEEDED and not parent.cascade:
-        out.append(
-            Event(events.chain_failed.name, {"job_id": parent.job_id, "status": parent.status})
-        )
+        out.append(Event(facts.CHAIN_FAILED, {"job_id": parent.job_id, "status": parent.status}))
 
 
 def _callbacks(ended: list[Ended], links: dict[uuid.UUID, JobLinks], out: list[Event]) -> None:
@@ -370,7 +391,7 @@ def _callbacks(ended: list[Ended], links: dict[uuid.UUID, JobLinks], out: list[E
         if which is None:
             continue
         for name in _callback_names(e.job_id, text, which):
-            out.append(Event(events.CALLBACK, {"task": name, "job_id": e.job_id}))
+            out.append(Event(facts.CALLBACK, {"task": name, "job_id": e.job_id}))
 
 
 def _callback_names(job_id: uuid.UUID, text: str, which: str) -> list[str]:

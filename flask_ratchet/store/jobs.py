@@ -1,43 +1,37 @@
-"""The store operations both SQL dialects share, written once in SQLAlchemy Core.
+"""Job rows: submission, the claim, status changes by operators, reads.
 
 Every status write is a compare-and-swap guarded by the statuses :mod:`flask_ratchet.states` allows
 for that action: ``UPDATE/DELETE … WHERE job_id = :id AND status IN (…)``. A write that changes
 no row means the job was not in an allowed status (or someone else got there first), and the
 operation returns False without touching anything else.
 
-Dialects differ in their clock, their transactions and the claim; see :mod:`.postgres` and
-:mod:`.sqlite`.
+Dialects differ in their clock, their transactions, their inserts and the claim: see
+:mod:`.dialect`.
 """
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from blinker import NamedSignal
-from sqlalchemy.engine import Connection, Engine, Row
+from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql import Select
-from sqlalchemy.sql.elements import ColumnElement
 
-from .. import events, payload
-from ..errors import DuplicateBusinessKey
+from .. import facts, payload
+from ..facts import Event
 from ..flow import JobType
 from ..job import Job, Page, decode_progress
 from ..options import Backoff, Priority
 from ..schema import business_key, execution, job, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
-from .base import ClaimedJob, Inserted, JobFilter, NewJob, chunks
-from .batches import Ended
-from .cluster import ClusterStore
-from .driver import driver_statement
-from .execution import ExecutionStore
-from .flow import FlowStore
-from .resources import ResourceStore
+from .dialect import Dialect
+from .flows import Flows
+from .submission import Submission
+from .terminal import finish
+from .types import ClaimedJob, Ended, Inserted, JobFilter, NewJob
 
 _JOB_COLUMNS = [
     job.c.job_id,
@@ -75,138 +69,38 @@ _JOB_COLUMNS = [
 _JOB_FROM = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
 
 
-class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
-    """Shared implementation of :class:`~flask_ratchet.store.base.JobStore`."""
+class Jobs:
+    """Job rows: what the seeds' JobCrudStore, JobClaimStore, JobTerminalStore, JobRetryStore
+    and JobPauseStore do."""
 
-    # -- dialect hooks beyond DialectHooks -----------------------------------------------------
+    def __init__(self, dialect: Dialect, flows: Flows) -> None:
+        self.dialect = dialect
+        self.flows = flows
+        self._submission = Submission(dialect)
 
-    def prepare(self, engine: Engine) -> None:
-        """Once per process, before first use: settings the database needs (none by default)."""
+    # -- submission and the claim --------------------------------------------------------------
 
-    def statement_engine(self, engine: Engine) -> Engine:
-        """The engine to pass to :meth:`single_statement`; make it once and keep it."""
-        return engine
+    def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
+        """Insert jobs, their queue rows, tags and key reservations (with the dialect's own
+        SQL where it has some); return each job's id, or the id its idempotency key matched.
 
-    def claim_engine(self, engine: Engine) -> Engine:
-        """The engine a worker claims with (through :meth:`single_statement`); the worker
-        makes it once from its own ``engine`` and disposes of it when it stops."""
-        return self.statement_engine(engine)
-
-    def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
-        """A connection for work that is one atomic write (the claim, a submission)."""
-        return self.begin(engine)
-
-    def _insert_times(self) -> dict[str, ColumnElement[datetime]]:
-        """Expressions for ``created``/``due``, fed per row by :meth:`_time_params`."""
-        raise NotImplementedError
-
-    def _time_params(self, new: NewJob, now: datetime) -> dict[str, Any]:
-        raise NotImplementedError
+        :raises DuplicateBusinessKey: if a business key is held; nothing is written.
+        """
+        inserted = self.dialect.own_insert(conn, jobs)
+        return self._submission.insert(conn, jobs) if inserted is None else inserted
 
     def claim_due(
         self, conn: Connection, limit: int, node_id: str, boost_minutes: int
     ) -> list[ClaimedJob]:
-        raise NotImplementedError
-
-    # -- submission ----------------------------------------------------------------------------
-
-    @functools.cached_property
-    def _job_insert(self) -> sa.Insert:
-        times = self._insert_times()
-        stmt: sa.Insert = (
-            self.dialect_insert(job)
-            .values(created_at=times["created"], first_due_at=times["due"])
-            .on_conflict_do_nothing(index_elements=["idempotency_key"])
-            .returning(job.c.job_id)
-        )
-        return stmt
-
-    @functools.cached_property
-    def _queue_insert(self) -> sa.Insert:
-        times = self._insert_times()
-        return sa.insert(job_queue).values(scheduled_time=times["due"], updated_at=times["created"])
-
-    def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
-        refuse_repeated_business_keys(jobs)
-        now = datetime.now(UTC)
-        inserted: set[uuid.UUID] = set()
-        for part in chunks(jobs):
-            rows = [_job_row(new) | self._time_params(new, now) for new in part]
-            if len(rows) == 1:  # one job, the common case: no executemany (see _insert_one)
-                if _insert_one(conn, self._job_insert, rows[0]):
-                    inserted.add(part[0].job_id)
-            else:
-                inserted.update(conn.execute(self._job_insert, rows).scalars())
-
-        outcome = self._match_duplicates(conn, jobs, inserted)
-        fresh = [new for new in jobs if new.job_id in inserted]
-        self._reserve_business_keys(conn, fresh, inserted)
-        for part in chunks(fresh):
-            rows = [_queue_row(new) | self._time_params(new, now) for new in part]
-            if len(rows) == 1:
-                _insert_one(conn, self._queue_insert, rows[0])
-            else:
-                conn.execute(self._queue_insert, rows)
-        tags = [{"job_id": new.job_id, "tag": t} for new in fresh for t in new.options.tags]
-        for part in chunks(tags):
-            conn.execute(sa.insert(job_tag), list(part))
-        return outcome
-
-    def _match_duplicates(
-        self, conn: Connection, jobs: Sequence[NewJob], inserted: set[uuid.UUID]
-    ) -> list[Inserted]:
-        """Map each job whose idempotency key already existed to the original job's id."""
-        missing = [new.idempotency_key for new in jobs if new.job_id not in inserted]
-        original: dict[str | None, uuid.UUID] = {}
-        if missing:
-            found = conn.execute(
-                sa.select(job.c.idempotency_key, job.c.job_id).where(
-                    job.c.idempotency_key.in_(missing)
-                )
-            )
-            original = {key: job_id for key, job_id in found}
-        result = []
-        for new in jobs:
-            if new.job_id in inserted:
-                result.append(Inserted(new.job_id, True))
-            else:
-                # Only an idempotency-key conflict skips a row; the original exists.
-                result.append(Inserted(original[new.idempotency_key], False))
-        return result
-
-    def _reserve_business_keys(
-        self, conn: Connection, fresh: Sequence[NewJob], inserted: set[uuid.UUID]
-    ) -> None:
-        wanted = [new for new in fresh if new.business_key is not None]
-        if not wanted:
-            return
-        stmt = (
-            self.dialect_insert(business_key)
-            .values(reserved_at=self.now_sql())
-            .on_conflict_do_nothing(index_elements=["business_key"])
-            .returning(business_key.c.job_id)
-        )
-        reserved: set[uuid.UUID] = set()
-        for part in chunks(wanted):
-            rows = [{"business_key": new.business_key, "job_id": new.job_id} for new in part]
-            reserved.update(conn.execute(stmt, rows).scalars())
-        refused = [new.business_key for new in wanted if new.job_id not in reserved]
-        if refused:
-            # Undo this call's rows (never anything else) so the caller's transaction is as before.
-            self._delete_jobs(conn, list(inserted))
-            raise DuplicateBusinessKey(str(refused[0]))
-
-    def _delete_jobs(self, conn: Connection, ids: list[uuid.UUID]) -> None:
-        """Delete jobs this call inserted, with every row that belongs to them."""
-        for part in chunks(ids):
-            for table in (business_key, job_tag, job_queue, job):
-                conn.execute(sa.delete(table).where(table.c.job_id.in_(part)))
+        """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first."""
+        return self.dialect.claim_due(conn, limit, node_id, boost_minutes)
 
     # -- status changes ------------------------------------------------------------------------
 
     def cancel(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        """PENDING, PAUSED or RUNNING → CANCELED (a running job's outcome is then fenced out)."""
         # The batch row before any job row, as the completer does: one lock order, no deadlock.
-        self.lock_batches_of(conn, [job_id])
+        self.flows.batches.lock_of(conn, [job_id])
         gone = conn.execute(
             sa.delete(job_queue)
             .where(job_queue.c.job_id == job_id, job_queue.c.status.in_(sources(Action.CANCEL)))
@@ -214,7 +108,8 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         ).first()
         if gone is None:
             return False
-        self.finish(conn, job_id, JobStatus.CANCELED, attempts=gone.attempts)
+        ended = finish(self.dialect, conn, job_id, JobStatus.CANCELED, attempts=gone.attempts)
+        self._followed_up(conn, ended)
         return True
 
     def complete(
@@ -233,7 +128,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         else's, the delete matches nothing, and a late finish changes nothing.
         """
         action = Action.SUCCEED if status == JobStatus.SUCCEEDED else Action.FAIL
-        self.lock_batches_of(conn, [job_id])  # a child counts into its batch: see cancel
+        self.flows.batches.lock_of(conn, [job_id])  # a child counts into its batch: see cancel
         gone = conn.execute(
             sa.delete(job_queue)
             .where(
@@ -245,18 +140,20 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         ).first()
         if gone is None:
             return False
-        self.finish(
-            conn,
-            job_id,
-            target(action, JobStatus(gone.status)),
-            attempts=gone.attempts,
-            error=error,
-            result=result,
+        status = target(action, JobStatus(gone.status))
+        ended = finish(
+            self.dialect, conn, job_id, status, attempts=gone.attempts, error=error, result=result
         )
+        self._followed_up(conn, ended)
         return True
 
+    def _followed_up(self, conn: Connection, ended: Ended | None) -> None:
+        """Set off what a job's end sets off, if it was written with follow-ups."""
+        if ended is not None:
+            self.flows.ended(conn, [ended])
+
     def pause(self, conn: Connection, job_id: uuid.UUID) -> bool:
-        self.lock_batches_of(conn, [job_id])  # a revived FAILED child is uncounted: see cancel
+        self.flows.batches.lock_of(conn, [job_id])  # a revived FAILED child is uncounted
         allowed = sources(Action.PAUSE)
         live_from = sorted(allowed & LIVE)
         paused = conn.execute(
@@ -266,7 +163,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                 status=JobStatus.PAUSED,
                 paused_from_status=job_queue.c.status,
                 version=job_queue.c.version + 1,
-                updated_at=self.now_sql(),
+                updated_at=self.dialect.now_sql(),
             )
         )
         # A terminal FAILED job has no hot row: pausing it puts one back, guarded by the cold
@@ -275,9 +172,9 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
             conn, job_id, sorted(allowed & TERMINAL), JobStatus.PAUSED
         )
         if revived:
-            self.uncount_child(conn, job_id)
+            self.flows.batches.uncount_child(conn, job_id)
         if paused.rowcount == 1 or revived:
-            events.record(conn, [events.Event(events.job_paused.name, {"job_id": job_id})])
+            facts.record(conn, [Event(facts.JOB_PAUSED, {"job_id": job_id})])
             return True
         current = conn.execute(
             sa.select(job_queue.c.status).where(job_queue.c.job_id == job_id)
@@ -285,7 +182,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         return current == JobStatus.PAUSED  # pausing a paused job is a no-op that succeeds
 
     def resume(self, conn: Connection, job_id: uuid.UUID) -> bool:
-        self.lock_batches_of(conn, [job_id])  # resumed to FAILED, a child counts: see cancel
+        self.flows.batches.lock_of(conn, [job_id])  # resumed to FAILED, a child counts
         for paused_from in (JobStatus.PENDING, JobStatus.FAILED):
             guard = (
                 job_queue.c.job_id == job_id,
@@ -301,20 +198,20 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                         status=back_to,
                         paused_from_status=None,
                         version=job_queue.c.version + 1,
-                        updated_at=self.now_sql(),
+                        updated_at=self.dialect.now_sql(),
                     )
                 )
             else:  # back to a terminal status: the cold row still holds it
                 stmt = sa.delete(job_queue).where(*guard)
             if conn.execute(stmt).rowcount == 1:
-                events.record(conn, [events.Event(events.job_resumed.name, {"job_id": job_id})])
+                facts.record(conn, [Event(facts.JOB_RESUMED, {"job_id": job_id})])
                 if back_to not in LIVE:  # FAILED again: it counts in its batch again
-                    self.recount_child(conn, job_id, back_to)
+                    self.flows.recount_child(conn, job_id, back_to)
                 return True
         return False
 
     def retry(self, conn: Connection, job_id: uuid.UUID) -> bool:
-        self.lock_batches_of(conn, [job_id])  # a retried child is uncounted: see cancel
+        self.flows.batches.lock_of(conn, [job_id])  # a retried child is uncounted
         if not self._recreate_hot_row(
             conn, job_id, sorted(sources(Action.RETRY)), JobStatus.PENDING
         ):
@@ -322,9 +219,8 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         key = conn.execute(sa.select(job.c.business_key).where(job.c.job_id == job_id)).scalar()
         if key is not None:
             took = conn.execute(
-                self.dialect_insert(business_key)
-                .values(business_key=key, job_id=job_id, reserved_at=self.now_sql())
-                .on_conflict_do_nothing(index_elements=["business_key"])
+                self.dialect.insert_ignoring(business_key, "business_key")
+                .values(business_key=key, job_id=job_id, reserved_at=self.dialect.now_sql())
                 .returning(business_key.c.job_id)
             ).first()
             if took is None:
@@ -338,8 +234,8 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                 terminal_status=None, terminal_error=None, result=None, finished_at=None, attempts=0
             )
         )
-        self.uncount_child(conn, job_id)  # its failure no longer counts in its batch
-        events.record(conn, [events.Event(events.job_retried.name, {"job_id": job_id})])
+        self.flows.batches.uncount_child(conn, job_id)  # its failure no longer counts
+        facts.record(conn, [Event(facts.JOB_RETRIED, {"job_id": job_id})])
         return True
 
     def _recreate_hot_row(
@@ -354,14 +250,14 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         source = sa.select(
             job.c.job_id,
             sa.literal(str(to)),
-            self.now_sql(),
+            self.dialect.now_sql(),
             job.c.priority,
             job.c.attempts if to == JobStatus.PAUSED else sa.literal(0),
             job.c.max_retries,
             paused_from,
             job.c.terminal_error if to == JobStatus.PAUSED else sa.null(),
             sa.literal(0),
-            self.now_sql(),
+            self.dialect.now_sql(),
         ).where(
             job.c.job_id == job_id,
             job.c.terminal_status.in_(from_terminal),
@@ -369,7 +265,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
             job.c.job_type != JobType.BATCH,
         )
         stmt = (
-            self.dialect_insert(job_queue)
+            self.dialect.insert_ignoring(job_queue, "job_id")
             .from_select(
                 [
                     "job_id",
@@ -385,51 +281,10 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
                 ],
                 source,
             )
-            .on_conflict_do_nothing(index_elements=["job_id"])
             .returning(job_queue.c.job_id)
         )
         # RETURNING, not rowcount: drivers may report -1 for INSERT … ON CONFLICT.
         return conn.execute(stmt).first() is not None
-
-    def finish(
-        self,
-        conn: Connection,
-        job_id: uuid.UUID,
-        status: JobStatus,
-        *,
-        attempts: int,
-        error: str | None = None,
-        result: str | None = None,
-    ) -> None:
-        """Write a terminal outcome to the cold row, free the business key, and set off what
-        the job's end sets off (:meth:`after_end`).
-
-        Call only after the guarded delete of the hot row succeeded: that delete is the swap.
-        """
-        assert status in TERMINAL
-        ended = conn.execute(
-            sa.update(job)
-            .where(job.c.job_id == job_id)
-            .values(
-                terminal_status=status,
-                terminal_error=error,
-                result=result,
-                attempts=attempts,
-                finished_at=self.now_sql(),
-            )
-            .returning(job.c.task, job.c.follow_up)
-        ).one()
-        conn.execute(sa.delete(business_key).where(business_key.c.job_id == job_id))
-        about: dict[str, Any] = {"job_id": job_id, "task": ended.task}
-        announced: dict[JobStatus, tuple[NamedSignal, dict[str, Any]]] = {
-            JobStatus.SUCCEEDED: (events.job_completed, {"result": result}),
-            JobStatus.FAILED: (events.job_dead_lettered, {"error": error}),
-            JobStatus.CANCELED: (events.job_canceled, {"cascade": False}),
-        }
-        signal, data = announced[status]
-        events.record(conn, [events.Event(signal.name, about | data)])
-        if ended.follow_up:  # only linked jobs have anything to set off
-            self.after_end(conn, [Ended(job_id, status, result=result)])
 
     def result_of(self, conn: Connection, job_id: uuid.UUID) -> Any:
         """A job's result (decoded JSON), or None if it has none or there is no such job.
@@ -484,7 +339,7 @@ class SqlJobStore(ExecutionStore, ClusterStore, FlowStore, ResourceStore):
         return Page(items, str(rows[-1].job_id) if more else None)
 
     def queue_health(self, conn: Connection) -> dict[str, Any]:
-        now = self.now(conn)
+        now = self.dialect.now(conn)
         counts = {str(s): 0 for s in JobStatus}
         for status, n in conn.execute(
             sa.select(job_queue.c.status, sa.func.count()).group_by(job_queue.c.status)
@@ -579,63 +434,6 @@ def narrowed(
     if created_before is not None:
         stmt = stmt.where(job.c.created_at < created_before)
     return stmt
-
-
-def refuse_repeated_business_keys(jobs: Sequence[NewJob]) -> None:
-    """Refuse a business key given to two jobs of one submission, before anything is written."""
-    seen: set[str] = set()
-    for new in jobs:
-        if new.business_key is not None:
-            if new.business_key in seen:
-                raise DuplicateBusinessKey(new.business_key)
-            seen.add(new.business_key)
-
-
-def job_values(new: NewJob) -> dict[str, Any]:
-    """The ``ratchet_job`` columns a submission sets, by name (every dialect binds these)."""
-    o = new.options
-    return {
-        "job_id": new.job_id,
-        "task": new.task,
-        "job_type": new.job_type,
-        "priority": int(o.priority),
-        "payload": new.payload,
-        "params": new.params,
-        "max_retries": o.max_retries,
-        "backoff": str(o.backoff),
-        "backoff_base": o.backoff_base,
-        "timeout": o.timeout,
-        "resource_name": o.resource,
-        "idempotency_key": new.idempotency_key,
-        "business_key": new.business_key,
-        "depends_on": new.depends_on,
-        "recurring_id": new.recurring_id,
-        "fire_time": new.fire_time,
-        "batch_id": new.batch_id,
-        "follow_up": new.follow_up,
-        "callbacks": new.callbacks,
-    }
-
-
-def _insert_one(conn: Connection, stmt: sa.Insert, row: dict[str, Any]) -> list[Any]:
-    """Insert one row on the driver's cursor (:mod:`.driver`): most of the cost of submitting
-    one job is otherwise SQLAlchemy's per-call work. Returns the rows RETURNING gave (raw)."""
-    return driver_statement(stmt, conn.dialect, list(row)).execute(conn, row)
-
-
-def _job_row(new: NewJob) -> dict[str, Any]:
-    return job_values(new) | {"superseded_by": None, "attempts": 0}
-
-
-def _queue_row(new: NewJob) -> dict[str, Any]:
-    return {
-        "job_id": new.job_id,
-        "status": JobStatus.PENDING,
-        "priority": int(new.options.priority),
-        "attempts": 0,
-        "max_retries": new.options.max_retries,
-        "version": 0,
-    }
 
 
 def _parse_cursor(cursor: str) -> uuid.UUID:

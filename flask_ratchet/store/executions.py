@@ -2,8 +2,10 @@
 
 Every write is fenced by ``status = 'RUNNING' AND picked_by = :node``: a job that was recovered
 by orphan recovery, canceled, or released elsewhere is no longer this node's, the write matches no
-row, and nothing about it changes. :meth:`ExecutionStore.complete_many` reports which jobs it
-actually ended so the worker knows which outcomes were discarded.
+row, and nothing about it changes. :meth:`Executions.complete_many` reports which jobs it
+actually changed so the worker knows which outcomes were discarded, and sets off what the end
+of each linked job sets off (:meth:`~flask_ratchet.store.flows.Flows.ended`) in the same
+transaction.
 """
 
 from __future__ import annotations
@@ -11,70 +13,21 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from enum import StrEnum
+from datetime import timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..context import LogLine
 from ..ids import uuid7
-from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue
+from ..schema import business_key, dlq_alert, execution, job_log, job_queue
 from ..states import Action, JobStatus, sources, target
-from .dialect import DialectHooks
+from .dialect import Dialect
+from .flows import Flows
+from .terminal import END_COLD_ROW
+from .types import Ended, Evaluator, Finished, Outcome, no_predicates
 
-
-class Outcome(StrEnum):
-    """How an attempt ended, as the worker reports it."""
-
-    SUCCEEDED = "SUCCEEDED"  # terminal
-    FAILED = "FAILED"  # terminal: the dead-letter queue
-    RETRY = "RETRY"  # failed, due again after ``delay``; the attempt counts
-    RELEASE = (
-        "RELEASE"  # not finished (drain, deferral): back to PENDING, the attempt does not count
-    )
-
-    @property
-    def action(self) -> Action:
-        return {
-            Outcome.SUCCEEDED: Action.SUCCEED,
-            Outcome.FAILED: Action.FAIL,
-            Outcome.RETRY: Action.RESCHEDULE,
-            Outcome.RELEASE: Action.RELEASE,
-        }[self]
-
-    @property
-    def terminal(self) -> bool:
-        return self in (Outcome.SUCCEEDED, Outcome.FAILED)
-
-
-@dataclass(frozen=True, slots=True)
-class Finished:
-    """One attempt's outcome, ready to write."""
-
-    job_id: uuid.UUID
-    outcome: Outcome
-    task: str
-    attempt: int
-    started_at: datetime | None = None
-    duration_ms: float | None = None
-    queue_wait_ms: float | None = None
-    result: str | None = None
-    error: str | None = None
-    traceback: str | None = None
-    delay: float = 0.0
-    logs: Sequence[LogLine] = field(default_factory=tuple)
-    #: The job's end sets off more work (see :mod:`.flow`); a batch child's batch.
-    follow_up: bool = False
-    batch_id: uuid.UUID | None = None
-
-    @property
-    def execution_status(self) -> str | None:
-        """The execution row's status, or None when the attempt is not recorded (a release)."""
-        if self.outcome == Outcome.RELEASE:
-            return None
-        return "SUCCEEDED" if self.outcome == Outcome.SUCCEEDED else "FAILED"
+#: The status each terminal outcome ends a job in.
+_ENDS_IN = {Outcome.SUCCEEDED: JobStatus.SUCCEEDED, Outcome.FAILED: JobStatus.FAILED}
 
 
 def error_hash(task: str, error: str | None) -> str:
@@ -82,28 +35,51 @@ def error_hash(task: str, error: str | None) -> str:
     return hashlib.sha256(f"{task}\n{error or ''}".encode()).hexdigest()[:32]
 
 
-#: A terminal outcome on the cold row (``b_*`` parameters, one set per job: executemany), once
-#: the guarded delete of the hot row has let it through.
-END_COLD_ROW = (
-    sa.update(job)
-    .where(job.c.job_id == sa.bindparam("b_job_id"))
-    .values(
-        terminal_status=sa.bindparam("b_status"),
-        result=sa.bindparam("b_result"),
-        terminal_error=sa.bindparam("b_error"),
-        attempts=sa.bindparam("b_attempts"),
-        progress=sa.bindparam("b_progress"),
-    )
-)
+class Executions:
+    """Completion and everything recorded with it: executions, log lines, DLQ alerts, progress."""
 
-
-class ExecutionStore(DialectHooks):
-    """Completion and everything recorded with it. Mixed into the dialect stores."""
+    def __init__(self, dialect: Dialect, flows: Flows) -> None:
+        self.dialect = dialect
+        self.flows = flows
 
     def complete_many(
+        self,
+        conn: Connection,
+        node_id: str,
+        items: Sequence[Finished],
+        evaluate: Evaluator = no_predicates,
+        *,
+        isolate: bool = False,
+    ) -> set[uuid.UUID]:
+        """Write outcomes of jobs ``node_id`` holds and set off what the end of the linked
+        ones sets off (``evaluate``: the WHEN predicates' values; ``isolate``: see
+        :meth:`~flask_ratchet.store.flows.Flows.ended`). Return the ids it actually changed."""
+        if not items:
+            return set()
+        # Batch rows first, then job rows: the lock order every batch writer follows.
+        self.flows.batches.lock(conn, [i.batch_id for i in items if i.batch_id is not None])
+        applied = self.dialect.own_completion(conn, node_id, items)
+        if applied is None:
+            applied = self._complete(conn, node_id, items)
+        ended = [
+            Ended(
+                i.job_id,
+                _ENDS_IN[i.outcome],
+                result=i.result,
+                run_ms=i.duration_ms,
+                wait_ms=i.queue_wait_ms,
+                batch_id=i.batch_id,
+            )
+            for i in items
+            if i.follow_up and i.outcome.terminal and i.job_id in applied
+        ]
+        self.flows.ended(conn, ended, evaluate, isolate=isolate)
+        return applied
+
+    def _complete(
         self, conn: Connection, node_id: str, items: Sequence[Finished]
     ) -> set[uuid.UUID]:
-        """Write outcomes of jobs ``node_id`` holds; return the ids it actually changed."""
+        """The shared SQL of :meth:`complete_many`: a statement per kind of write."""
         ended = self._end(conn, node_id, [i for i in items if i.outcome.terminal])
         again = self._requeue(conn, node_id, [i for i in items if not i.outcome.terminal])
         applied = set(ended) | again
@@ -111,7 +87,7 @@ class ExecutionStore(DialectHooks):
         if ended:
             # One statement for the batch (executemany), not a round through the engine per job.
             conn.execute(
-                END_COLD_ROW.values(finished_at=self.now_sql()),
+                END_COLD_ROW.values(finished_at=self.dialect.now_sql()),
                 [
                     {
                         "b_job_id": item.job_id,
@@ -158,7 +134,7 @@ class ExecutionStore(DialectHooks):
                 )
                 .values(
                     status=back,
-                    scheduled_time=self.later_sql(item.delay),
+                    scheduled_time=self.dialect.later_sql(item.delay),
                     # A release hands the attempt back: the job did not really run.
                     attempts=job_queue.c.attempts - (1 if item.outcome == Outcome.RELEASE else 0),
                     last_error=sa.func.coalesce(
@@ -167,7 +143,7 @@ class ExecutionStore(DialectHooks):
                     picked_by=None,
                     picked_at=None,
                     version=job_queue.c.version + 1,
-                    updated_at=self.now_sql(),
+                    updated_at=self.dialect.now_sql(),
                 )
                 .returning(job_queue.c.job_id)
             ).first()
@@ -218,23 +194,24 @@ class ExecutionStore(DialectHooks):
                 self._alert(conn, item)
 
     def _alert(self, conn: Connection, item: Finished) -> None:
-        stmt = self.dialect_insert(dlq_alert).values(
-            alert_id=uuid7(),
-            job_id=item.job_id,
-            task=item.task,
-            error_hash=error_hash(item.task, item.error),
-            error=item.error or "",
-            hour=self.hour_sql(),
-            occurrences=1,
-            created_at=self.now_sql(),
-            last_seen_at=self.now_sql(),
-        )
         conn.execute(
-            stmt.on_conflict_do_update(
-                index_elements=["job_id", "error_hash", "hour"],
-                set_={
+            self.dialect.upsert(
+                dlq_alert,
+                ("job_id", "error_hash", "hour"),
+                {
+                    "alert_id": uuid7(),
+                    "job_id": item.job_id,
+                    "task": item.task,
+                    "error_hash": error_hash(item.task, item.error),
+                    "error": item.error or "",
+                    "hour": self.dialect.hour_sql(),
+                    "occurrences": 1,
+                    "created_at": self.dialect.now_sql(),
+                    "last_seen_at": self.dialect.now_sql(),
+                },
+                lambda new: {
                     "occurrences": dlq_alert.c.occurrences + 1,
-                    "last_seen_at": stmt.excluded.last_seen_at,
+                    "last_seen_at": new.last_seen_at,
                 },
             )
         )

@@ -1,9 +1,10 @@
 """Retry, cancel, pause, resume and delete: for one job, selected jobs, or a whole filter; and
 pause, resume, run now and cancel for one recurring master.
 
-Each job goes through the library's own guarded operation (``ratchet.retry_job`` …; deletion
-through :func:`~flask_ratchet.store.console_writes.delete_ended_job`), so an illegal transition
-changes nothing and is reported as refused. The changes and their audit row are written in the
+Each job goes through the library's own guarded operation
+(:func:`flask_ratchet.api.jobs.change_each`: ``retry_job``, ``cancel_job``… and ``delete_job``,
+which also keeps the lock order of batch writers), so an illegal transition changes nothing and
+is reported as refused. The changes and their audit row are written in the
 request's transaction and committed together. :mod:`.security` has already checked the role, the
 CSRF token and the origin before any of this runs.
 """
@@ -25,12 +26,11 @@ from flask_ratchet.api import jobs
 from flask_ratchet.api import recurring as recurring_api
 from flask_ratchet.runtime import Runtime
 from flask_ratchet.states import TERMINAL, Action, JobStatus, sources
-from flask_ratchet.store import console_queries as queries
-from flask_ratchet.store.console_writes import delete_ended_job, record_audit
 
 from . import filters, pages
 from .htmx import notice_or_page
 from .pages import job_id_or_404, state
+from .reads import jobs as queries
 from .security import actor
 
 #: The most jobs one action changes: a bulk action takes the newest this many that match.
@@ -64,7 +64,7 @@ PAST = {
 
 
 @dataclass(slots=True)
-class Outcome:
+class ActionResult:
     """What an action did: the jobs it changed and the ones it refused."""
 
     action: str
@@ -76,47 +76,19 @@ class Outcome:
         return len(self.changed) + len(self.refused)
 
 
-def _operation(s: Runtime, action: str) -> Callable[[uuid.UUID], bool]:
-    if action == "delete":
-
-        def delete(job_id: uuid.UUID) -> bool:
-            with s.connection() as conn:
-                return delete_ended_job(conn, job_id)
-
-        return delete
-    ops: dict[str, Callable[[uuid.UUID], bool]] = {
-        "retry": lambda job_id: jobs.retry(s, job_id),
-        "cancel": lambda job_id: jobs.cancel(s, job_id),
-        "pause": lambda job_id: jobs.pause(s, job_id),
-        "resume": lambda job_id: jobs.resume(s, job_id),
-    }
-    return ops[action]
-
-
 def _apply(
-    action: str, ids: list[uuid.UUID], scope: str, target: Callable[[Outcome], str]
-) -> Outcome:
+    action: str, ids: list[uuid.UUID], scope: str, target: Callable[[ActionResult], str]
+) -> ActionResult:
     """Run ``action`` on each job and write the audit row, in the request's transaction.
 
-    Each job's operation runs in a savepoint: one that fails in the database (a concurrent
-    change breaking a constraint, say) is rolled back alone and counted as refused, instead of
-    taking the other jobs' changes and the audit row down with it.
+    A job whose operation fails in the database (a concurrent change breaking a constraint,
+    say) is counted as refused, without taking the other jobs' changes and the audit row down
+    with it (see :func:`~flask_ratchet.api.jobs.change_each`).
     """
     s = state()
-    op = _operation(s, action)
-    outcome = Outcome(action)
+    changed, refused = jobs.change_each(s, action, ids)
+    outcome = ActionResult(action, changed, refused)
     with s.connection() as conn:
-        # The selection's batches first, all at once and in order (the lock order of every batch
-        # writer): locked job by job, inside each operation, two batches could be taken out of
-        # order against a worker completing children of both.
-        s.store.flows.batches.lock_of(conn, ids)
-        for job_id in ids:
-            try:
-                with s.store.savepoint(conn):  # SQLite: begun first, never a commit of its own
-                    ok = op(job_id)
-            except sa.exc.DBAPIError:
-                ok = False
-            (outcome.changed if ok else outcome.refused).append(job_id)
         audit(conn, action, scope, target(outcome), outcome.requested, len(outcome.changed))
     s.db.session.commit()
     return outcome
@@ -133,7 +105,7 @@ def audit(
 ) -> None:
     """One ``ratchet_audit`` row for this request's actor and role, stamped ``at`` (by default
     now, by the database's clock)."""
-    record_audit(
+    state().store.cluster.record_audit(
         conn,
         at=state().store.now(conn) if at is None else at,
         actor=actor(),
@@ -152,7 +124,7 @@ def _action_name(value: str | None) -> str:
     return value
 
 
-def _answer(outcome: Outcome, back: str, location: str | None = None) -> Response | str:
+def _answer(outcome: ActionResult, back: str, location: str | None = None) -> Response | str:
     """A notice for htmx (and an event that refreshes live parts), or a page without JS."""
     return notice_or_page(
         "ratchet/_notice.html",
@@ -264,7 +236,7 @@ def on_filter() -> tuple[str, int] | Response | str:
             conn, wanted.query, BULK_CAP, among=among, upto=bound, floor=floor
         )
 
-    def target(outcome: Outcome) -> str:
+    def target(outcome: ActionResult) -> str:
         return json.dumps({"filter": args, "changed": [str(i) for i in outcome.changed]})
 
     outcome = _apply(name, ids, "filter", target)
@@ -289,7 +261,7 @@ RECURRING_PAST = {
 
 
 @dataclass(frozen=True, slots=True)
-class RecurringOutcome:
+class RecurringActionResult:
     """What an action on one recurring master did."""
 
     action: str
@@ -341,7 +313,7 @@ def recurring_one(action: str) -> Response | str:
         audit(conn, action, "recurring", recurring_id, 1, int(changed))
         found = None if changed else recurring_api.get(s, recurring_id)
     s.db.session.commit()
-    outcome = RecurringOutcome(
+    outcome = RecurringActionResult(
         action,
         recurring_id,
         changed,

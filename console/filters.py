@@ -24,9 +24,9 @@ from werkzeug.datastructures import MultiDict
 
 from flask_ratchet.options import Priority
 from flask_ratchet.states import JobStatus
-from flask_ratchet.store.console_queries import SORTS, JobQuery
 
 from .present import mentions_secret
+from .reads.jobs import SORTS, JobQuery
 from .security import can_act
 
 PAGE_SIZES = (25, 50, 100, 200)

@@ -19,16 +19,20 @@ from flask_ratchet.api import jobs as jobs_api
 from flask_ratchet.api import recurring as recurring_api
 from flask_ratchet.cron import CronError, next_fire_times
 from flask_ratchet.flow import waits_for_parent
+from flask_ratchet.paging import Page
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime
 from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
-from flask_ratchet.store import console_flows as flows
-from flask_ratchet.store import console_queries as queries
-from flask_ratchet.store import console_reports as reports
-from flask_ratchet.store.console_history import job_history
+from flask_ratchet.store import health
 
 from . import filters
 from .present import chart
+from .reads import batches as flows
+from .reads import dead_letters as dead_letter_reads
+from .reads import job_detail as job_reads
+from .reads import jobs as queries
+from .reads import nodes as node_rows
+from .reads import overview as overview_reads
 
 #: A job list's "new jobs" banner counts no further than this.
 NEW_CAP = 999
@@ -52,12 +56,12 @@ def overview() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        counts = reports.status_counts(conn)
-        minutes = reports.throughput(conn, now)
-        oldest = reports.oldest_due_age(conn, now)
-        p95 = reports.p95_queue_wait(conn, now)
-        nodes = reports.nodes(conn, now)
-        audit = reports.recent_audit(conn)
+        counts = overview_reads.status_counts(conn, s.store.dialect)
+        minutes = overview_reads.throughput(conn, s.store.dialect, now)
+        oldest = health.oldest_due_age(conn, now)
+        p95 = health.p95_queue_wait(conn, now)
+        nodes = node_rows.nodes(conn, now)
+        audit = overview_reads.recent_audit(conn)
     return render_template(
         "ratchet/overview.html",
         counts=counts,
@@ -99,7 +103,7 @@ def jobs() -> str:
 def _newest(
     conn: Connection,
     wanted: filters.ListRequest,
-    page: queries.JobList,
+    page: Page[queries.JobRow],
     floor: datetime | None,
 ) -> uuid.UUID | None:
     """The newest matching job when the page is drawn: the "new jobs" banner counts from it.
@@ -107,12 +111,12 @@ def _newest(
     Newest first, that is the first row; in another order the page may not hold it, so it is
     looked up (one row off the end of the same index the list walks).
     """
-    if not page.rows:
+    if not page.items:
         return None
     if wanted.query.sort == "newest":
-        return page.rows[0].id
+        return page.items[0].id
     found = queries.matching_ids(conn, wanted.query, 1, floor=floor)
-    return found[0] if found else max(r.id for r in page.rows)
+    return found[0] if found else max(r.id for r in page.items)
 
 
 def jobs_new() -> str:
@@ -136,10 +140,10 @@ def job_detail(job_id: str) -> str:
     if job is None:
         abort(404)
     with s.connection() as conn:
-        extras = reports.job_extras(conn, key)
+        extras = job_reads.job_extras(conn, key)
         flow = flows.job_flow(conn, key)
         waits_on = None if flow is None else flow.waits_on
-        history = job_history(conn, job, extras.executions, waits_on)
+        history = job_reads.job_history(conn, job, extras.executions, waits_on)
     actions = [
         name
         for name, action in (
@@ -202,7 +206,7 @@ def batches() -> str:
         page=page,
         args=_page_args(state=wanted, size=size),
         cursor=cursor,
-        live=any(not row.progress.finished for row in page.rows),
+        live=any(not row.progress.finished for row in page.items),
         now=now,
         states=flows.BATCH_STATES,
         size=size,
@@ -259,7 +263,7 @@ def dead_letters() -> str:
     """Jobs that failed for good, grouped by task and error, with their alerts."""
     s = state()
     with s.connection() as conn:
-        groups = reports.failure_groups(conn)
+        groups = dead_letter_reads.failure_groups(conn)
     return render_template("ratchet/dlq.html", groups=groups)
 
 
@@ -268,7 +272,7 @@ def nodes() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        rows = reports.nodes(conn, now)
+        rows = node_rows.nodes(conn, now)
     return render_template("ratchet/nodes.html", nodes=rows, live_after=live_after(s))
 
 

@@ -22,10 +22,11 @@ from flask_ratchet.redact import mentions_secret as mentions_secret
 from flask_ratchet.redact import secret_key as secret_key
 from flask_ratchet.redact import stored_text_masked
 from flask_ratchet.retry import sanitize
-from flask_ratchet.store.console_flows import WaitsOn
-from flask_ratchet.store.console_queries import Count
-from flask_ratchet.store.console_reports import Minute
-from flask_ratchet.store.console_resources import WAITING_CAP, Waiting
+
+from .reads.batches import WaitsOn
+from .reads.jobs import Count
+from .reads.overview import Minute
+from .reads.resources import WAITING_CAP, Waiting
 
 # The masking rules (MASK, masked, mentions_secret, secret_key, imported above) live in the
 # library, which shows stored values outside the console too.
@@ -283,7 +284,7 @@ def condition_meaning(kind: str) -> str:
 
 def waiting(value: Waiting) -> str:
     """``12``; ``12+`` when not every PENDING job was looked at (a lower bound); ``1,000+``
-    past :data:`~flask_ratchet.store.console_resources.WAITING_CAP`."""
+    past :data:`~flask_ratchet.console.reads.resources.WAITING_CAP`."""
     if value.count > WAITING_CAP:
         return f"{WAITING_CAP:,}+"
     return f"{value.count:,}" if value.complete else f"{value.count:,}+"

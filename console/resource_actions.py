@@ -19,20 +19,20 @@ from werkzeug.wrappers import Response
 
 from flask_ratchet.api.resources import configure_resource
 from flask_ratchet.resources import ResourceLimit
-from flask_ratchet.store import console_resources as held
 from flask_ratchet.store.cluster import BREAKER_RESET
 
 from . import filters
 from .actions import audit
 from .htmx import notice_or_page
 from .pages import live_after, state
+from .reads import resources as held
 
 #: The audit action of a limit set from the console.
 SET_LIMIT = "set-limit"
 
 
 @dataclass(frozen=True, slots=True)
-class LimitOutcome:
+class LimitChange:
     """A limit set: what it is now and what it was (``None``: the resource had none)."""
 
     limit: ResourceLimit
@@ -80,7 +80,7 @@ def set_limit() -> Response | str:
             limit = configure_resource(s, name, wanted_max, wanted_delay)
         except ValueError as exc:
             abort(400, str(exc))
-        outcome = LimitOutcome(limit, before)
+        outcome = LimitChange(limit, before)
         audit(conn, SET_LIMIT, "resource", name, 1, int(outcome.changed))
     s.db.session.commit()
     return notice_or_page(

@@ -10,10 +10,10 @@ from flask import abort, render_template, request
 
 from flask_ratchet.options import RESOURCE_MAX_LENGTH
 from flask_ratchet.resources import DEFAULT_RETRY_DELAY
-from flask_ratchet.store import console_resources as held
 
 from . import filters
 from .pages import live_after, state
+from .reads import resources as held
 
 
 def resources() -> str:
@@ -22,7 +22,7 @@ def resources() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        report = held.resources(conn)
+        report = held.resources(conn, s.store.dialect)
         live = held.live_node_ids(conn, now, live_after(s))
     return render_template(
         "ratchet/resources.html",
@@ -45,7 +45,7 @@ def resource_limit() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        row = held.resource(conn, name)
+        row = held.resource(conn, s.store.dialect, name)
         live = held.live_node_ids(conn, now, live_after(s))
     return render_template(
         "ratchet/resource_limit.html",

@@ -15,7 +15,16 @@ from werkzeug.wrappers import Response
 
 from flask_ratchet.errors import SchemaNotReady
 
-from . import actions, errors, filters, pages, present, resource_actions, resource_pages, security
+from . import (
+    actions,
+    error_pages,
+    filters,
+    pages,
+    present,
+    resource_actions,
+    resource_pages,
+    security,
+)
 from .htmx import CHANGED_EVENT, is_htmx
 
 #: Reflected into the page head so htmx never injects a style element (the CSP forbids it) and
@@ -100,7 +109,7 @@ def register(bp: Blueprint) -> None:
     bp.before_request(_guard)
     bp.before_request(_schema_ready)
     bp.before_app_request(_guard_unrouted)
-    bp.register_error_handler(HTTPException, errors.answer)
+    bp.register_error_handler(HTTPException, error_pages.answer)
     bp.after_app_request(_headers)
     bp.context_processor(_template_globals)
     for name in (

@@ -24,8 +24,9 @@ from .errors import (
     TaskNotAllowed,
 )
 from .extension import Ratchet
-from .job import BatchProgress, Job, JobHandle, Page, Progress
+from .job import BatchProgress, Job, JobHandle, Progress
 from .options import Backoff, Priority
+from .paging import Page
 from .recurring import Misfire, RecurringJob, RecurringStatus
 from .states import JobStatus
 

@@ -22,7 +22,7 @@ from .ids import job_id_of
 from .payload import Unreadable
 from .redact import masked, stored_text_masked
 from .states import JobStatus
-from .store.console_reports import job_logs
+from .store.executions import job_logs
 
 ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
 

@@ -29,8 +29,9 @@ from .breaker import BreakerSettings
 from .config import RatchetConfig
 from .errors import ConfigError
 from .forks import fresh_pool_after_fork
-from .job import BatchProgress, Job, JobHandle, Page
+from .job import BatchProgress, Job, JobHandle
 from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
+from .paging import Page
 from .recurring import Misfire, RecurringDefinition, RecurringJob
 from .registry import TaskRegistry
 from .resources import DEFAULT_RETRY_DELAY, ResourceLimit
@@ -228,6 +229,11 @@ class Ratchet:
     def retry_job(self, job_id: uuid.UUID | str) -> bool:
         """FAILED → PENDING, attempts reset, due now; re-reserves its business key."""
         return jobs.retry(self.state, job_id)
+
+    def delete_job(self, job_id: uuid.UUID | str) -> bool:
+        """Delete a SUCCEEDED, FAILED or CANCELED job with its executions, log lines, alerts and
+        tags; False (nothing deleted) if it is live or there is no such job."""
+        return jobs.delete(self.state, job_id)
 
     def replace(
         self,

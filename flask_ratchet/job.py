@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from .errors import UnreadableJob
 from .options import Backoff, Priority
@@ -114,14 +114,6 @@ class Job:
     def is_terminal(self) -> bool:
         """True for SUCCEEDED, FAILED and CANCELED."""
         return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED)
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[T]):
-    """One page of results, newest first; pass ``next_cursor`` back to get the next page."""
-
-    items: list[T] = field(default_factory=list)
-    next_cursor: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

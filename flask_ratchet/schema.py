@@ -471,3 +471,24 @@ audit = sa.Table(
     sa.Column("requested", sa.Integer, nullable=False),
     sa.Column("changed", sa.Integer, nullable=False),
 )
+
+
+def const(value: JobStatus | int) -> Any:
+    """A status or priority written into the SQL text rather than bound.
+
+    The partial indexes (``status = 'PENDING'``, ``priority <> 2``) are usable only where
+    PostgreSQL can prove the predicate from the query text; a bound parameter would do only
+    while the driver's statement is not yet prepared with a generic plan. Safe: the value is a
+    member of an enum (or a validated priority level), never request text.
+    """
+    if isinstance(value, JobStatus):
+        return sa.literal_column(f"'{value.value}'", sa.String)
+    return sa.literal_column(str(int(value)), sa.SmallInteger)
+
+
+def aware(value: Any) -> datetime:
+    """A timestamp read back from the database (a string, or naive, on SQLite) in UTC."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    assert isinstance(value, datetime)
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

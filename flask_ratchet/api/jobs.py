@@ -1,4 +1,4 @@
-"""Operations on jobs that exist: cancel, pause, resume, retry, replace, read, claim.
+"""Operations on jobs that exist: cancel, pause, resume, retry, delete, replace, read, claim.
 
 Each joins the caller's transaction (a request's, or ``ratchet.transaction()``) or runs in one of
 its own; the state change itself is the store's guarded compare-and-swap.
@@ -7,18 +7,21 @@ its own; the state change itself is the store's guarded compare-and-swap.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from ..errors import IllegalTransition, JobNotFound
 from ..ids import job_id_of
-from ..job import Job, JobHandle, Page
+from ..job import Job, JobHandle
 from ..options import seconds
+from ..paging import Page
 from ..runtime import Runtime
 from ..states import Action, JobStatus, allowed
+from ..store import health
 from ..store.jobs import Jobs
 from ..store.types import ClaimedJob, JobFilter
 from .submit import replacement_builder
@@ -47,6 +50,51 @@ def resume(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
 def retry(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """FAILED → PENDING, attempts reset, due now."""
     return _change(runtime, job_id, Jobs.retry)
+
+
+def delete(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
+    """Delete a SUCCEEDED, FAILED or CANCELED job with everything recorded about it."""
+    return _change(runtime, job_id, Jobs.delete_ended)
+
+
+#: The operations :func:`change_each` applies, by name.
+CHANGES: dict[str, Change] = {
+    "cancel": Jobs.cancel,
+    "pause": Jobs.pause,
+    "resume": Jobs.resume,
+    "retry": Jobs.retry,
+    "delete": Jobs.delete_ended,
+}
+
+
+def change_each(
+    runtime: Runtime, action: str, job_ids: Sequence[uuid.UUID]
+) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+    """Apply one of :data:`CHANGES` to each job, in one transaction (the caller's, or one of
+    its own); return the jobs it changed and the ones it refused.
+
+    The jobs' batches are locked first, all at once and in order (the lock order of every
+    batch writer): locked job by job, two batches could be taken out of order against a
+    worker completing children of both. Each job's operation runs in a savepoint: one that fails
+    in the database (a concurrent change breaking a constraint, say) is rolled back alone and
+    counted as refused, instead of taking the other jobs' changes down with it.
+
+    :raises KeyError: for an action that is not one of :data:`CHANGES`.
+    """
+    op = CHANGES[action]
+    store = runtime.store
+    changed: list[uuid.UUID] = []
+    refused: list[uuid.UUID] = []
+    with runtime.connection() as conn:
+        store.flows.batches.lock_of(conn, job_ids)
+        for job_id in job_ids:
+            try:
+                with store.savepoint(conn):  # SQLite: begun first, never a commit of its own
+                    ok = op(store.jobs, conn, job_id)
+            except DBAPIError:
+                ok = False
+            (changed if ok else refused).append(job_id)
+    return changed, refused
 
 
 def _change(runtime: Runtime, job_id: uuid.UUID | str, op: Change) -> bool:
@@ -135,7 +183,7 @@ def find(
 def queue_health(runtime: Runtime) -> dict[str, Any]:
     """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds)."""
     with runtime.connection() as conn:
-        return runtime.store.jobs.queue_health(conn)
+        return health.queue_health(conn, runtime.store.now(conn))
 
 
 def claim_due(runtime: Runtime, limit: int, node_id: str) -> list[ClaimedJob]:

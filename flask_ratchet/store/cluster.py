@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..ids import uuid7
 from ..options import Priority
 from ..schema import (
     UNREADABLE_ID,
@@ -94,6 +95,36 @@ class Cluster:
             .order_by(audit.c.at)
         )
         return [(r.audit_id, r.target) for r in rows]
+
+    def record_audit(
+        self,
+        conn: Connection,
+        *,
+        at: datetime,
+        actor: str,
+        role: str,
+        action: str,
+        scope: str,
+        target: str,
+        requested: int,
+        changed: int,
+    ) -> uuid.UUID:
+        """Write one audit row: who did what to how many jobs, and how many actually changed."""
+        audit_id = uuid7()
+        conn.execute(
+            sa.insert(audit).values(
+                audit_id=audit_id,
+                at=at,
+                actor=actor[:255],
+                role=role,
+                action=action,
+                scope=scope,
+                target=target,
+                requested=requested,
+                changed=changed,
+            )
+        )
+        return audit_id
 
     def remove_node(self, conn: Connection, node_id: str) -> None:
         """A node that shut down cleanly says so."""

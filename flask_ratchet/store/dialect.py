@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..schema import node
+from ..states import JobStatus
 from .driver import savepoint
 from .types import ClaimedJob, Finished, Inserted, NewJob
 
@@ -161,6 +162,22 @@ class Dialect:
         """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first:
         the oldest due of the highest effective priority (``boost_minutes`` of waiting raise a
         job's priority by one level; 0: never)."""
+        raise NotImplementedError
+
+    # -- reports -------------------------------------------------------------------------------
+
+    def status_estimates(self, conn: Connection) -> dict[JobStatus, int]:
+        """The database's own estimate of the jobs per status, where it keeps statistics that
+        cost nothing to read (none by default): what a capped count is replaced by."""
+        return {}
+
+    def indexed(self, table: sa.Table, index: str) -> Any:
+        """``table`` to select from, read through ``index`` where the planner must be told to
+        (by default: as it is). Select its columns by name: the result may be text."""
+        return table
+
+    def minute_of(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
+        """``column`` truncated to its minute, to group by."""
         raise NotImplementedError
 
     # -- completion ----------------------------------------------------------------------------

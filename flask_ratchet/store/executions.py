@@ -14,6 +14,7 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -245,3 +246,15 @@ class Executions:
             .values(progress=progress)
         )
         return bool(result.rowcount == 1)
+
+
+def job_logs(conn: Connection, job_id: uuid.UUID, limit: int) -> list[Any]:
+    """The first ``limit`` log lines of one job, oldest first, as stored (not masked)."""
+    return list(
+        conn.execute(
+            sa.select(job_log)
+            .where(job_log.c.job_id == job_id)
+            .order_by(job_log.c.log_id)
+            .limit(limit)
+        )
+    )

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -23,9 +23,11 @@ from sqlalchemy.sql import Select
 from .. import facts, payload
 from ..facts import Event
 from ..flow import JobType
-from ..job import Job, Page, decode_progress
+from ..job import Job, decode_progress
 from ..options import Backoff, Priority
-from ..schema import business_key, execution, job, job_queue, job_tag
+from ..paging import Page, cursor_id
+from ..paging import cursor as cursor_of
+from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .dialect import Dialect
 from .flows import Flows
@@ -286,6 +288,39 @@ class Jobs:
         # RETURNING, not rowcount: drivers may report -1 for INSERT … ON CONFLICT.
         return conn.execute(stmt).first() is not None
 
+    def delete_ended(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        """Delete a SUCCEEDED, FAILED or CANCELED job and everything that belongs to it.
+
+        The guard is the cold row's terminal status and the absence of a hot row (a paused FAILED
+        job has one again): a job that is live, or was retried a moment ago, is left alone and the
+        call returns False. Children are deleted explicitly because SQLite does not enforce the
+        foreign keys' ``ON DELETE CASCADE`` unless the connection asks for it.
+
+        Three statements, in this order, because of concurrent pauses and retries on PostgreSQL:
+        the cold row is locked first (``FOR UPDATE``, which also conflicts with the key-share lock a
+        new hot row's foreign key takes), so a pause or retry that already inserted a hot row has
+        committed before the hot-row check runs, and one that comes later waits for this delete and
+        then finds no job. The check is a statement of its own so that, under READ COMMITTED, it
+        sees what committed while the lock was awaited. SQLite's ``BEGIN IMMEDIATE`` already
+        serialises writers (SQLAlchemy renders no ``FOR UPDATE`` there).
+        """
+        locked = conn.execute(
+            sa.select(job.c.job_id)
+            .where(job.c.job_id == job_id, job.c.terminal_status.in_(sorted(TERMINAL)))
+            .with_for_update()
+        ).first()
+        if locked is None:
+            return False
+        hot = conn.execute(
+            sa.select(job_queue.c.job_id).where(job_queue.c.job_id == job_id)
+        ).first()
+        if hot is not None:
+            return False
+        conn.execute(sa.delete(job).where(job.c.job_id == job_id))
+        for table in (execution, job_log, dlq_alert, job_tag, business_key):
+            conn.execute(sa.delete(table).where(table.c.job_id == job_id))
+        return True
+
     def result_of(self, conn: Connection, job_id: uuid.UUID) -> Any:
         """A job's result (decoded JSON), or None if it has none or there is no such job.
 
@@ -329,70 +364,18 @@ class Jobs:
             created_before=where.created_before,
         )
         if cursor is not None:
-            stmt = stmt.where(job.c.job_id < _parse_cursor(cursor))
+            stmt = stmt.where(job.c.job_id < cursor_id(cursor, JOB_CURSOR))
         # UUIDv7 ids grow with time: newest first, and a new job never shifts a later page.
         rows = conn.execute(stmt.order_by(job.c.job_id.desc()).limit(limit + 1)).all()
         more = len(rows) > limit
         rows = rows[:limit]
         tags = tags_of(conn, [r.job_id for r in rows])
         items = [_to_job(r, tags.get(r.job_id, ())) for r in rows]
-        return Page(items, str(rows[-1].job_id) if more else None)
-
-    def queue_health(self, conn: Connection) -> dict[str, Any]:
-        now = self.dialect.now(conn)
-        counts = {str(s): 0 for s in JobStatus}
-        for status, n in conn.execute(
-            sa.select(job_queue.c.status, sa.func.count()).group_by(job_queue.c.status)
-        ):
-            counts[status] = n
-        ended = (
-            sa.select(job.c.terminal_status, sa.func.count())
-            .select_from(_JOB_FROM)
-            .where(job_queue.c.job_id.is_(None), job.c.terminal_status.is_not(None))
-            .group_by(job.c.terminal_status)
-        )
-        for status, n in conn.execute(ended):
-            counts[status] = n
-        oldest = conn.execute(
-            sa.select(sa.func.min(job_queue.c.scheduled_time)).where(
-                job_queue.c.status == JobStatus.PENDING, job_queue.c.scheduled_time <= now
-            )
-        ).scalar()
-        if isinstance(oldest, str):  # SQLite's MIN() loses the column type
-            oldest = datetime.fromisoformat(oldest).replace(tzinfo=UTC)
-        return {
-            "counts": counts,
-            "due": self._count_due(conn, now),
-            "oldest_pending_age": (now - oldest).total_seconds() if oldest else None,
-            "p95_queue_wait": self._p95_queue_wait(conn, now),
-        }
-
-    def _count_due(self, conn: Connection, now: datetime) -> int:
-        return int(
-            conn.execute(
-                sa.select(sa.func.count()).where(
-                    job_queue.c.status == JobStatus.PENDING, job_queue.c.scheduled_time <= now
-                )
-            ).scalar_one()
-        )
-
-    def _p95_queue_wait(self, conn: Connection, now: datetime) -> float | None:
-        """The 95th percentile of queue wait (seconds) over executions started in the last hour."""
-        recent = execution.c.started_at >= now - _HOUR
-        n = conn.execute(sa.select(sa.func.count()).where(recent)).scalar_one()
-        if not n:
-            return None
-        value = conn.execute(
-            sa.select(execution.c.queue_wait_ms)
-            .where(recent)
-            .order_by(execution.c.queue_wait_ms)
-            .limit(1)
-            .offset(int(0.95 * (n - 1)))
-        ).scalar()
-        return None if value is None else value / 1000.0
+        return Page(items, cursor_of(JOB_CURSOR, rows[-1].job_id) if more else None)
 
 
-_HOUR = timedelta(hours=1)
+#: The kind of ``find_jobs`` cursors (see :mod:`flask_ratchet.paging`).
+JOB_CURSOR = "j"
 
 S = TypeVar("S", bound=Select[Any])
 
@@ -434,13 +417,6 @@ def narrowed(
     if created_before is not None:
         stmt = stmt.where(job.c.created_at < created_before)
     return stmt
-
-
-def _parse_cursor(cursor: str) -> uuid.UUID:
-    try:
-        return uuid.UUID(cursor)
-    except (ValueError, TypeError):
-        raise ValueError(f"cursor {cursor!r} is not one find_jobs() returned") from None
 
 
 def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:

@@ -31,7 +31,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from ..errors import DuplicateBusinessKey
 from ..options import Priority
 from ..schema import EARLIEST, UtcDateTime, business_key
-from ..states import Action, JobStatus, sources, target
+from ..states import LIVE, Action, JobStatus, sources, target
 from .dialect import Dialect, chunks
 from .driver import driver_statement
 from .postgres_completion import COMPLETE_STMT, complete_params
@@ -251,6 +251,14 @@ class PostgresDialect(Dialect):
     def hour_sql(self) -> ColumnElement[datetime]:
         return sa.func.date_trunc("hour", sa.func.now(), type_=UtcDateTime())
 
+    def status_estimates(self, conn: Connection) -> dict[JobStatus, int]:
+        """``reltuples`` times the value's frequency in ``pg_stats``: live statuses from the hot
+        table, ended ones from the cold rows."""
+        return _estimates(conn)
+
+    def minute_of(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
+        return sa.func.date_trunc("minute", column)
+
     def claim_due(
         self, conn: Connection, limit: int, node_id: str, boost_minutes: int
     ) -> list[ClaimedJob]:
@@ -270,6 +278,29 @@ class PostgresDialect(Dialect):
         ]
         claimed.sort(key=lambda c: (-c.priority, c.scheduled_time, c.job_id))
         return claimed
+
+
+_ESTIMATES = sa.text(
+    "SELECT s.tablename, s.most_common_vals::text::text[] AS vals, "
+    "s.most_common_freqs AS freqs, c.reltuples "
+    "FROM pg_stats s JOIN pg_class c ON c.relname = s.tablename "
+    "AND c.relnamespace = to_regnamespace(quote_ident(s.schemaname)) "
+    "WHERE s.schemaname = current_schema() AND ("
+    "(s.tablename = 'ratchet_job_queue' AND s.attname = 'status') OR "
+    "(s.tablename = 'ratchet_job' AND s.attname = 'terminal_status'))"
+)
+
+
+def _estimates(conn: Connection) -> dict[JobStatus, int]:
+    out: dict[JobStatus, int] = {}
+    for row in conn.execute(_ESTIMATES):
+        if row.reltuples is None or row.reltuples < 0 or not row.vals:
+            continue
+        live = row.tablename == "ratchet_job_queue"
+        for value, freq in zip(row.vals, row.freqs, strict=False):
+            if value in JobStatus.__members__ and (JobStatus(value) in LIVE) == live:
+                out[JobStatus(value)] = int(row.reltuples * freq + 0.5)
+    return out
 
 
 def _claimed(row: Sequence[Any]) -> ClaimedJob:

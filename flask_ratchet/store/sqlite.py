@@ -88,6 +88,14 @@ class SqliteDialect(Dialect):
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         return sa.literal(hour, UtcDateTime())
 
+    def indexed(self, table: sa.Table, index: str) -> Any:
+        # Without ANALYZE statistics SQLite may prefer another index and sort what it read;
+        # SQLAlchemy renders no table hint for SQLite, hence the text.
+        return sa.text(f"{table.name} INDEXED BY {index}")
+
+    def minute_of(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
+        return sa.func.strftime("%Y-%m-%d %H:%M:00", column)
+
     def insert_times(self) -> dict[str, ColumnElement[datetime]]:
         return {
             "created": sa.bindparam("p_now", type_=UtcDateTime()),

@@ -14,7 +14,6 @@ from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.schema import node
 from flask_ratchet.store.cluster import BREAKER_RESET
-from flask_ratchet.store.console_writes import record_audit
 from flask_ratchet.store.types import NodeInfo
 from tests.apps import ratchet
 
@@ -43,7 +42,7 @@ def test_breakers_are_published_and_an_operator_reset_reaches_the_worker(app: Fl
     assert published("stripe")["state"] == "OPEN"
     assert published("stripe")["times_opened"] == 1
     with state.store.begin(state.engine) as conn:
-        record_audit(
+        state.store.cluster.record_audit(
             conn,
             at=state.store.now(conn),
             actor="ops",
@@ -66,7 +65,7 @@ def test_breakers_are_published_and_an_operator_reset_reaches_the_worker(app: Fl
 def reset(at: datetime, service: str = "stripe") -> None:
     state = ratchet.state
     with state.store.begin(state.engine) as conn:
-        record_audit(
+        state.store.cluster.record_audit(
             conn,
             at=at,
             actor="ops",

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
 from flask_ratchet.console import actions as actions_module
+from flask_ratchet.console.reads import overview as reports
 from werkzeug.test import TestResponse
 
 from flask_ratchet import Priority
@@ -24,7 +25,6 @@ from flask_ratchet.cron import next_fire_times
 from flask_ratchet.recurring import RecurringStatus
 from flask_ratchet.schema import audit, dlq_alert, job, job_queue, recurring
 from flask_ratchet.states import JobStatus
-from flask_ratchet.store import console_reports as reports
 from tests.apps import add, charge, create_app, db, ratchet
 from tests.integration.helpers import count, job_in, refusing
 
@@ -875,12 +875,10 @@ def test_deleting_the_job_on_screen_sends_htmx_to_the_list(console: Console) -> 
 
 
 def test_recent_audit_keeps_the_order_of_actions_in_the_same_instant(app: Flask) -> None:
-    from flask_ratchet.store.console_writes import record_audit
-
     at = datetime.now(UTC)
     with ratchet.transaction() as conn:
         written = [
-            record_audit(
+            ratchet.state.store.cluster.record_audit(
                 conn,
                 at=at,
                 actor="a",

@@ -16,11 +16,11 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 from flask_ratchet.console import present
+from flask_ratchet.console.reads import batches as flows
 from werkzeug.test import TestResponse
 
 from flask_ratchet.job import BatchProgress
 from flask_ratchet.schema import batch, job, workflow_condition
-from flask_ratchet.store import console_flows as flows
 from flask_ratchet.worker.runner import Worker
 from tests.apps import add, create_app, db, ratchet
 from tests.flow_tasks import batch_item, broken, follow_up, predicate_raises, produce, step

@@ -9,13 +9,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+from flask_ratchet.console.reads import jobs as queries
+from flask_ratchet.console.reads import overview as reports
 
 from flask_ratchet.ids import uuid7
 from flask_ratchet.schema import execution, job_log, job_tag
 from flask_ratchet.states import JobStatus
-from flask_ratchet.store import console_queries as queries
-from flask_ratchet.store import console_reports as reports
-from flask_ratchet.store.console_writes import delete_ended_job
+from flask_ratchet.store import health
 from tests.acceptance.conftest import wait_until
 from tests.apps import add, ratchet
 from tests.integration.helpers import count, job_in, lock_waits
@@ -23,7 +23,7 @@ from tests.integration.helpers import count, job_in, lock_waits
 
 def delete(job_id: uuid.UUID) -> bool:
     with ratchet.transaction() as conn:
-        return delete_ended_job(conn, job_id)
+        return ratchet.state.store.jobs.delete_ended(conn, job_id)
 
 
 def test_delete_takes_ended_jobs_with_everything_that_belongs_to_them(app: Flask) -> None:
@@ -73,8 +73,8 @@ def test_delete_refuses_running_and_paused_failed_jobs(app: Flask) -> None:
 def test_counts_stop_at_the_cap(app: Flask, dialect: str) -> None:
     ratchet.enqueue_many(ratchet.enqueue(add, i, i) for i in range(12))
     with ratchet.transaction() as conn:
-        exact = reports.status_counts(conn, cap=100)
-        capped = reports.status_counts(conn, cap=10)
+        exact = reports.status_counts(conn, ratchet.state.store.dialect, cap=100)
+        capped = reports.status_counts(conn, ratchet.state.store.dialect, cap=10)
     assert exact[JobStatus.PENDING] == queries.Count(12)
     assert exact[JobStatus.FAILED] == queries.Count(0)
     assert not capped[JobStatus.PENDING].exact
@@ -87,7 +87,7 @@ def test_past_the_cap_postgres_estimates_from_statistics(app: Flask, dialect: st
     with ratchet.transaction() as conn:
         if dialect == "postgresql":
             conn.exec_driver_sql("ANALYZE ratchet_job_queue")
-        counts = reports.status_counts(conn, cap=50)
+        counts = reports.status_counts(conn, ratchet.state.store.dialect, cap=50)
     pending = counts[JobStatus.PENDING]
     if dialect == "postgresql":
         assert pending.estimated and 250 <= pending.value <= 350
@@ -111,8 +111,8 @@ def test_throughput_buckets_the_last_hour_by_minute(app: Flask) -> None:
                     queue_wait_ms=100.0 * (minutes_ago + 1),
                 )
             )
-        minutes = reports.throughput(conn, now)
-        p95 = reports.p95_queue_wait(conn, now)
+        minutes = reports.throughput(conn, ratchet.state.store.dialect, now)
+        p95 = health.p95_queue_wait(conn, now)
     assert len(minutes) == 60
     assert (minutes[-1].succeeded, minutes[-1].failed) == (1, 1)
     assert (minutes[-6].succeeded, minutes[-6].failed) == (1, 0)
@@ -130,7 +130,7 @@ def test_a_cursor_only_fits_its_own_sort(app: Flask) -> None:
         rest = queries.list_jobs(conn, queries.JobQuery(), 2, page.next_cursor)
         with pytest.raises(ValueError):  # one query per level: a made-up level is refused
             queries.list_jobs(conn, queries.JobQuery(sort="priority"), 2, f"p.99.{uuid7()}")
-    assert len(rest.rows) == 1 and rest.next_cursor is None
+    assert len(rest.items) == 1 and rest.next_cursor is None
 
 
 def test_a_delete_waits_for_a_concurrent_pause_and_then_leaves_the_job(
@@ -147,7 +147,7 @@ def test_a_delete_waits_for_a_concurrent_pause_and_then_leaves_the_job(
 
         def delete_meanwhile() -> None:
             with store.begin(engine) as conn:
-                outcome.append(delete_ended_job(conn, failed))
+                outcome.append(store.jobs.delete_ended(conn, failed))
 
         deleter = threading.Thread(target=delete_meanwhile)
         deleter.start()

@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+from flask_ratchet.console.reads.resources import live_node_ids
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
@@ -20,7 +21,6 @@ from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.schema import UtcDateTime
 from flask_ratchet.store.cluster import BREAKER_RESET
-from flask_ratchet.store.console_resources import live_node_ids
 from flask_ratchet.store.types import NodeInfo
 from tests.apps import add, create_app, db, ratchet
 from tests.integration.helpers import count, each_database_that_holds

@@ -10,9 +10,8 @@ from importlib.resources import files
 
 import pytest
 from flask_ratchet.console import present
-
-from flask_ratchet.store.console_queries import Count
-from flask_ratchet.store.console_reports import Minute
+from flask_ratchet.console.reads.jobs import Count
+from flask_ratchet.console.reads.overview import Minute
 
 STATIC = files("flask_ratchet.static") / "ratchet"
 

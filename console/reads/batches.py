@@ -1,6 +1,6 @@
 """The console's batch and workflow pages, in SQLAlchemy Core for both dialects.
 
-Bounded like the job lists (:mod:`.console_queries`), so a page costs the same with a thousand
+Bounded like the job lists (:mod:`.jobs`), so a page costs the same with a thousand
 jobs or a million:
 
 - the batch list is keyset-paged on ``ratchet_batch``'s primary key (a batch's id is its parent
@@ -19,24 +19,26 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
-from ..flow import JobType, waits_for_parent
-from ..job import BatchProgress
-from ..payload import Unreadable
-from ..schema import batch, job, job_queue, workflow_condition
-from ..states import JobStatus
-from .batches import progress_of
-from .console_queries import (
+from flask_ratchet.flow import JobType, waits_for_parent
+from flask_ratchet.job import BatchProgress
+from flask_ratchet.paging import Page, cursor_id
+from flask_ratchet.paging import cursor as cursor_of
+from flask_ratchet.payload import Unreadable
+from flask_ratchet.schema import batch, job, job_queue, workflow_condition
+from flask_ratchet.states import JobStatus
+from flask_ratchet.store.batches import progress_of
+
+from .jobs import (
     JOBS_WITH_HOT_ROW,
     ROW_COLUMNS,
     JobRow,
     live_or_cold,
-    parse_cursor,
     to_row,
     where_status,
 )
@@ -75,16 +77,6 @@ class _HasId(Protocol):
 
 
 RowT = TypeVar("RowT", bound=_HasId)
-
-
-@dataclass(frozen=True, slots=True)
-class Page(Generic[RowT]):
-    """One page of batches, or of a batch's children. ``partial``: a filter stopped at its
-    window before the page was full, and ``next_cursor`` carries on after the window."""
-
-    rows: list[RowT]
-    next_cursor: str | None
-    partial: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +151,7 @@ def list_batches(
 
     :raises ValueError: if ``cursor`` was not made by this function.
     """
-    after = parse_cursor("b", cursor) if cursor else None
+    after = cursor_id(cursor, "b") if cursor else None
     if state is None:
         stmt = sa.select(*_BATCH_COLUMNS).select_from(_BATCHES)
         if after is not None:
@@ -210,7 +202,7 @@ def batch_children(
 
     :raises ValueError: if ``cursor`` was not made by this function.
     """
-    after = parse_cursor("c", cursor) if cursor else None
+    after = cursor_id(cursor, "c") if cursor else None
     if status is None:
         stmt = (
             sa.select(*ROW_COLUMNS).select_from(JOBS_WITH_HOT_ROW).where(job.c.batch_id == batch_id)
@@ -258,11 +250,11 @@ def _page(
     page that came back short carries on after the ``window`` rows of ``walk`` it looked at."""
     rows = [row(r) for r in raw[:limit]]
     if len(raw) > limit:
-        return Page(rows, f"{kind}.{rows[-1].id}")
+        return Page(rows, cursor_of(kind, rows[-1].id))
     if walk is None:
         return Page(rows, None)
     last = _end_of_window(conn, walk, window)
-    return Page(rows, None if last is None else f"{kind}.{last}", partial=last is not None)
+    return Page(rows, None if last is None else cursor_of(kind, last), partial=last is not None)
 
 
 def _end_of_window(conn: Connection, walk: Select[Any], size: int) -> uuid.UUID | None:

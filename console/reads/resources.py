@@ -1,6 +1,6 @@
 """The console's resource limits and circuit breakers, in SQLAlchemy Core for both dialects.
 
-Read only, and bounded like the console's other reads (:mod:`.console_queries`), so the pages cost
+Read only, and bounded like the console's other reads (:mod:`.jobs`), so the pages cost
 the same with a thousand jobs or a million:
 
 - **Resources** are the names that have a limit row, permits out, or live jobs naming them: at
@@ -30,16 +30,25 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
-from ..breaker import BreakerSnapshot, BreakerState
-from ..errors import InvalidOption
-from ..options import shown
-from ..payload import Unreadable, read_checked
-from ..resources import checked_max_concurrent, checked_retry_delay
-from ..schema import StoredUuid, audit, job, job_queue, node, resource_limit, resource_permit
-from ..states import JobStatus
-from .cluster import BREAKER_RESET
-from .console_queries import const
-from .console_reports import aware
+from flask_ratchet.breaker import BreakerSnapshot, BreakerState
+from flask_ratchet.errors import InvalidOption
+from flask_ratchet.options import shown
+from flask_ratchet.payload import Unreadable, read_checked
+from flask_ratchet.resources import checked_max_concurrent, checked_retry_delay
+from flask_ratchet.schema import (
+    StoredUuid,
+    audit,
+    aware,
+    const,
+    job,
+    job_queue,
+    node,
+    resource_limit,
+    resource_permit,
+)
+from flask_ratchet.states import JobStatus
+from flask_ratchet.store.cluster import BREAKER_RESET
+from flask_ratchet.store.dialect import Dialect
 
 #: The most resources the page lists (the first ones by name).
 MAX_RESOURCES = 200
@@ -125,7 +134,7 @@ class ResourceReport:
     complete: bool
 
 
-def resources(conn: Connection) -> ResourceReport:
+def resources(conn: Connection, dialect: Dialect) -> ResourceReport:
     """Every resource with a limit, permits out or live jobs naming it (at most
     :data:`MAX_RESOURCES`, by name), with its limit, permits, holders and waiting jobs."""
     limits = {
@@ -137,7 +146,7 @@ def resources(conn: Connection) -> ResourceReport:
         )
     }
     holders = _holders(conn)
-    pending, scanned = _pending_by_resource(conn)
+    pending, scanned = _pending_by_resource(conn, dialect)
     running = _running_by_resource(conn)
     # Limit rows past the first MAX_RESOURCES + 1 names sort after every name kept here, so
     # the first MAX_RESOURCES names of this union are the first of all resources.
@@ -150,13 +159,13 @@ def resources(conn: Connection) -> ResourceReport:
     return ResourceReport(rows, len(names) > MAX_RESOURCES, scanned, complete)
 
 
-def resource(conn: Connection, name: str) -> ResourceRow:
+def resource(conn: Connection, dialect: Dialect, name: str) -> ResourceRow:
     """One resource (what the page lists for it; empty figures for a name nothing uses)."""
     limit = conn.execute(
         sa.select(resource_limit).where(resource_limit.c.resource_name == name)
     ).first()
     holders = _holders(conn, name)
-    pending, scanned = _pending_by_resource(conn)
+    pending, scanned = _pending_by_resource(conn, dialect)
     running = _running_by_resource(conn)
     return _row(name, limit, holders, pending, running, scanned < WAITING_WINDOW)
 
@@ -241,23 +250,16 @@ def _by_resource(conn: Connection, hot: Select[Any]) -> tuple[dict[str, int], in
     return counts, sum(int(r.n) for r in rows)
 
 
-def _pending_by_resource(conn: Connection) -> tuple[dict[str, int], int]:
+def _pending_by_resource(conn: Connection, dialect: Dialect) -> tuple[dict[str, int], int]:
     """PENDING jobs per resource among the newest :data:`WAITING_WINDOW`, walked newest first
     on the console's PENDING index (partial on ``status = 'PENDING'``: hence the literal)."""
-    source: Any = job_queue
-    job_id: Any = job_queue.c.job_id
-    status: Any = job_queue.c.status
-    if conn.dialect.name == "sqlite":
-        # Without ANALYZE statistics SQLite would rather read every PENDING row on the
-        # (status, …) index and sort them all; the partial index is already in id order.
-        # SQLAlchemy renders no table hint for SQLite, hence the text.
-        source = sa.text(f"{job_queue.name} INDEXED BY {PENDING_INDEX}")
-        job_id = sa.literal_column(f"{job_queue.name}.job_id", StoredUuid())
-        status = sa.literal_column(f"{job_queue.name}.status", sa.String())
+    # Columns by name: the table may be read through the index as text (see Dialect.indexed).
+    job_id = sa.literal_column(f"{job_queue.name}.job_id", StoredUuid())
+    status = sa.literal_column(f"{job_queue.name}.status", sa.String())
     return _by_resource(
         conn,
         sa.select(job_id.label("job_id"))
-        .select_from(source)
+        .select_from(dialect.indexed(job_queue, PENDING_INDEX))
         .where(status == const(JobStatus.PENDING))
         .order_by(job_id.desc())
         .limit(WAITING_WINDOW),

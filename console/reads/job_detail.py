@@ -1,6 +1,8 @@
-"""A job's status history for the console, put together from what is already recorded.
+"""One job's page beyond its :class:`~flask_ratchet.job.Job` snapshot: executions, log lines,
+progress, neighbours, DLQ alerts (:func:`job_extras`), and its status history (:func:`job_history`).
 
-Nothing is written for it: the hot path stays as it is. The history is the job's submission,
+The history is put together from what is already recorded; nothing is written for it, so the
+hot path stays as it is. It is the job's submission,
 each attempt's start and end (``ratchet_execution``), the operators' actions on it
 (``ratchet_audit``: on the job alone, on selected jobs, or on a filter that changed it), the
 decision that released or skipped it (``ratchet_workflow_condition``), and how it ended. Changes
@@ -11,6 +13,7 @@ their effects.
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,10 +21,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..flow import Decision, waits_for_parent
-from ..job import Job
-from ..schema import audit
-from .console_flows import WaitsOn
+from flask_ratchet import payload
+from flask_ratchet.flow import Decision, waits_for_parent
+from flask_ratchet.job import Job
+from flask_ratchet.payload import Unreadable
+from flask_ratchet.schema import audit, dlq_alert, execution, job, job_queue
+from flask_ratchet.store.executions import job_logs
+
+from .batches import WaitsOn
+from .jobs import JOBS_WITH_HOT_ROW
 
 #: Operators' actions read per job page, oldest first from the job's creation.
 AUDIT_LIMIT = 200
@@ -127,3 +135,55 @@ def _ids(scope: str, target: str) -> list[str]:
         return []
     ids = data.get("changed", []) if scope == "filter" and isinstance(data, dict) else data
     return [str(i) for i in ids] if isinstance(ids, list) else []
+
+
+@dataclass(frozen=True, slots=True)
+class JobExtras:
+    """What the job page shows beyond :class:`~flask_ratchet.job.Job`."""
+
+    executions: list[Any]
+    logs: list[Any]
+    logs_truncated: bool
+    #: The last progress reported; :class:`~flask_ratchet.payload.Unreadable` if not a JSON object.
+    progress: dict[str, Any] | Unreadable | None
+    supersedes: list[uuid.UUID]
+    dependents: list[uuid.UUID]
+    alerts: list[Any]
+
+
+def job_extras(conn: Connection, job_id: uuid.UUID, log_limit: int = 500) -> JobExtras:
+    """Executions, log lines, progress, neighbours and DLQ alerts of one job."""
+    executions = conn.execute(
+        sa.select(execution)
+        .where(execution.c.job_id == job_id)
+        .order_by(execution.c.started_at, execution.c.attempt)
+        .limit(200)
+    ).all()
+    logs = job_logs(conn, job_id, log_limit + 1)
+    progress_text = conn.execute(
+        sa.select(sa.func.coalesce(job_queue.c.progress, job.c.progress))
+        .select_from(JOBS_WITH_HOT_ROW)
+        .where(job.c.job_id == job_id)
+    ).scalar()
+    supersedes = conn.execute(
+        sa.select(job.c.job_id).where(job.c.superseded_by == job_id).limit(20)
+    ).scalars()
+    dependents = conn.execute(
+        sa.select(job.c.job_id).where(job.c.depends_on == job_id).limit(20)
+    ).scalars()
+    alerts = conn.execute(
+        sa.select(dlq_alert)
+        .where(dlq_alert.c.job_id == job_id)
+        .order_by(dlq_alert.c.hour.desc())
+        .limit(50)
+    ).all()
+    progress = payload.read_stored("progress", progress_text, dict) if progress_text else None
+    return JobExtras(
+        executions=list(executions),
+        logs=list(logs[:log_limit]),
+        logs_truncated=len(logs) > log_limit,
+        progress=progress,
+        supersedes=list(supersedes),
+        dependents=list(dependents),
+        alerts=list(alerts),
+    )

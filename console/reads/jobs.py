@@ -1,5 +1,5 @@
 """The console's job lists, in SQLAlchemy Core for both dialects (its summaries are in
-:mod:`.console_reports`).
+:mod:`.overview`).
 
 Every query here is bounded, so a page costs the same with a thousand jobs or a million:
 
@@ -21,11 +21,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
-from ..options import Priority
-from ..payload import Unreadable, read_member
-from ..schema import job, job_queue
-from ..states import LIVE, JobStatus
-from .jobs import narrowed, tags_of
+from flask_ratchet.options import Priority
+from flask_ratchet.paging import Page, cursor_id, read_cursor
+from flask_ratchet.paging import cursor as cursor_of
+from flask_ratchet.payload import Unreadable, read_member
+from flask_ratchet.schema import const, job, job_queue
+from flask_ratchet.states import LIVE, JobStatus
+from flask_ratchet.store.jobs import narrowed, tags_of
 
 #: Exact counts stop here; beyond it a count is an estimate (PostgreSQL) or "more than".
 COUNT_CAP = 10_000
@@ -70,14 +72,6 @@ class JobRow:
     picked_by: str | None
     error: str | None
     tags: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class JobList:
-    """One page of the job list and the cursor of the next one."""
-
-    rows: list[JobRow]
-    next_cursor: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,19 +184,6 @@ def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Se
     return stmt
 
 
-def const(value: JobStatus | int) -> Any:
-    """A status or priority written into the SQL text rather than bound.
-
-    The partial indexes (``status = 'PENDING'``, ``priority <> 2``) are usable only where
-    PostgreSQL can prove the predicate from the query text; a bound parameter would do only
-    while the driver's statement is not yet prepared with a generic plan. Safe: the value is a
-    member of an enum (or a validated priority level), never request text.
-    """
-    if isinstance(value, JobStatus):
-        return sa.literal_column(f"'{value.value}'", sa.String)
-    return sa.literal_column(str(int(value)), sa.SmallInteger)
-
-
 def _ordered(stmt: Select[Any], sort: str, cursor: str | None) -> Select[Any]:
     """Apply ``sort`` ("newest" or "oldest"; see :func:`_by_priority`) and the keyset ``cursor``.
 
@@ -219,36 +200,17 @@ def _ordered(stmt: Select[Any], sort: str, cursor: str | None) -> Select[Any]:
 
 
 def _parse_cursor(sort: str, cursor: str) -> tuple[int, uuid.UUID]:
-    if sort != "priority":
-        return 0, parse_cursor(sort[0], cursor)
-    kind, _, rest = cursor.partition(".")
-    try:
-        if kind == "p":
-            prio, _, last = rest.partition(".")
-            return int(prio), uuid.UUID(last)
-    except ValueError:
-        pass
-    raise ValueError(f"cursor {cursor!r} does not belong to this list")
-
-
-def parse_cursor(kind: str, cursor: str) -> uuid.UUID:
-    """The id in a cursor ``<kind>.<uuid>``.
-
-    :raises ValueError: if the cursor is not of that kind.
-    """
-    prefix, _, rest = cursor.partition(".")
-    if prefix == kind:
-        try:
-            return uuid.UUID(rest)
-        except ValueError:
-            pass
-    raise ValueError(f"cursor {cursor!r} does not belong to this list")
+    """The (priority, id) a cursor of the ``sort`` list carries on after."""
+    if sort == "priority":
+        prio, job_id = read_cursor(cursor, "p", int, uuid.UUID)
+        return int(prio), job_id
+    return 0, cursor_id(cursor, sort[0])
 
 
 def _cursor(sort: str, row: JobRow) -> str:
     if sort == "priority":
-        return f"p.{row.priority}.{row.id}"
-    return f"{sort[0]}.{row.id}"
+        return cursor_of("p", row.priority, row.id)
+    return cursor_of(sort[0], row.id)
 
 
 def list_jobs(
@@ -258,7 +220,7 @@ def list_jobs(
     cursor: str | None = None,
     *,
     floor: Floor = _Floor.LOOK_UP,
-) -> JobList:
+) -> Page[JobRow]:
     """One page of jobs matching ``q`` in ``q.sort`` order (``floor``: :func:`search_floor`'s,
     looked up unless given).
 
@@ -273,7 +235,7 @@ def list_jobs(
     tags = tags_of(conn, [r.job_id for r in raw[:limit]])
     rows = [to_row(r, tags.get(r.job_id, ())) for r in raw[:limit]]
     more = len(raw) > limit
-    return JobList(rows, _cursor(q.sort, rows[-1]) if more and rows else None)
+    return Page(rows, _cursor(q.sort, rows[-1]) if more and rows else None)
 
 
 def _by_priority(

@@ -1,0 +1,17 @@
+"""The console's read side, by screen: what each page shows, read in SQLAlchemy Core for both
+databases, and bounded so that a page costs the same with a thousand jobs or a million.
+
+=====================  =====================================================================
+:mod:`.overview`       jobs per status (capped, estimated past the cap), throughput, actions
+:mod:`.jobs`           the job list: filters, keyset pages, capped counts, bulk selections
+:mod:`.job_detail`     one job's page: executions, logs, alerts, neighbours, history
+:mod:`.batches`        batches, their children, and the flow a job is part of
+:mod:`.dead_letters`   jobs that failed for good, grouped by task and error
+:mod:`.resources`      resource limits, permits, waiting jobs, circuit breakers
+:mod:`.nodes`          worker nodes
+=====================  =====================================================================
+
+Queue health is the library's (:mod:`flask_ratchet.store.health`); recurring masters are read
+through :mod:`flask_ratchet.api.recurring`. Nothing here writes: the console's actions go
+through the library's operations (:mod:`flask_ratchet.api`).
+"""

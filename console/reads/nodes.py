@@ -1,0 +1,51 @@
+"""The nodes page: every worker node, its heartbeat age and how many jobs it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from flask_ratchet.schema import job_queue, node
+from flask_ratchet.states import JobStatus
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    """A worker node as the console shows it."""
+
+    node_id: str
+    host: str
+    pid: int
+    version: str
+    concurrency: int
+    started_at: datetime
+    heartbeat_age: float
+    running: int
+
+
+def nodes(conn: Connection, now: datetime) -> list[NodeRow]:
+    """Every node row with its heartbeat age and how many jobs it holds RUNNING."""
+    running: dict[str, int] = dict(
+        conn.execute(
+            sa.select(job_queue.c.picked_by, sa.func.count())
+            .where(job_queue.c.status == JobStatus.RUNNING)
+            .group_by(job_queue.c.picked_by)
+        ).all()
+    )
+    rows = conn.execute(sa.select(node).order_by(node.c.node_id).limit(500)).all()
+    return [
+        NodeRow(
+            node_id=r.node_id,
+            host=r.host,
+            pid=r.pid,
+            version=r.version,
+            concurrency=r.concurrency,
+            started_at=r.started_at,
+            heartbeat_age=max(0.0, (now - r.last_heartbeat).total_seconds()),
+            running=int(running.get(r.node_id, 0)),
+        )
+        for r in rows
+    ]

@@ -1,0 +1,102 @@
+"""How the queue is doing: the one computation behind ``ratchet.queue_health()`` and the
+console's overview.
+
+Each figure reads a bounded amount: the oldest due job from the claim index, one row per
+priority level; the p95 queue wait from the last hour's newest :data:`P95_SAMPLE` executions.
+Only the exact counts per status and of due jobs (the library's, which the console replaces by
+capped counts) grow with the table.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..options import Priority
+from ..schema import const, execution, job, job_queue
+from ..states import JobStatus
+
+#: The p95 queue wait is taken over at most this many of the last hour's newest executions.
+P95_SAMPLE = 5_000
+
+
+def queue_health(conn: Connection, now: datetime) -> dict[str, Any]:
+    """Counts per status, due jobs, the oldest due job's wait and the p95 queue wait (seconds);
+    ``now`` is the database's time."""
+    return {
+        "counts": status_counts(conn),
+        "due": due_count(conn, now),
+        "oldest_pending_age": oldest_due_age(conn, now),
+        "p95_queue_wait": p95_queue_wait(conn, now),
+    }
+
+
+def status_counts(conn: Connection) -> dict[str, int]:
+    """Exact counts of jobs per status (every status, 0 included)."""
+    counts = {str(s): 0 for s in JobStatus}
+    for status, n in conn.execute(
+        sa.select(job_queue.c.status, sa.func.count()).group_by(job_queue.c.status)
+    ):
+        counts[status] = n
+    ended = (
+        sa.select(job.c.terminal_status, sa.func.count())
+        .select_from(job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id))
+        .where(job_queue.c.job_id.is_(None), job.c.terminal_status.is_not(None))
+        .group_by(job.c.terminal_status)
+    )
+    for status, n in conn.execute(ended):
+        counts[status] = n
+    return counts
+
+
+def due_count(conn: Connection, now: datetime) -> int:
+    """PENDING jobs due at ``now``."""
+    return int(
+        conn.execute(
+            sa.select(sa.func.count()).where(
+                job_queue.c.status == JobStatus.PENDING, job_queue.c.scheduled_time <= now
+            )
+        ).scalar_one()
+    )
+
+
+def oldest_due_age(conn: Connection, now: datetime) -> float | None:
+    """Seconds the oldest due PENDING job has waited, read from the claim index per priority."""
+    oldest: datetime | None = None
+    for prio in Priority:
+        due = conn.execute(
+            sa.select(job_queue.c.scheduled_time)
+            .where(
+                job_queue.c.status == const(JobStatus.PENDING),
+                job_queue.c.priority == const(prio),
+                job_queue.c.scheduled_time <= now,
+            )
+            .order_by(job_queue.c.scheduled_time)
+            .limit(1)
+        ).scalar()
+        if due is not None and (oldest is None or due < oldest):
+            oldest = due
+    return None if oldest is None else max(0.0, (now - oldest).total_seconds())
+
+
+def p95_queue_wait(conn: Connection, now: datetime) -> float | None:
+    """The 95th percentile queue wait (seconds) of the last hour's newest executions."""
+    waits = sorted(
+        w
+        for w in conn.execute(
+            sa.select(execution.c.queue_wait_ms)
+            .where(execution.c.started_at >= now - timedelta(hours=1))
+            .order_by(execution.c.started_at.desc())
+            .limit(P95_SAMPLE)
+        ).scalars()
+        if w is not None
+    )
+    if not waits:
+        return None
+    return float(waits[int(0.95 * (len(waits) - 1))]) / 1000.0
+
+
+__all__ = ["P95_SAMPLE", "due_count", "oldest_due_age", "p95_queue_wait", "queue_health"]

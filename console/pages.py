@@ -18,7 +18,7 @@ from flask_ratchet import runtime
 from flask_ratchet.api import jobs as jobs_api
 from flask_ratchet.api import recurring as recurring_api
 from flask_ratchet.cron import CronError, next_fire_times
-from flask_ratchet.flow import waits_for_parent
+from flask_ratchet.flows import waits_for_parent
 from flask_ratchet.paging import Page
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime

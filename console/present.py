@@ -249,7 +249,7 @@ def overhead(progress: BatchProgress) -> str:
     return f"\N{MINUS SIGN}{duration(-ms / 1000)}" if ms < 0 else duration(ms / 1000)
 
 
-#: What each condition kind means, for a tooltip (see :class:`flask_ratchet.flow.Condition`).
+#: What each condition kind means, for a tooltip (see :class:`flask_ratchet.flows.Condition`).
 CONDITION_MEANING = {
     "THEN": "the next step of a chain: runs once its parent succeeded",
     "ON_SUCCESS": "a branch: runs if its parent succeeded",

@@ -28,7 +28,7 @@ from . import events, facts, migrate
 from .config import RatchetConfig
 from .errors import SchemaNotReady
 from .facts import Event
-from .flow import BatchCounts
+from .flows import BatchCounts
 from .forks import fresh_pool_after_fork
 from .job import BatchProgress
 from .recurring import RecurringDefinition

@@ -39,7 +39,7 @@ VERSION_TABLE = "ratchet_alembic_version"
 #: What a stored time outside Python's range reads as: PostgreSQL holds years from 4713 BC to
 #: 294276 and ``infinity``, SQLite any text. The earliest is a day inside Python's range, so it
 #: is a ``datetime`` in any session time zone psycopg converts it to; the latest is the last
-#: second of 9999, at or after :data:`flask_ratchet.flow.NOT_YET` (a step's due time), which
+#: second of 9999, at or after :data:`flask_ratchet.flows.NOT_YET` (a step's due time), which
 #: must read back as it was written.
 EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
@@ -186,7 +186,7 @@ job = sa.Table(
     metadata,
     _id(primary_key=True),
     sa.Column("task", sa.String(255), nullable=False),
-    sa.Column("job_type", sa.String(16), nullable=False),  # see flask_ratchet.flow.JobType
+    sa.Column("job_type", sa.String(16), nullable=False),  # see flask_ratchet.flows.JobType
     sa.Column("priority", sa.SmallInteger, nullable=False),
     sa.Column("payload", sa.Text, nullable=False),  # JSON {"args": [...], "kwargs": {...}}
     sa.Column("params", sa.Text),  # JSON object
@@ -419,7 +419,7 @@ workflow_condition = sa.Table(
     # The dependent job (a chain step, a branch, a batch follow-up) and what it waits for.
     _job_fk(primary_key=True),
     sa.Column("parent_id", StoredUuid(), nullable=False, index=True),
-    sa.Column("kind", sa.String(16), nullable=False),  # see flask_ratchet.flow.Condition
+    sa.Column("kind", sa.String(16), nullable=False),  # see flask_ratchet.flows.Condition
     sa.Column("predicate", sa.String(255)),  # a registered task, for WHEN
     sa.Column("threshold", sa.Float),  # for SUCCESS_RATE and FAILURE_COUNT
     sa.Column("decision", sa.String(16)),  # TRIGGERED, SKIPPED or ERROR once decided

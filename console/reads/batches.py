@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
-from flask_ratchet.flow import JobType, waits_for_parent
+from flask_ratchet.flows import JobType, waits_for_parent
 from flask_ratchet.job import BatchProgress
 from flask_ratchet.paging import Page, cursor_id
 from flask_ratchet.paging import cursor as cursor_of
@@ -83,8 +83,8 @@ RowT = TypeVar("RowT", bound=_HasId)
 class WaitsOn:
     """A dependent's condition on its parent, and what was decided when the parent ended.
 
-    ``kind`` and ``decision`` are kept as the stored text (see :class:`~flask_ratchet.flow.
-    Condition` and :class:`~flask_ratchet.flow.Decision`): a page must draw whatever it finds.
+    ``kind`` and ``decision`` are kept as the stored text (see :class:`~flask_ratchet.flows.
+    Condition` and :class:`~flask_ratchet.flows.Decision`): a page must draw whatever it finds.
     """
 
     parent_id: uuid.UUID

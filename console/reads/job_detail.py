@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from flask_ratchet import payload
-from flask_ratchet.flow import Decision, waits_for_parent
+from flask_ratchet.flows import Decision, waits_for_parent
 from flask_ratchet.job import Job
 from flask_ratchet.payload import Unreadable
 from flask_ratchet.schema import audit, dlq_alert, execution, job, job_queue

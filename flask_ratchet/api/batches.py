@@ -13,7 +13,7 @@
 
 The parent does no work: it waits until its last child has ended, then SUCCEEDED (every child
 succeeded) or FAILED ("N of M children failed"; a canceled child counts as failed). Then the
-follow-ups whose condition holds run and the others are canceled (see :mod:`flask_ratchet.flow`).
+follow-ups whose condition holds run and the others are canceled (see :mod:`flask_ratchet.flows`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from .. import payload
 from ..errors import InvalidOption
-from ..flow import NOT_YET, Condition, JobType
+from ..flows import NOT_YET, Condition, JobType
 from ..ids import job_id_of, uuid7
 from ..job import BatchProgress
 from ..options import KEY_MAX_LENGTH, JobOptions, shown, validate_options, validate_text

@@ -7,7 +7,7 @@
 
 ``then`` appends a step to the chain; the branches (``then_on_success``, ``then_on_failure``,
 ``when``) hang off the chain's last step so far. Every job is written at :meth:`submit`, in one
-transaction; a dependent waits PENDING until its parent ends (see :mod:`flask_ratchet.flow`).
+transaction; a dependent waits PENDING until its parent ends (see :mod:`flask_ratchet.flows`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..flow import NOT_YET, Condition, JobType
+from ..flows import NOT_YET, Condition, JobType
 from ..runtime import Runtime
 from ..store.types import Link, NewJob
 from .submit import JobBuilder, make_builder

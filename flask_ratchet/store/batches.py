@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 
 from .. import facts
 from ..facts import Event
-from ..flow import BatchCounts, JobType, batch_outcome
+from ..flows import BatchCounts, JobType, batch_outcome
 from ..job import BatchProgress
 from ..schema import batch, job, job_queue
 from ..states import Action, JobStatus

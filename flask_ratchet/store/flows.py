@@ -26,7 +26,7 @@ from sqlalchemy.engine import Connection
 
 from .. import facts
 from ..facts import Event
-from ..flow import (
+from ..flows import (
     NOT_YET,
     BatchCounts,
     Condition,

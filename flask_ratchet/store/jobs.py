@@ -22,7 +22,7 @@ from sqlalchemy.sql import Select
 
 from .. import facts, payload
 from ..facts import Event
-from ..flow import JobType
+from ..flows import JobType
 from ..job import Job, decode_progress
 from ..options import Backoff, Priority
 from ..paging import Page, cursor_id

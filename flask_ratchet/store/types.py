@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from ..context import LogLine
-from ..flow import Condition
+from ..flows import Condition
 from ..options import JobOptions
 from ..states import Action, JobStatus
 

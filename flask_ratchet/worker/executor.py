@@ -37,11 +37,11 @@ from ..breaker import Breakers, BreakerState, CircuitBreaker
 from ..context import JobContext
 from ..context import context_parameter as _context_parameter
 from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed, UnreadableJob
-from ..options import Backoff
 from ..registry import Task
-from ..retry import Decision, decide, describe, format_traceback
+from ..retry import Decision, describe, format_traceback
 from ..runtime import send
 from ..store.types import ClaimedJob, Finished, Outcome, Permit
+from .claimed import read_claimed, retry_decision
 from .permits import PERMIT_ERROR_DELAY, PermitGate, WorkerSide
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ class Executor:
                     job_id=job.job_id,
                     task=job.task,
                     attempt=job.attempt,
-                    # Decoded on the job's thread (``_read_row``): nothing a row holds may
+                    # Decoded on the job's thread (``read_claimed``): nothing a row holds may
                     # fail the poller, which has the rest of the claim in hand.
                     params={},
                     depends_on=job.depends_on,
@@ -266,7 +266,9 @@ class Executor:
             _not_mine(claimed, "not run")
             return None
         try:
-            args, kwargs = _read_row(run)
+            args, kwargs, params = read_claimed(run.claimed)
+            if params is not None:
+                run.ctx.params = params
             task = self._state.registry.for_run(claimed.task, self._state.config.allowed_modules)
         except (UnreadableJob, TaskNotAllowed) as exc:
             return self._failed(run, exc, permanent=True)
@@ -389,7 +391,7 @@ class Executor:
         error, trace = describe(exc), format_traceback(exc)
         if isinstance(exc, JobTimeout):
             error = f"JobTimeout: ran longer than its timeout of {claimed.timeout:g}s"
-        decision = Decision(retry=False) if permanent else _retry_decision(claimed, exc)
+        decision = Decision(retry=False) if permanent else retry_decision(claimed, exc)
         if not decision.retry:
             return self._outcome(run, Outcome.FAILED, error=error, traceback=trace)
         return self._outcome(run, Outcome.RETRY, error=error, traceback=trace, delay=decision.delay)
@@ -501,59 +503,6 @@ class Executor:
         with self._idle:
             self._idle.notify_all()
         return left
-
-
-def _read_row(run: Run) -> tuple[list[Any], dict[str, Any]]:
-    """Check what the claim read from the job's row and decode its JSON columns: the call's
-    ``(args, kwargs)``, with the params put in the job's context.
-
-    Runs once per job on the hot path: the checks are plain type and range tests (a NaN fails
-    every comparison, so ``not x >= 0`` refuses it too).
-
-    :raises UnreadableJob: naming the first column that ratchet could not have written.
-    """
-    claimed = run.claimed
-    args, kwargs = payload.decode_call(claimed.payload)
-    if claimed.params is not None:
-        run.ctx.params = payload.decode_stored("params", claimed.params, dict) or {}
-    if claimed.backoff not in _BACKOFFS:
-        raise UnreadableJob(
-            f"column 'backoff' holds {claimed.backoff!r}, not one of {', '.join(_BACKOFFS)}"
-        )
-    base = claimed.backoff_base
-    if type(base) not in _NUMBERS or not base >= 0:
-        raise UnreadableJob(f"column 'backoff_base' holds {base!r}, not a number of seconds >= 0")
-    timeout = claimed.timeout
-    if timeout is not None and (type(timeout) not in _NUMBERS or not timeout > 0):
-        raise UnreadableJob(
-            f"column 'timeout' holds {timeout!r}, not a positive number of seconds or NULL"
-        )
-    if type(claimed.attempt) is not int:
-        raise UnreadableJob(f"column 'attempts' holds {claimed.attempt!r}, not an integer")
-    if type(claimed.max_retries) is not int:
-        raise UnreadableJob(f"column 'max_retries' holds {claimed.max_retries!r}, not an integer")
-    return args, kwargs
-
-
-#: What a claimed row's ``backoff`` may hold, and the types its numbers may come back as (never
-#: ``bool``, a subclass of ``int`` no driver returns for these columns).
-_BACKOFFS = tuple(b.value for b in Backoff)
-_NUMBERS = (int, float)
-
-
-def _retry_decision(claimed: ClaimedJob, exc: BaseException) -> Decision:
-    """Whether to retry a failed attempt. A row whose retry columns cannot be used (possible
-    only if the watchdog ends the attempt before ``_read_row`` refused the row) is not retried."""
-    try:
-        return decide(
-            exc,
-            claimed.attempt,
-            claimed.max_retries,
-            Backoff(claimed.backoff),
-            claimed.backoff_base,
-        )
-    except (ValueError, TypeError, ArithmeticError):
-        return Decision(retry=False)
 
 
 def _not_mine(claimed: ClaimedJob, what: str) -> None:

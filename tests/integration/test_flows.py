@@ -16,7 +16,7 @@ from flask import Flask
 from sqlalchemy.engine import Connection
 
 from flask_ratchet import JobStatus, events
-from flask_ratchet.flow import NOT_YET
+from flask_ratchet.flows import NOT_YET
 from flask_ratchet.schema import batch, job, job_queue, workflow_condition
 from flask_ratchet.worker.runner import Worker
 from tests.acceptance.conftest import wait_until

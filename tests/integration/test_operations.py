@@ -220,3 +220,23 @@ def test_queue_health_counts_every_status(app: Flask) -> None:
     }
     assert health["due"] == 2
     assert health["oldest_pending_age"] is not None and health["oldest_pending_age"] >= 0
+
+
+def test_delete_job_takes_ended_jobs_only(app: Flask) -> None:
+    failed = job_in(JobStatus.FAILED)
+    pending = ratchet.enqueue_now(add, 1, 2).id
+    assert ratchet.delete_job(str(failed))
+    assert ratchet.get_job(failed) is None
+    assert not ratchet.delete_job(failed)  # gone already
+    assert not ratchet.delete_job(pending)  # live: refused, nothing changed
+    assert get(pending).status == JobStatus.PENDING
+
+
+def test_find_jobs_refuses_a_cursor_of_another_list(app: Flask) -> None:
+    for i in range(3):
+        ratchet.enqueue_now(add, i, i)
+    page = ratchet.find_jobs(limit=2)
+    assert page.next_cursor is not None and not page.partial
+    with pytest.raises(ValueError, match="does not belong to this list"):
+        ratchet.find_jobs(cursor="n" + page.next_cursor[1:])  # the console's job list's kind
+    assert len(ratchet.find_jobs(limit=2, cursor=page.next_cursor).items) == 1

@@ -34,7 +34,6 @@ from .job import BatchProgress
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
 from .store import Store, store_for
-from .store.wakeup import Notifier
 
 T = TypeVar("T")
 
@@ -87,7 +86,8 @@ class Runtime:
         self._lock = threading.Lock()
         #: Called with no arguments after a transaction that wrote a due job commits.
         self.wake_listeners: list[Callable[[], None]] = []
-        self._notifier: Notifier | None = None
+        #: The dialect's notifier, once asked for (``False``: not yet).
+        self._notify: Callable[[], None] | bool | None = False
 
     @property
     def engine(self) -> Engine:
@@ -264,13 +264,14 @@ class Runtime:
 
     def wake(self) -> None:
         """Tell workers that committed work is due: in this process directly, and elsewhere by
-        ``NOTIFY`` on PostgreSQL (SQLite workers see the commit themselves)."""
+        the dialect's notifier (PostgreSQL's ``NOTIFY``; SQLite workers see the commit
+        themselves)."""
         for listener in list(self.wake_listeners):
             listener()
-        if self.engine.dialect.name == "postgresql":
-            if self._notifier is None:
-                self._notifier = Notifier(self.engine.url)
-            self._notifier.request()
+        if self._notify is False:
+            self._notify = self.store.dialect.notifier(self.engine.url)
+        if callable(self._notify):
+            self._notify()
 
 
 def _forget_events(session: Session, *args: Any) -> None:

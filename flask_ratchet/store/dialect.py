@@ -6,6 +6,7 @@ uses. A database ratchet supports is one subclass of :class:`Dialect` plus its S
 - inserts: ``INSERT … ON CONFLICT`` in the dialect's spelling (:meth:`Dialect.insert_ignoring`,
   :meth:`Dialect.upsert`);
 - the claim: marking due jobs RUNNING, the poller's hot path;
+- wake-ups: how workers in other processes learn that jobs are due;
 - locking: whether row locks order writers, and the lock that serialises schema changes;
 - the dialect's own SQL for the two batched hot paths (many jobs submitted, a batch of
   outcomes), where it has one; the shared SQL of :mod:`.submission` and :mod:`.executions`
@@ -14,6 +15,7 @@ uses. A database ratchet supports is one subclass of :class:`Dialect` plus its S
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
@@ -77,6 +79,12 @@ class Dialect:
         """A connection for work that is one atomic write (the claim, a submission)."""
         return self.begin(engine)
 
+    def worker_engine(self, url: sa.URL, concurrency: int) -> Engine:
+        """The engine a worker process writes outcomes, heartbeats and maintenance on: its own,
+        so that jobs using the app's ``db.session`` never compete with it for connections."""
+        # No pre-ping (a round trip per checkout): every caller retries after a connection error.
+        return sa.create_engine(url, pool_size=4, max_overflow=4)
+
     def lock_schema(self, conn: Connection) -> None:
         """Hold the lock that serialises changes to ratchet's tables until ``conn``'s
         transaction ends, so that several upgrades at once (the pods of one deploy) run one
@@ -113,6 +121,20 @@ class Dialect:
         heartbeat again within an interval."""
         beat = node.c.last_heartbeat
         return sa.and_(beat >= self.ago_sql(seconds), beat <= self.later_sql(seconds))
+
+    # -- wake-ups ------------------------------------------------------------------------------
+
+    def notifier(self, url: sa.URL) -> Callable[[], None] | None:
+        """What tells workers in other processes that committed jobs are due, or ``None`` where
+        workers see other processes' commits by themselves (see :mod:`.wakeup`)."""
+        return None
+
+    def wake_listener(
+        self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
+    ) -> threading.Thread:
+        """A worker's thread (not started) that calls ``on_wake`` when another process has
+        committed due jobs, until ``stop`` is set."""
+        raise NotImplementedError
 
     # -- inserts -------------------------------------------------------------------------------
 

@@ -17,8 +17,9 @@ deep the backlog is.
 from __future__ import annotations
 
 import json
+import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +39,7 @@ from .postgres_completion import COMPLETE_STMT, complete_params
 from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
 from .submission import delete_jobs, job_values, match_duplicates, refuse_repeated_business_keys
 from .types import ClaimedJob, Finished, Inserted, NewJob
+from .wakeup import Notifier, PgListener
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
 
@@ -250,6 +252,14 @@ class PostgresDialect(Dialect):
 
     def hour_sql(self) -> ColumnElement[datetime]:
         return sa.func.date_trunc("hour", sa.func.now(), type_=UtcDateTime())
+
+    def notifier(self, url: sa.URL) -> Callable[[], None]:
+        return Notifier(url).request
+
+    def wake_listener(
+        self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
+    ) -> threading.Thread:
+        return PgListener(url, on_wake, stop)
 
     def status_estimates(self, conn: Connection) -> dict[JobStatus, int]:
         """``reltuples`` times the value's frequency in ``pg_stats``: live statuses from the hot

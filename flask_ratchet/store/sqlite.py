@@ -9,7 +9,8 @@ therefore serialised, and each sees the rows the previous one marked RUNNING: di
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -25,6 +26,7 @@ from ..states import Action, sources, target
 from .dialect import Dialect
 from .driver import driver_statement
 from .types import ClaimedJob, NewJob
+from .wakeup import SqliteWatcher
 
 # Every write transaction starts with it: run on the driver's cursor (see .driver).
 _BEGIN_IMMEDIATE = sa.text("BEGIN IMMEDIATE")
@@ -87,6 +89,14 @@ class SqliteDialect(Dialect):
     def hour_sql(self) -> ColumnElement[datetime]:
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         return sa.literal(hour, UtcDateTime())
+
+    def worker_engine(self, url: sa.URL, concurrency: int) -> Engine:
+        return sa.create_engine(url, connect_args={"timeout": 30})
+
+    def wake_listener(
+        self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
+    ) -> threading.Thread:
+        return SqliteWatcher(str(url.database), on_wake, stop)
 
     def indexed(self, table: sa.Table, index: str) -> Any:
         # Without ANALYZE statistics SQLite may prefer another index and sort what it read;

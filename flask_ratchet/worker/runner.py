@@ -36,7 +36,6 @@ from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
 from ..store.types import Finished, NodeInfo, Outcome
-from ..store.wakeup import PgListener, SqliteWatcher
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
 from .executor import Executor, Run
@@ -142,7 +141,7 @@ class Worker:
             self.state.ensure_schema()
             self.store = self.state.store
             url = self.state.engine.url
-        self.engine = _own_engine(url, self.concurrency)
+        self.engine = self.store.dialect.worker_engine(url, self.concurrency)
         self.claim_engine = self.store.claim_engine(self.engine)
         for engine in (self.engine, self.claim_engine):
             fresh_pool_after_fork(engine)  # a job may fork (multiprocessing, subprocess helpers)
@@ -221,11 +220,7 @@ class Worker:
             burst=self.burst,
         )
         threading.Thread(target=self._watch, name="ratchet-watchdog", daemon=True).start()
-        self.listener: threading.Thread
-        if url.get_backend_name() == "postgresql":
-            self.listener = PgListener(url, self.wake, self.stop_event)
-        else:
-            self.listener = SqliteWatcher(str(url.database), self.wake, self.stop_event)
+        self.listener = self.store.dialect.wake_listener(url, self.wake, self.stop_event)
         self.listener.start()
         self.state.wake_listeners.append(self.wake)
         log.info("worker %s started: concurrency %d", self.node_id, self.concurrency)
@@ -377,10 +372,3 @@ class Worker:
 
 def _release_outcome(run: Run) -> Finished:
     return Finished(run.claimed.job_id, Outcome.RELEASE, run.claimed.task, run.claimed.attempt)
-
-
-def _own_engine(url: sa.URL, concurrency: int) -> sa.Engine:
-    if url.get_backend_name() == "sqlite":
-        return sa.create_engine(url, connect_args={"timeout": 30})
-    # No pre-ping (a round trip per checkout): every caller retries after a connection error.
-    return sa.create_engine(url, pool_size=4, max_overflow=4)

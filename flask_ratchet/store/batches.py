@@ -140,7 +140,8 @@ class Batches:
             tally[3] += e.wait_ms or 0.0
         settled: list[Ended] = []
         for batch_id, (ok, bad, run_ms, wait_ms) in sorted(tallies.items()):
-            row = conn.execute(
+            counted = self.dialect.updated(
+                conn,
                 sa.update(batch)
                 .where(
                     batch.c.batch_id == batch_id,
@@ -152,9 +153,10 @@ class Batches:
                     failed=batch.c.failed + int(bad),
                     child_run_ms=batch.c.child_run_ms + run_ms,
                     child_wait_ms=batch.c.child_wait_ms + wait_ms,
-                )
-                .returning(*_COUNTED)
-            ).first()
+                ),
+                *_COUNTED,
+            )
+            row = counted[0] if counted else None
             counts = None if row is None else counts_of(row)
             if row is None or counts is None:
                 # Settled already (its parent was canceled: nothing to count into), or a row
@@ -195,12 +197,14 @@ class Batches:
             .select_from(job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id))
             .where(job.c.batch_id == batch_id)
         ).one()
-        row = conn.execute(
+        recounted = self.dialect.updated(
+            conn,
             sa.update(batch)
             .where(batch.c.batch_id == batch_id, batch.c.finished_at.is_(None))
-            .values(total=total, succeeded=succeeded, failed=failed)
-            .returning(*_COUNTED)
-        ).first()
+            .values(total=total, succeeded=succeeded, failed=failed),
+            *_COUNTED,
+        )
+        row = recounted[0] if recounted else None
         if row is not None:
             log.warning(
                 "batch %s: its counts in ratchet_batch were recounted from its children "
@@ -217,18 +221,22 @@ class Batches:
         """End a batch whose children have all ended: exactly once (``finished_at`` is the
         swap), and its parent job SUCCEEDED or FAILED. Return the parent's end, or None if
         another transaction settled it or the parent had already ended (canceled)."""
-        row = conn.execute(
+        settled = self.dialect.updated(
+            conn,
             sa.update(batch)
             .where(
                 batch.c.batch_id == batch_id,
                 batch.c.finished_at.is_(None),
                 batch.c.succeeded + batch.c.failed >= batch.c.total,
             )
-            .values(finished_at=self.dialect.now_sql())
-            .returning(batch.c.total, batch.c.succeeded, batch.c.failed)
-        ).first()
-        if row is None:
+            .values(finished_at=self.dialect.now_sql()),
+            batch.c.total,
+            batch.c.succeeded,
+            batch.c.failed,
+        )
+        if not settled:
             return None
+        row = settled[0]
         counts = BatchCounts(row.total, row.succeeded, row.failed)
         status, error = batch_outcome(counts)
         action = Action.BATCH_SUCCEED if status == JobStatus.SUCCEEDED else Action.BATCH_FAIL

@@ -197,7 +197,8 @@ class Cluster:
             )
             if ended is not None:
                 self.flows.ended(conn, [ended])
-        requeued = conn.execute(
+        requeued = self.dialect.updated(
+            conn,
             sa.update(job_queue)
             .where(job_queue.c.status.in_(running), sa.not_(spent), *where)
             .values(
@@ -208,10 +209,10 @@ class Cluster:
                 last_error=f"WorkerLost: {why}",
                 version=job_queue.c.version + 1,
                 updated_at=self.dialect.now_sql(),
-            )
-            .returning(job_queue.c.job_id)
+            ),
+            job_queue.c.job_id,
         )
-        taken = (list(requeued.scalars()), [job_id for job_id, _ in failed])
+        taken = ([row.job_id for row in requeued], [job_id for job_id, _ in failed])
         tasks: dict[uuid.UUID, str] = {}
         for part in chunks([*taken[0], *taken[1]]):
             rows = conn.execute(sa.select(job.c.job_id, job.c.task).where(job.c.job_id.in_(part)))

@@ -122,6 +122,12 @@ class Dialect:
         beat = node.c.last_heartbeat
         return sa.and_(beat >= self.ago_sql(seconds), beat <= self.later_sql(seconds))
 
+    def updated(self, conn: Connection, stmt: sa.Update, *columns: Any) -> list[Any]:
+        """Run ``stmt`` and return ``columns`` of each row it changed, as they are after it:
+        ``UPDATE … RETURNING`` where the database has it (a database without it selects the
+        rows under their lock, updates them by key, and reads them back)."""
+        return list(conn.execute(stmt.returning(*columns)))
+
     # -- wake-ups ------------------------------------------------------------------------------
 
     def notifier(self, url: sa.URL) -> Callable[[], None] | None:

@@ -126,7 +126,8 @@ class Executions:
         applied: set[uuid.UUID] = set()
         for item in items:
             back = target(item.outcome.action, JobStatus.RUNNING)
-            row = conn.execute(
+            again = self.dialect.updated(
+                conn,
                 sa.update(job_queue)
                 .where(
                     job_queue.c.job_id == item.job_id,
@@ -145,11 +146,10 @@ class Executions:
                     picked_at=None,
                     version=job_queue.c.version + 1,
                     updated_at=self.dialect.now_sql(),
-                )
-                .returning(job_queue.c.job_id)
-            ).first()
-            if row is not None:
-                applied.add(row.job_id)
+                ),
+                job_queue.c.job_id,
+            )
+            applied.update(row.job_id for row in again)
         return applied
 
     def _record(self, conn: Connection, node_id: str, done: Sequence[Finished]) -> None:

@@ -58,7 +58,8 @@ def finish(
     Call only after the guarded delete of the hot row succeeded: that delete is the swap.
     """
     assert status in TERMINAL
-    ended = conn.execute(
+    (ended,) = dialect.updated(
+        conn,
         sa.update(job)
         .where(job.c.job_id == job_id)
         .values(
@@ -67,9 +68,10 @@ def finish(
             result=result,
             attempts=attempts,
             finished_at=dialect.now_sql(),
-        )
-        .returning(job.c.task, job.c.follow_up)
-    ).one()
+        ),
+        job.c.task,
+        job.c.follow_up,
+    )
     conn.execute(sa.delete(business_key).where(business_key.c.job_id == job_id))
     kind, detail = _FACTS[status]
     data: dict[str, Any] = {"job_id": job_id, "task": ended.task}

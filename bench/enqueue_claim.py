@@ -6,7 +6,10 @@ Measures, each in a database of its own:
 - single enqueue: one job per transaction (``enqueue_now`` outside a request), jobs/s;
 - bulk enqueue: ``enqueue_many`` in transactions of 5,000 jobs, jobs/s;
 - claim cost: the mean and p95 time of ``claim_due(10)`` (then released, so the backlog stays the
-  same) with 10k pending jobs and again with ``--deep`` pending jobs (PostgreSQL only).
+  same) with 10k pending jobs and again with ``--deep`` pending jobs (PostgreSQL only);
+- the same for a worker naming one queue of 10k jobs, with none and with ``--deep`` pending jobs
+  in another queue; and for a worker of every queue while that other queue is paused
+  (PostgreSQL and SQLite).
 
 Prints one table. Nothing here is asserted.
 """
@@ -68,18 +71,22 @@ def single(n: int) -> None:
         ratchet.enqueue_now(noop, i)
 
 
-def bulk(n: int, chunk: int = 5000) -> None:
+def bulk(n: int, chunk: int = 5000, queue: str = "default") -> None:
     for start in range(0, n, chunk):
-        ratchet.enqueue_many(ratchet.enqueue(noop, i) for i in range(start, min(n, start + chunk)))
+        ratchet.enqueue_many(
+            ratchet.enqueue(noop, i).with_queue(queue) for i in range(start, min(n, start + chunk))
+        )
 
 
-def claim_cost(rounds: int = 300, batch: int = 10) -> tuple[float, float]:
+def claim_cost(
+    rounds: int = 300, batch: int = 10, queues: list[str] | None = None
+) -> tuple[float, float]:
     """Mean and p95 milliseconds of one claim; each claimed batch is put back afterwards."""
     state = ratchet.state
     times: list[float] = []
     for _ in range(rounds):
         start = time.perf_counter()
-        claimed = ratchet.claim_due(batch, "bench")
+        claimed = ratchet.claim_due(batch, "bench", queues)
         times.append((time.perf_counter() - start) * 1000)
         assert len(claimed) == batch
         with state.engine.begin() as conn:  # back to PENDING, so the backlog does not shrink
@@ -124,6 +131,41 @@ def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
                 figure = f"{mean:.2f} ms (p95 {p95:.2f})"
                 rows.append(("PostgreSQL", f"claim 10 of {depth:,} pending", figure))
             db.engine.dispose()
+        rows += other_queues(
+            "PostgreSQL", fresh_pg(args.pg, "ratchet_bench_queues"), args.deep, analyze=True
+        )
+        rows += other_queues("SQLite", f"sqlite:///{Path(tmp) / 'queues.db'}", args.deep // 10)
+    return rows
+
+
+def other_queues(
+    label: str, url: str, deep: int, analyze: bool = False
+) -> list[tuple[str, str, str]]:
+    """Claim cost of a worker naming queue ``mail`` (10k jobs) as a backlog of ``deep`` jobs
+    grows in queue ``bulk``; then of a worker of every queue while both are paused."""
+    rows = []
+    app = make_app(url)
+    with app.app_context():
+        ratchet.state.ensure_schema()
+        bulk(10_000, queue="mail")
+        for other in (0, deep):
+            bulk(other, queue="bulk")
+            if analyze:
+                autocommit = ratchet.state.engine.execution_options(isolation_level="AUTOCOMMIT")
+                with autocommit.connect() as conn:
+                    conn.exec_driver_sql("VACUUM ANALYZE ratchet_job_queue")
+            mean, p95 = claim_cost(queues=["mail"])
+            what = f"claim 10 of queue mail (10,000), {other:,} in another queue"
+            rows.append((label, what, f"{mean:.2f} ms (p95 {p95:.2f})"))
+        # Older jobs than any of queue ``late``'s, all paused: a claim that read through them
+        # would grow with them.
+        bulk(10_000, queue="late")
+        ratchet.pause_queue("mail")
+        ratchet.pause_queue("bulk")
+        mean, p95 = claim_cost()
+        what = f"claim 10 of every queue, {deep + 10_000:,} older ones paused"
+        rows.append((label, what, f"{mean:.2f} ms (p95 {p95:.2f})"))
+        db.engine.dispose()
     return rows
 
 

@@ -24,7 +24,7 @@ from .errors import (
     TaskNotAllowed,
 )
 from .extension import Ratchet
-from .job import BatchProgress, Job, JobHandle, Progress
+from .job import BatchProgress, Job, JobHandle, Progress, QueueSummary
 from .options import Backoff, Priority
 from .paging import Page
 from .recurring import Misfire, RecurringJob, RecurringStatus
@@ -58,6 +58,7 @@ __all__ = [
     "PayloadTooLarge",
     "Priority",
     "Progress",
+    "QueueSummary",
     "Ratchet",
     "RatchetError",
     "RecurringJob",

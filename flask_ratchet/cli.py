@@ -5,8 +5,10 @@ Each command parses its options and calls the same API a program would; no logic
 
 from __future__ import annotations
 
+import getpass
 import json
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,9 +17,10 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from . import migrate, runtime
-from .api import jobs, recurring
+from .api import jobs, queues, recurring
+from .config import parse_queues
 from .cron import CronError, next_fire_times, zone_info
-from .errors import SchemaNotReady
+from .errors import InvalidOption, SchemaNotReady
 from .ids import job_id_of
 from .payload import Unreadable
 from .redact import masked, stored_text_masked
@@ -33,6 +36,20 @@ ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.
     type=click.IntRange(1, 1000),
     default=None,
     help="Job threads (default RATCHET_CONCURRENCY).",
+)
+@click.option(
+    "--queues",
+    default=None,
+    callback=lambda ctx, param, value: _queues_option(value),
+    help="The queues to take, each with an optional thread limit: 'mail=4,reports=1,default' "
+    "(default RATCHET_QUEUES, else every queue).",
+)
+@click.option(
+    "--prefetch",
+    type=click.IntRange(0),
+    default=None,
+    help="Jobs held waiting for a thread beyond the free ones; 0: claim only for free threads "
+    "(default RATCHET_PREFETCH, else adapted to the jobs' run time).",
 )
 @click.option("--node-id", default=None, help="This worker's id (default host:pid).")
 @click.option("--burst", is_flag=True, help="Exit once nothing is due.")
@@ -57,6 +74,8 @@ ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.
 )
 def worker(
     concurrency: int | None,
+    queues: dict[str, int | None] | None,
+    prefetch: int | None,
     node_id: str | None,
     burst: bool,
     drain_timeout: float | None,
@@ -71,11 +90,24 @@ def worker(
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     try:
         code = Worker(
-            app, concurrency=concurrency, node_id=node_id, burst=burst, drain_timeout=drain_timeout
+            app,
+            concurrency=concurrency,
+            node_id=node_id,
+            burst=burst,
+            drain_timeout=drain_timeout,
+            queues=queues,
+            prefetch=prefetch,
         ).run()
     except SchemaNotReady as exc:
         raise click.ClickException(str(exc)) from None  # one line, exit code 1: no traceback
     sys.exit(code)
+
+
+def _queues_option(value: str | None) -> dict[str, int | None] | None:
+    try:
+        return None if value is None else parse_queues(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @ratchet_cli.group("db")
@@ -120,19 +152,27 @@ def jobs_cli() -> None:
 )
 @click.option("--task", default=None, help="Only jobs of this task name.")
 @click.option("--tag", default=None, help="Only jobs with this tag.")
+@click.option("--queue", default=None, help="Only jobs of this queue.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-def jobs_list(status: str | None, task: str | None, tag: str | None, limit: int) -> None:
+def jobs_list(
+    status: str | None, task: str | None, tag: str | None, queue: str | None, limit: int
+) -> None:
     """List jobs, newest first."""
-    page = jobs.find(
-        runtime.current(),
-        status=status.upper() if status else None,
-        task=task,
-        tag=tag,
-        limit=limit,
-    )
+    try:
+        page = jobs.find(
+            runtime.current(),
+            status=status.upper() if status else None,
+            task=task,
+            tag=tag,
+            queue=queue,
+            limit=limit,
+        )
+    except InvalidOption as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from None
     for job in page.items:
         click.echo(
-            f"{job.id}  {job.status:<9}  {job.attempts}/{_tries(job.max_retries)}  {job.task}"
+            f"{job.id}  {job.status:<9}  {job.attempts}/{_tries(job.max_retries)}  "
+            f"{job.queue:<12}  {job.task}"
         )
     if page.next_cursor:
         click.echo(f"(more: newest older than {page.next_cursor})")
@@ -289,6 +329,60 @@ def recurring_preview(cron: str, zone: str, count: int) -> None:
     tz = zone_info(zone)
     for t in times:
         click.echo(f"{t.isoformat()}  ({t.astimezone(tz).isoformat()} {zone})")
+
+
+@ratchet_cli.group("queues")
+def queues_cli() -> None:
+    """Look at, pause and resume named queues."""
+
+
+@queues_cli.command("list")
+def queues_list() -> None:
+    """Every queue with live jobs or a paused state: its jobs per status and oldest due wait."""
+    found = queues.queues(runtime.current())
+    if not found:
+        click.echo("no queues hold live jobs")
+        return
+    click.echo(
+        f"{'QUEUE':<24} {'STATE':<7} {'PENDING':>8} {'DUE':>8} {'RUNNING':>8} "
+        f"{'PAUSED':>7}  OLDEST DUE WAIT"
+    )
+    for q in found:
+        wait = "-" if q.oldest_due_wait is None else f"{q.oldest_due_wait:.1f}s"
+        click.echo(
+            f"{q.name:<24} {'paused' if q.paused else 'active':<7} {q.pending:>8} {q.due:>8} "
+            f"{q.running:>8} {q.paused_jobs:>7}  {wait}"
+        )
+
+
+@queues_cli.command("pause")
+@click.argument("name")
+def queues_pause(name: str) -> None:
+    """Stop every worker claiming jobs of queue NAME (running jobs finish)."""
+    changed = _queue_change(queues.pause_queue, name)
+    click.echo(f"queue {name} paused" if changed else f"queue {name} was paused already")
+
+
+@queues_cli.command("resume")
+@click.argument("name")
+def queues_resume(name: str) -> None:
+    """Let workers claim jobs of queue NAME again."""
+    changed = _queue_change(queues.resume_queue, name)
+    click.echo(f"queue {name} resumed" if changed else f"queue {name} was not paused")
+
+
+def _queue_change(change: Callable[..., bool], name: str) -> bool:
+    try:
+        return change(runtime.current(), name, by=f"cli:{_user()}")
+    except InvalidOption as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        return "unknown"
 
 
 def _report_recurring(done: bool, recurring_id: str, verb: str) -> None:

@@ -16,7 +16,8 @@ from datetime import timedelta
 from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
-from .errors import ConfigError
+from .errors import ConfigError, InvalidOption
+from .options import validate_queue
 from .resources import ResourceLimit, resource_limit
 
 PREFIX = "RATCHET_"
@@ -58,6 +59,13 @@ class RatchetConfig:
     deep_idle_after: float = 300.0
     #: Executor threads per worker process.
     concurrency: int = 10
+    #: The queues a worker takes, each with the most of its threads that queue's jobs may use
+    #: (``None``: no limit but ``concurrency``); ``None``: every queue. Set as
+    #: ``"mail=4,reports=1,default"`` (see :func:`parse_queues`) or as this mapping.
+    queues: dict[str, int | None] | None = None
+    #: Jobs a worker may hold waiting for a thread beyond its free threads; ``None``: as many as
+    #: its threads finish in about 50 ms at the recent mean run time (none for long jobs).
+    prefetch: int | None = None
     #: How often a worker writes its heartbeat.
     heartbeat_interval: float = 10.0
     #: A RUNNING job whose node's heartbeat (and claim) is older than this is recovered.
@@ -133,6 +141,67 @@ def _non_negative_int(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(f"{key} must be a whole number >= 0 (0 disables it), got {value!r}")
     return value
+
+
+def _optional_non_negative_int(key: str, value: Any) -> int | None:
+    return None if value is None else _non_negative_int(key, value)
+
+
+def parse_queues(text: str) -> dict[str, int | None]:
+    """``"mail=4,reports=1,default"`` as ``{"mail": 4, "reports": 1, "default": None}``: the
+    queues a worker takes, each with the most threads its jobs may use (none given: no limit).
+
+    :raises ValueError: saying what is wrong and how to write it.
+    """
+    queues: dict[str, int | None] = {}
+    for item in text.split(","):
+        name, has_limit, limit = item.strip().partition("=")
+        try:
+            name = validate_queue(name.strip())
+        except InvalidOption as exc:
+            raise ValueError(f"{exc}; write queues as 'mail=4,reports=1,default'") from None
+        if name in queues:
+            raise ValueError(f"queue {name!r} is named twice")
+        queues[name] = None
+        if has_limit:
+            if not re.fullmatch(r"[0-9]{1,6}", limit.strip()) or int(limit) < 1:
+                raise ValueError(
+                    f"the thread limit of queue {name!r} must be a whole number >= 1, "
+                    f"got {limit.strip()!r}"
+                )
+            queues[name] = int(limit)
+    return queues
+
+
+def describe_queues(queues: Mapping[str, int | None]) -> str:
+    """The inverse of :func:`parse_queues`."""
+    return ",".join(name if limit is None else f"{name}={limit}" for name, limit in queues.items())
+
+
+def _queues(key: str, value: Any) -> dict[str, int | None] | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, Mapping):
+        if not all(isinstance(name, str) for name in value) or any(
+            not (limit is None or type(limit) is int) for limit in value.values()
+        ):
+            raise ConfigError(
+                f"{key} must map queue names to thread limits (whole numbers, or None for no "
+                f"limit), got {value!r}"
+            )
+        text = describe_queues(value)
+    elif isinstance(value, list | tuple):
+        text = ",".join(str(name) for name in value)
+        if not all(isinstance(name, str) for name in value):
+            raise ConfigError(f"{key} must list queue names, got {value!r}")
+    else:
+        raise ConfigError(f"{key} must be like 'mail=4,reports=1,default', got {value!r}")
+    try:
+        return parse_queues(text)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
 
 
 def _positive_number(key: str, value: Any) -> float:
@@ -284,6 +353,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "deep_idle_interval": _seconds,
     "deep_idle_after": _seconds,
     "concurrency": _positive_int,
+    "queues": _queues,
+    "prefetch": _optional_non_negative_int,
     "heartbeat_interval": _seconds,
     "orphan_grace": _seconds,
     "retention_days": _positive_number,

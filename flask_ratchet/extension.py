@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 
 from . import migrate, runtime
 from .api import jobs
+from .api import queues as queues_api
 from .api import recurring as recurring_api
 from .api import resources as resources_api
 from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
@@ -29,7 +30,7 @@ from .breaker import BreakerSettings
 from .config import RatchetConfig
 from .errors import ConfigError
 from .forks import fresh_pool_after_fork
-from .job import BatchProgress, Job, JobHandle
+from .job import BatchProgress, Job, JobHandle, QueueSummary
 from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from .paging import Page
 from .recurring import Misfire, RecurringDefinition, RecurringJob
@@ -128,6 +129,7 @@ class Ratchet:
         self,
         *,
         name: str | None = None,
+        queue: str = ...,
         priority: Priority | int = ...,
         max_retries: int = ...,
         backoff: Backoff | str = ...,
@@ -149,6 +151,9 @@ class Ratchet:
 
             @ratchet.task(name="billing.charge", priority=Priority.HIGH, max_retries=3)
             def charge(payment_id: int) -> dict: ...
+
+            @ratchet.task(queue="mail")  # run by workers started with --queues mail
+            def send_reset_link(user_id: int) -> None: ...
 
         ``circuit_breaker`` (a preset name, settings, or a dict of them) gives the task a
         breaker, shared by every task with the same ``service`` (default: the task's name).
@@ -269,6 +274,7 @@ class Ratchet:
         business_key: str | None = None,
         created_after: datetime | None = None,
         created_before: datetime | None = None,
+        queue: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> Page[Job]:
@@ -288,20 +294,29 @@ class Ratchet:
             business_key=business_key,
             created_after=created_after,
             created_before=created_before,
+            queue=queue,
             limit=limit,
             cursor=cursor,
         )
 
-    def queue_health(self) -> dict[str, Any]:
-        """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds)."""
-        return jobs.queue_health(self.state)
+    def queue_health(self, queue: str | None = None) -> dict[str, Any]:
+        """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds), of
+        every job, or of the jobs of ``queue``."""
+        return jobs.queue_health(self.state, queue)
 
-    def claim_due(self, limit: int, node_id: str) -> list[ClaimedJob]:
+    def claim_due(
+        self,
+        limit: int,
+        node_id: str,
+        queues: Mapping[str, int] | Iterable[str] | None = None,
+    ) -> list[ClaimedJob]:
         """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them: the claim.
+        ``queues``: only from these (a mapping gives the most to take from each), else from
+        every queue; never from a paused queue.
 
         Always its own short transaction: a claim never joins a request.
         """
-        return jobs.claim_due(self.state, limit, node_id)
+        return jobs.claim_due(self.state, limit, node_id, queues)
 
     # -- recurring -----------------------------------------------------------------------------
 
@@ -393,6 +408,29 @@ class Ratchet:
     def batch_progress(self, batch_id: uuid.UUID | str) -> BatchProgress | None:
         """A batch's counts and metrics (``batch_id`` is its parent job's id), or None."""
         return batch_progress(self.state, batch_id)
+
+    # -- queues --------------------------------------------------------------------------------
+
+    def pause_queue(self, name: str) -> bool:
+        """Stop every worker claiming jobs of queue ``name``, from its next claim on; jobs that
+        are running finish, and the queue's PENDING jobs wait. False if it was paused already.
+
+        :raises InvalidOption: for a name that is no queue name.
+        """
+        return queues_api.pause_queue(self.state, name)
+
+    def resume_queue(self, name: str) -> bool:
+        """Let workers claim jobs of queue ``name`` again (they are woken at once); False if it
+        was not paused.
+
+        :raises InvalidOption: for a name that is no queue name.
+        """
+        return queues_api.resume_queue(self.state, name)
+
+    def queues(self) -> list[QueueSummary]:
+        """Every queue that holds live jobs or was ever paused, by name: live jobs per status,
+        due jobs, the oldest due job's wait, and whether it is paused."""
+        return queues_api.queues(self.state)
 
     # -- resources -----------------------------------------------------------------------------
 

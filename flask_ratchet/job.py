@@ -80,6 +80,8 @@ class Job:
 
     id: uuid.UUID
     task: str
+    #: The queue it was submitted to (see ``with_queue``).
+    queue: str
     status: JobStatus | Unreadable
     priority: Priority | Unreadable
     args: list[Any] | Unreadable
@@ -159,3 +161,17 @@ class BatchProgress:
         scheduling when the batch ran serially, and negative when it ran in parallel."""
         wall = self.wall_ms
         return None if wall is None else wall - self.child_run_ms
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSummary:
+    """One queue's live jobs and state (see :meth:`Ratchet.queues`).
+    ``oldest_due_wait``: seconds the oldest due job has waited, ``None`` if none is due."""
+
+    name: str
+    paused: bool
+    pending: int = 0
+    due: int = 0
+    running: int = 0
+    paused_jobs: int = 0
+    oldest_due_wait: float | None = None

@@ -1,4 +1,4 @@
-"""Per-job options: priority, retries, backoff, timeout, resource, tags and params.
+"""Per-job options: queue, priority, retries, backoff, timeout, resource, tags and params.
 
 A task's decorator sets its defaults; a :class:`~flask_ratchet.api.submit.JobBuilder` overrides them
 for one job. The resolved options are what the store writes.
@@ -6,6 +6,7 @@ for one job. The resolved options are what the store writes.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -19,6 +20,12 @@ MAX_RETRIES_LIMIT = 1000
 KEY_MAX_LENGTH = 255
 TAG_MAX_LENGTH = 100
 RESOURCE_MAX_LENGTH = 100
+#: The queue of a job whose task and builder name none.
+DEFAULT_QUEUE = "default"
+QUEUE_MAX_LENGTH = 64
+# Letters, digits and ``_ - . :``: a queue name is typed on command lines (``--queues a,b=2``),
+# shown in URLs and used as a metrics label, so it holds nothing any of them would need to quote.
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 #: The longest delay, timeout, backoff base or resource retry delay (100 years of 365 days):
 #: far beyond any schedule, and ``now`` plus it is a time every database and Python can hold.
 MAX_DURATION = timedelta(days=36_500)
@@ -55,6 +62,7 @@ class Backoff(StrEnum):
 class JobOptions:
     """The options one job runs with. Durations are seconds."""
 
+    queue: str = DEFAULT_QUEUE
     priority: Priority = Priority.NORMAL
     max_retries: int = 3
     backoff: Backoff = Backoff.EXPONENTIAL
@@ -111,7 +119,9 @@ def validate_options(**changes: Any) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for name, value in changes.items():
-        if name == "priority":
+        if name == "queue":
+            out[name] = validate_queue(value)
+        elif name == "priority":
             try:
                 if isinstance(value, bool):  # True is 1 to IntEnum, never a priority here
                     raise ValueError
@@ -161,6 +171,24 @@ def validate_options(**changes: Any) -> dict[str, Any]:
         else:
             raise TypeError(f"unknown job option {name!r}")
     return out
+
+
+def validate_queue(value: Any) -> str:
+    """Validate a queue name: 1 to :data:`QUEUE_MAX_LENGTH` letters, digits, ``_``, ``-``, ``.``
+    or ``:``.
+
+    :raises InvalidOption: saying what a queue name may hold.
+    """
+    if (
+        not isinstance(value, str)
+        or len(value) > QUEUE_MAX_LENGTH
+        or not _QUEUE_NAME.fullmatch(value)
+    ):
+        raise InvalidOption(
+            f"queue must be 1 to {QUEUE_MAX_LENGTH} letters, digits, '_', '-', '.' or ':' "
+            f"(e.g. 'mail'), got {shown(value)}"
+        )
+    return value
 
 
 def validate_text(name: str, value: Any, limit: int) -> str:

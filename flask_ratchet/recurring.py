@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from .cron import next_fire
 from .errors import UnreadableJob
-from .options import JobOptions, validate_options
+from .options import DEFAULT_QUEUE, JobOptions, validate_options
 from .payload import Unreadable, decode_stored
 
 #: Catch-up counts above this are refused: a policy, not a backlog generator.
@@ -125,6 +125,7 @@ def encode_options(options: JobOptions) -> str:
     """``JobOptions`` as JSON, keys sorted (so equal options are equal text)."""
     return json.dumps(
         {
+            "queue": options.queue,
             "priority": int(options.priority),
             "max_retries": options.max_retries,
             "backoff": str(options.backoff),
@@ -146,6 +147,8 @@ def decode_options(text: str) -> JobOptions:
     :raises UnreadableJob: naming the ``options`` column, for anything ratchet does not write.
     """
     raw = decode_stored("options", text, dict)
+    # Masters written before queues existed have none: their children go to the default queue.
+    raw.setdefault("queue", DEFAULT_QUEUE)
     try:
         return JobOptions(**validate_options(**{name: raw[name] for name in _OPTION_NAMES}))
     except KeyError as exc:

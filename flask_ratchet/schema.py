@@ -22,7 +22,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 
-from .options import Priority
+from .options import DEFAULT_QUEUE, QUEUE_MAX_LENGTH, Priority
 from .states import JobStatus
 
 NAMING = {
@@ -180,12 +180,21 @@ def _partial_index(*columns: str, where: str) -> sa.Index:
 
 STATUS = sa.String(16)
 KEY = sa.String(255)
+QUEUE = sa.String(QUEUE_MAX_LENGTH)
+
+
+def _queue_column() -> sa.Column[Any]:
+    # A server default so that adding the column to a table of existing jobs is a change of the
+    # catalogue on PostgreSQL, not a rewrite of every row (see migrations/versions/0007).
+    return sa.Column("queue", QUEUE, nullable=False, server_default=DEFAULT_QUEUE)
+
 
 job = sa.Table(
     "ratchet_job",
     metadata,
     _id(primary_key=True),
     sa.Column("task", sa.String(255), nullable=False),
+    _queue_column(),
     sa.Column("job_type", sa.String(16), nullable=False),  # see flask_ratchet.flows.JobType
     sa.Column("priority", sa.SmallInteger, nullable=False),
     sa.Column("payload", sa.Text, nullable=False),  # JSON {"args": [...], "kwargs": {...}}
@@ -254,6 +263,7 @@ job_queue = sa.Table(
     metadata,
     _job_fk(primary_key=True),
     sa.Column("status", STATUS, nullable=False),
+    _queue_column(),  # copied from the cold row for the claim
     sa.Column("scheduled_time", UtcDateTime, nullable=False),
     sa.Column(
         "priority", sa.SmallInteger, nullable=False
@@ -276,6 +286,17 @@ job_queue = sa.Table(
         postgresql_where=sa.text(f"status = '{JobStatus.PENDING}'"),
         sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
     ),
+    # The claim of a worker that names its queues: the same, one queue at a time, so that a
+    # backlog in other queues costs it nothing.
+    sa.Index(
+        "ix_ratchet_job_queue_queue_claim",
+        "queue",
+        "priority",
+        "scheduled_time",
+        "job_id",
+        postgresql_where=sa.text(f"status = '{JobStatus.PENDING}'"),
+        sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
+    ),
     sa.Index(None, "status", "picked_at", "picked_by"),
     # The console's PENDING list, newest first. Partial: every index here is written on each
     # claim and completion, and only PENDING is large; RUNNING and PAUSED rows are few and the
@@ -286,6 +307,17 @@ job_queue = sa.Table(
         postgresql_where=sa.text(f"status = '{JobStatus.PENDING}'"),
         sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
     ),
+)
+
+#: Queues an operator paused (a row per queue that was ever paused or resumed): no worker claims
+#: from a paused queue. A queue exists by its jobs' naming it; this table only holds its state.
+queue_state = sa.Table(
+    "ratchet_queue",
+    metadata,
+    sa.Column("name", QUEUE, primary_key=True),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("changed_at", UtcDateTime, nullable=False),
+    sa.Column("changed_by", sa.String(255)),
 )
 
 business_key = sa.Table(

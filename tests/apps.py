@@ -225,3 +225,38 @@ def log_lines(count: int, size: int) -> int:
 
 
 from tests import flow_tasks  # noqa: E402,F401  (registers the flow tests' tasks on import)
+
+# -- tasks the queue tests run (tests/acceptance/test_queues.py) ---------------------------------
+
+
+class Span(db.Model):  # type: ignore[name-defined,misc]
+    """One row per run of ``timed``: which process ran it, and when its code started and ended
+    (``time.time()``, one clock for every worker process on the machine)."""
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    job_id: Mapped[str]
+    queue: Mapped[str]
+    pid: Mapped[int]
+    started: Mapped[float]
+    ended: Mapped[float]
+
+
+@ratchet.task
+def timed(seconds: float) -> None:
+    """Runs for ``seconds`` and records a :class:`Span`; the queue is the job's own."""
+    ctx = JobContext.current()
+    started = time.time()
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(0.01)
+    job = ratchet.get_job(ctx.job_id)
+    queue = job.queue if job is not None else "?"
+    span = Span(job_id=str(ctx.job_id), queue=queue, pid=os.getpid(), started=started)
+    span.ended = time.time()
+    db.session.add(span)
+    db.session.commit()
+
+
+@ratchet.task(queue="mail")
+def send_mail(to: str) -> str:
+    return to

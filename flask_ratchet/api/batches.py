@@ -166,7 +166,7 @@ class BatchBuilder(OptionSetters):
 
     def _parent(self) -> NewJob:
         options = JobOptions(max_retries=0).merged(
-            **{k: v for k, v in self._changes.items() if k in ("priority", "tags")}
+            **{k: v for k, v in self._changes.items() if k in ("queue", "priority", "tags")}
         )
         return NewJob(
             job_id=uuid7(),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..flows import NOT_YET, Condition, JobType
+from ..options import validate_queue
 from ..runtime import Runtime
 from ..store.types import Link, NewJob
 from .submit import JobBuilder, make_builder
@@ -51,6 +52,7 @@ class FlowBuilder:
         self._root = root
         self._last = root
         self._dependents: list[_Dependent] = []
+        self._queue: str | None = None
 
     def __repr__(self) -> str:
         return f"<FlowBuilder {self._root.task_name} +{len(self._dependents)}>"
@@ -98,6 +100,11 @@ class FlowBuilder:
         self._add(Condition.WHEN, fn, args, kwargs, predicate=name)
         return self
 
+    def with_queue(self, name: str) -> FlowBuilder:
+        """The queue of every step that does not choose its own with ``with_queue``."""
+        self._queue = validate_queue(name)
+        return self
+
     def _add(
         self,
         kind: Condition,
@@ -128,6 +135,10 @@ class FlowBuilder:
                     f"{builder.task_name}: idempotency keys are not supported on the jobs of a "
                     "chain or workflow; guard the code that submits the chain instead"
                 )
+        if self._queue is not None:
+            for builder in (self._root, *(d.builder for d in self._dependents)):
+                if not builder.queue_chosen:
+                    builder.with_queue(self._queue)
         root = self._root.build_linked()
         jobs = [root]
         ids = {id(self._root): root.job_id}

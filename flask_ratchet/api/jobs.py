@@ -7,7 +7,7 @@ its own; the state change itself is the store's guarded compare-and-swap.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from ..errors import IllegalTransition, JobNotFound
 from ..ids import job_id_of
 from ..job import Job, JobHandle
-from ..options import seconds
+from ..options import seconds, validate_queue
 from ..paging import Page
 from ..runtime import Runtime
 from ..states import Action, JobStatus, allowed
@@ -153,6 +153,7 @@ def find(
     business_key: str | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
+    queue: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
 ) -> Page[Job]:
@@ -175,22 +176,45 @@ def find(
         if task is None or isinstance(task, str)
         else runtime.registry.for_submit(task, runtime.config.allowed_modules).name
     )
-    where = JobFilter(statuses, task_name, tag, business_key, created_after, created_before)
+    where = JobFilter(
+        statuses,
+        task_name,
+        tag,
+        business_key,
+        created_after,
+        created_before,
+        None if queue is None else validate_queue(queue),
+    )
     with runtime.connection() as conn:
         return runtime.store.jobs.find_jobs(conn, where, limit, cursor)
 
 
-def queue_health(runtime: Runtime) -> dict[str, Any]:
-    """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds)."""
+def queue_health(runtime: Runtime, queue: str | None = None) -> dict[str, Any]:
+    """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds), of
+    every job or of one queue's."""
+    name = None if queue is None else validate_queue(queue)
     with runtime.connection() as conn:
-        return health.queue_health(conn, runtime.store.now(conn))
+        return health.queue_health(conn, runtime.store.now(conn), name)
 
 
-def claim_due(runtime: Runtime, limit: int, node_id: str) -> list[ClaimedJob]:
+def claim_due(
+    runtime: Runtime,
+    limit: int,
+    node_id: str,
+    queues: Mapping[str, int] | Iterable[str] | None = None,
+) -> list[ClaimedJob]:
     """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, always in a short
-    transaction of its own: a claim never joins a request."""
+    transaction of its own: a claim never joins a request. ``queues``: only from these (a
+    mapping gives the most to take from each), else from every queue; never a paused one.
+
+    :raises InvalidOption: for a name that is no queue name.
+    """
+    quotas = None
+    if queues is not None:
+        wanted = queues if isinstance(queues, Mapping) else dict.fromkeys(queues, limit)
+        quotas = {validate_queue(name): quota for name, quota in wanted.items()}
     runtime.ensure_schema()
     with runtime.store.single_statement(runtime.statement_engine) as conn:
         return runtime.store.jobs.claim_due(
-            conn, limit, node_id, runtime.config.priority_boost_minutes
+            conn, limit, node_id, runtime.config.priority_boost_minutes, quotas
         )

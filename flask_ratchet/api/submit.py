@@ -43,6 +43,11 @@ class OptionSetters:
         """The params set so far."""
         raise NotImplementedError
 
+    def with_queue(self, name: str) -> Self:
+        """The queue the job goes to (default: its task's, or ``"default"``): only workers
+        taking that queue run it (``flask ratchet worker --queues``)."""
+        return self._merge(queue=name)
+
     def with_priority(self, priority: Priority | int) -> Self:
         """Claim order: ``Priority.LOWEST`` … ``Priority.CRITICAL`` (which also wakes workers)."""
         return self._merge(priority=priority)
@@ -84,6 +89,8 @@ class OptionsBuilder(OptionSetters):
         self._payload = payload_text
         self._options = task.options
         self._submitted = False
+        #: ``with_queue`` was called: a chain's ``with_queue`` leaves this job where it is.
+        self.queue_chosen = False
 
     def _unsubmitted(self) -> str:
         """What was built and never submitted, for the warning."""
@@ -95,6 +102,7 @@ class OptionsBuilder(OptionSetters):
 
     def _merge(self, **changes: Any) -> Self:
         self._options = self._options.merged(**changes)
+        self.queue_chosen = self.queue_chosen or "queue" in changes
         return self
 
     def _tags(self) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ share one :class:`~.dialect.Dialect` (PostgreSQL's or SQLite's).
 ``store.flows``           what links jobs (conditions, batches) and what a job's end sets off
 ``store.cluster``         nodes, leases, orphan recovery, the next due time, retention
 ``store.resources``       resource limits and permits
+``store.queues``          paused queues, and what each queue holds
 ``store.recurring``       recurring masters
 ========================  =================================================================
 
@@ -29,6 +30,7 @@ from .executions import Executions
 from .flows import Flows
 from .jobs import Jobs
 from .postgres import PostgresDialect
+from .queues import Queues
 from .recurring import Recurring
 from .resources import Resources
 from .sqlite import SqliteDialect
@@ -40,7 +42,8 @@ class Store:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.flows = Flows(dialect)
-        self.jobs = Jobs(dialect, self.flows)
+        self.queues = Queues(dialect)
+        self.jobs = Jobs(dialect, self.flows, self.queues)
         self.executions = Executions(dialect, self.flows)
         self.cluster = Cluster(dialect, self.flows)
         self.resources = Resources(dialect)

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from ..ids import uuid7
 from ..options import Priority
@@ -259,14 +261,21 @@ class Cluster:
         """The earliest due time of any PENDING job (one index probe per priority level)."""
         return self.next_due_and_now(conn)[0]
 
-    def next_due_and_now(self, conn: Connection) -> tuple[datetime | None, datetime]:
-        """:meth:`next_due` and the database's time, in one round trip."""
+    def next_due_and_now(
+        self, conn: Connection, queues: Sequence[str] | None = None
+    ) -> tuple[datetime | None, datetime]:
+        """:meth:`next_due` and the database's time, in one round trip; of the jobs of
+        ``queues`` only, if given (one probe per queue and level)."""
+        of_queue: list[tuple[ColumnElement[bool], ...]] = (
+            [()] if queues is None else [(job_queue.c.queue == name,) for name in queues]
+        )
         firsts = [
             sa.select(job_queue.c.scheduled_time)
-            .where(job_queue.c.status == JobStatus.PENDING, job_queue.c.priority == int(p))
+            .where(job_queue.c.status == JobStatus.PENDING, *where, job_queue.c.priority == int(p))
             .order_by(job_queue.c.scheduled_time)
             .limit(1)
             .scalar_subquery()
+            for where in of_queue
             for p in Priority
         ]
         *values, now = conn.execute(sa.select(*firsts, self.dialect.now_sql())).one()

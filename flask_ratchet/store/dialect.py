@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -185,11 +185,19 @@ class Dialect:
         return None
 
     def claim_due(
-        self, conn: Connection, limit: int, node_id: str, boost_minutes: int
+        self,
+        conn: Connection,
+        limit: int,
+        node_id: str,
+        boost_minutes: int,
+        quotas: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
         """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first:
         the oldest due of the highest effective priority (``boost_minutes`` of waiting raise a
-        job's priority by one level; 0: never)."""
+        job's priority by one level; 0: never).
+
+        ``quotas``: the queues to claim from, each with the most jobs to take from it; ``None``:
+        every queue. Paused queues are skipped either way."""
         raise NotImplementedError
 
     # -- reports -------------------------------------------------------------------------------

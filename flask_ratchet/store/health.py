@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from ..options import Priority
 from ..schema import const, execution, job, job_queue
@@ -23,28 +24,35 @@ from ..states import JobStatus
 P95_SAMPLE = 5_000
 
 
-def queue_health(conn: Connection, now: datetime) -> dict[str, Any]:
-    """Counts per status, due jobs, the oldest due job's wait and the p95 queue wait (seconds);
-    ``now`` is the database's time."""
+def queue_health(conn: Connection, now: datetime, queue: str | None = None) -> dict[str, Any]:
+    """Counts per status, due jobs, the oldest due job's wait and the p95 queue wait (seconds),
+    of every job or of ``queue``'s; ``now`` is the database's time."""
     return {
-        "counts": status_counts(conn),
-        "due": due_count(conn, now),
-        "oldest_pending_age": oldest_due_age(conn, now),
-        "p95_queue_wait": p95_queue_wait(conn, now),
+        "counts": status_counts(conn, queue),
+        "due": due_count(conn, now, queue),
+        "oldest_pending_age": oldest_due_age(conn, now, queue),
+        "p95_queue_wait": p95_queue_wait(conn, now, queue),
     }
 
 
-def status_counts(conn: Connection) -> dict[str, int]:
+def _of(table: sa.Table, queue: str | None) -> tuple[ColumnElement[bool], ...]:
+    """The condition that keeps ``table``'s rows of ``queue`` (none for every queue)."""
+    return () if queue is None else (table.c.queue == queue,)
+
+
+def status_counts(conn: Connection, queue: str | None = None) -> dict[str, int]:
     """Exact counts of jobs per status (every status, 0 included)."""
     counts = {str(s): 0 for s in JobStatus}
     for status, n in conn.execute(
-        sa.select(job_queue.c.status, sa.func.count()).group_by(job_queue.c.status)
+        sa.select(job_queue.c.status, sa.func.count())
+        .where(*_of(job_queue, queue))
+        .group_by(job_queue.c.status)
     ):
         counts[status] = n
     ended = (
         sa.select(job.c.terminal_status, sa.func.count())
         .select_from(job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id))
-        .where(job_queue.c.job_id.is_(None), job.c.terminal_status.is_not(None))
+        .where(job_queue.c.job_id.is_(None), job.c.terminal_status.is_not(None), *_of(job, queue))
         .group_by(job.c.terminal_status)
     )
     for status, n in conn.execute(ended):
@@ -52,25 +60,28 @@ def status_counts(conn: Connection) -> dict[str, int]:
     return counts
 
 
-def due_count(conn: Connection, now: datetime) -> int:
+def due_count(conn: Connection, now: datetime, queue: str | None = None) -> int:
     """PENDING jobs due at ``now``."""
     return int(
         conn.execute(
             sa.select(sa.func.count()).where(
-                job_queue.c.status == JobStatus.PENDING, job_queue.c.scheduled_time <= now
+                job_queue.c.status == JobStatus.PENDING,
+                job_queue.c.scheduled_time <= now,
+                *_of(job_queue, queue),
             )
         ).scalar_one()
     )
 
 
-def oldest_due_age(conn: Connection, now: datetime) -> float | None:
-    """Seconds the oldest due PENDING job has waited, read from the claim index per priority."""
+def oldest_due_age(conn: Connection, now: datetime, queue: str | None = None) -> float | None:
+    """Seconds the oldest due PENDING job has waited, read from a claim index per priority."""
     oldest: datetime | None = None
     for prio in Priority:
         due = conn.execute(
             sa.select(job_queue.c.scheduled_time)
             .where(
                 job_queue.c.status == const(JobStatus.PENDING),
+                *_of(job_queue, queue),
                 job_queue.c.priority == const(prio),
                 job_queue.c.scheduled_time <= now,
             )
@@ -82,15 +93,17 @@ def oldest_due_age(conn: Connection, now: datetime) -> float | None:
     return None if oldest is None else max(0.0, (now - oldest).total_seconds())
 
 
-def p95_queue_wait(conn: Connection, now: datetime) -> float | None:
+def p95_queue_wait(conn: Connection, now: datetime, queue: str | None = None) -> float | None:
     """The 95th percentile queue wait (seconds) of the last hour's newest executions."""
+    recent = sa.select(execution.c.queue_wait_ms).where(
+        execution.c.started_at >= now - timedelta(hours=1)
+    )
+    if queue is not None:
+        recent = recent.join(job, job.c.job_id == execution.c.job_id).where(job.c.queue == queue)
     waits = sorted(
         w
         for w in conn.execute(
-            sa.select(execution.c.queue_wait_ms)
-            .where(execution.c.started_at >= now - timedelta(hours=1))
-            .order_by(execution.c.started_at.desc())
-            .limit(P95_SAMPLE)
+            recent.order_by(execution.c.started_at.desc()).limit(P95_SAMPLE)
         ).scalars()
         if w is not None
     )

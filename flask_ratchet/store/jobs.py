@@ -12,7 +12,7 @@ Dialects differ in their clock, their transactions, their inserts and the claim:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .dialect import Dialect
 from .flows import Flows
+from .queues import Queues
 from .submission import Submission
 from .terminal import finish
 from .types import ClaimedJob, Ended, Inserted, JobFilter, NewJob
@@ -38,6 +39,7 @@ from .types import ClaimedJob, Ended, Inserted, JobFilter, NewJob
 _JOB_COLUMNS = [
     job.c.job_id,
     job.c.task,
+    job.c.queue,
     job.c.priority,
     job.c.payload,
     job.c.params,
@@ -75,9 +77,10 @@ class Jobs:
     """Job rows: what the seeds' JobCrudStore, JobClaimStore, JobTerminalStore, JobRetryStore
     and JobPauseStore do."""
 
-    def __init__(self, dialect: Dialect, flows: Flows) -> None:
+    def __init__(self, dialect: Dialect, flows: Flows, queues: Queues) -> None:
         self.dialect = dialect
         self.flows = flows
+        self.queues = queues
         self._submission = Submission(dialect)
 
     # -- submission and the claim --------------------------------------------------------------
@@ -92,10 +95,22 @@ class Jobs:
         return self._submission.insert(conn, jobs) if inserted is None else inserted
 
     def claim_due(
-        self, conn: Connection, limit: int, node_id: str, boost_minutes: int
+        self,
+        conn: Connection,
+        limit: int,
+        node_id: str,
+        boost_minutes: int,
+        quotas: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
-        """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first."""
-        return self.dialect.claim_due(conn, limit, node_id, boost_minutes)
+        """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first:
+        from the queues ``quotas`` names, at most ``quotas[queue]`` from each, or from every
+        queue if it is ``None``; never from a paused queue."""
+        claimable = self.queues.claimable(conn, None if quotas is None else list(quotas))
+        if claimable is not None:
+            quotas = {name: (quotas or {}).get(name, limit) for name in claimable}
+            if not quotas:
+                return []
+        return self.dialect.claim_due(conn, limit, node_id, boost_minutes, quotas)
 
     # -- status changes ------------------------------------------------------------------------
 
@@ -362,6 +377,7 @@ class Jobs:
             tag=where.tag,
             created_after=where.created_after,
             created_before=where.created_before,
+            queue=where.queue,
         )
         if cursor is not None:
             stmt = stmt.where(job.c.job_id < cursor_id(cursor, JOB_CURSOR))
@@ -403,11 +419,14 @@ def narrowed(
     tag: str | None = None,
     created_after: datetime | None = None,
     created_before: datetime | None = None,
+    queue: str | None = None,
 ) -> S:
     """``stmt`` (over ``ratchet_job``) narrowed by the filters ``find_jobs`` and the console's
     job list share; ``None`` means any."""
     if task is not None:
         stmt = stmt.where(job.c.task == task)
+    if queue is not None:
+        stmt = stmt.where(job.c.queue == queue)
     if business_key is not None:
         stmt = stmt.where(job.c.business_key == business_key)
     if tag is not None:
@@ -427,6 +446,7 @@ def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
     return Job(
         id=row.job_id,
         task=row.task,
+        queue=row.queue,
         status=payload.read_member(
             JobStatus,
             "status" if live else "terminal_status",

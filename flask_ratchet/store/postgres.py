@@ -2,11 +2,14 @@
 
 Time is always the server's ``now()``. The claim is one statement and one round trip:
 
-1. for each priority level, the oldest due PENDING rows, read in index order from
-   ``ix_ratchet_job_queue_claim`` and locked with ``FOR UPDATE SKIP LOCKED`` (so concurrent
-   claimers take disjoint rows and never wait on each other);
+1. for each priority level, the oldest due PENDING rows of queues not paused, read in index
+   order from ``ix_ratchet_job_queue_claim`` and locked with ``FOR UPDATE SKIP LOCKED`` (so
+   concurrent claimers take disjoint rows and never wait on each other); for a worker that
+   names its queues, the same per queue and level from ``ix_ratchet_job_queue_queue_claim``, at
+   most the queue's quota each (so a backlog in other queues is never read);
 2. of those, the ``limit`` best by effective priority
-   (``priority + floor(wait_minutes / boost)``, then due time, then id);
+   (``priority + floor(wait_minutes / boost)``, then due time, then id), and at most a queue's
+   quota from each queue;
 3. ``UPDATE … RETURNING`` them as RUNNING, joined to the cold row for what the worker needs.
 
 Within a level, due order *is* effective-priority order, so the global best ``limit`` rows are
@@ -19,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -43,7 +46,9 @@ from .wakeup import Notifier, PgListener
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
 
-_CLAIM = """
+# The claim of a worker that takes every queue: per priority level, skipping paused queues (the
+# array is read once per statement; empty, the test costs nothing).
+_EVERY_QUEUE = """
 WITH candidate AS (
     SELECT c.job_id, c.priority, c.scheduled_time
     FROM unnest(ARRAY[{levels}]::smallint[]) AS level(p)
@@ -51,6 +56,7 @@ WITH candidate AS (
         SELECT q.job_id, q.priority, q.scheduled_time
         FROM ratchet_job_queue q
         WHERE q.status = :pending AND q.priority = level.p AND q.scheduled_time <= now()
+          AND q.queue <> ALL(ARRAY(SELECT name FROM ratchet_queue WHERE paused))
         ORDER BY q.scheduled_time, q.job_id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -59,7 +65,40 @@ WITH candidate AS (
     SELECT job_id FROM candidate
     ORDER BY {effective} DESC, scheduled_time, job_id
     LIMIT :limit
-)
+)"""
+
+# The claim of a worker that names its queues: per queue and level, from the per-queue index,
+# at most the queue's quota from each queue (a worker's per-queue thread limit), then the best.
+_NAMED_QUEUES = """
+WITH wanted AS (
+    SELECT w.name, w.quota
+    FROM unnest(CAST(:queues AS text[]), CAST(:quotas AS int[])) AS w(name, quota)
+    WHERE w.name <> ALL(ARRAY(SELECT name FROM ratchet_queue WHERE paused))
+), candidate AS (
+    SELECT c.job_id, c.queue, c.priority, c.scheduled_time, wanted.quota
+    FROM wanted
+    CROSS JOIN unnest(ARRAY[{levels}]::smallint[]) AS level(p)
+    CROSS JOIN LATERAL (
+        SELECT q.job_id, q.queue, q.priority, q.scheduled_time
+        FROM ratchet_job_queue q
+        WHERE q.status = :pending AND q.queue = wanted.name AND q.priority = level.p
+          AND q.scheduled_time <= now()
+        ORDER BY q.scheduled_time, q.job_id
+        LIMIT wanted.quota
+        FOR UPDATE SKIP LOCKED
+    ) c
+), ranked AS (
+    SELECT job_id, scheduled_time, effective, quota,
+        row_number() OVER (PARTITION BY queue ORDER BY effective DESC, scheduled_time, job_id)
+            AS nth
+    FROM (SELECT candidate.*, {effective} AS effective FROM candidate) e
+), picked AS (
+    SELECT job_id FROM ranked WHERE nth <= quota
+    ORDER BY effective DESC, scheduled_time, job_id
+    LIMIT :limit
+)"""
+
+_MARK_CLAIMED = """
 UPDATE ratchet_job_queue q
 SET status = :running, picked_by = :node, picked_at = now(), attempts = q.attempts + 1,
     version = q.version + 1, updated_at = now()
@@ -70,7 +109,7 @@ WHERE q.job_id = picked.job_id AND j.job_id = q.job_id
 -- EARLIEST, or the claim would fail after marking its jobs RUNNING.
 RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_retries,
           j.backoff, j.backoff_base, j.timeout, j.resource_name, {scheduled}, q.picked_at,
-          j.depends_on, j.follow_up, j.batch_id
+          j.depends_on, j.follow_up, j.batch_id, q.queue
 """
 
 _JOB_COLUMNS = ", ".join(c for c, _ in SUBMITTED_COLUMNS)
@@ -78,14 +117,14 @@ _JOB_PARAMS = ", ".join(f":{c}" for c, _ in SUBMITTED_COLUMNS)
 _RECORD_COLUMNS = ", ".join(f"{c} {t}" for c, t in SUBMITTED_COLUMNS)  # json_to_recordset's
 _CONFLICT = """
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING job_id, priority, max_retries, first_due_at, business_key"""
+    RETURNING job_id, queue, priority, max_retries, first_due_at, business_key"""
 # What follows the job insert in both submission statements: hot rows, tags (``{tags}`` selects
 # them from the statement's own parameters) and business-key reservations.
 _AFTER_JOB = """
 ), queue AS (
-    INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts,
+    INSERT INTO ratchet_job_queue (job_id, status, queue, scheduled_time, priority, attempts,
         max_retries, version, updated_at)
-    SELECT job_id, :pending, first_due_at, priority, 0, max_retries, 0, now() FROM job
+    SELECT job_id, :pending, queue, first_due_at, priority, 0, max_retries, 0, now() FROM job
 ), tag AS (
     INSERT INTO ratchet_job_tag (job_id, tag)
     {tags}
@@ -138,18 +177,20 @@ _BOOSTED = (
 )
 
 
-def _claim_sql(boosted: bool) -> sa.TextClause:
+def _claim_sql(picking: str, boosted: bool) -> sa.TextClause:
+    effective = _BOOSTED if boosted else "priority"
     return sa.text(
-        _CLAIM.format(
-            levels=_LEVELS,
-            effective=_BOOSTED if boosted else "priority",
-            scheduled=_earliest("q.scheduled_time"),
-        )
+        picking.format(levels=_LEVELS, effective=effective)
+        + _MARK_CLAIMED.format(scheduled=_earliest("q.scheduled_time"))
     )
 
 
-_CLAIM_PLAIN = _claim_sql(boosted=False)
-_CLAIM_BOOSTED = _claim_sql(boosted=True)
+#: The claims, by (names its queues, boosted).
+_CLAIMS = {
+    (named, boosted): _claim_sql(_NAMED_QUEUES if named else _EVERY_QUEUE, boosted)
+    for named in (False, True)
+    for boosted in (False, True)
+}
 
 
 class PostgresDialect(Dialect):
@@ -270,7 +311,12 @@ class PostgresDialect(Dialect):
         return sa.func.date_trunc("minute", column)
 
     def claim_due(
-        self, conn: Connection, limit: int, node_id: str, boost_minutes: int
+        self,
+        conn: Connection,
+        limit: int,
+        node_id: str,
+        boost_minutes: int,
+        quotas: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
         (source,) = sources(Action.CLAIM)
         params: dict[str, Any] = {
@@ -279,9 +325,11 @@ class PostgresDialect(Dialect):
             "pending": source,
             "running": target(Action.CLAIM, source),
         }
-        stmt = _CLAIM_PLAIN
+        if quotas is not None:
+            params["queues"], params["quotas"] = list(quotas), list(quotas.values())
+        stmt = _CLAIMS[quotas is not None, bool(boost_minutes)]
         if boost_minutes:
-            stmt, params["boost"] = _CLAIM_BOOSTED, boost_minutes
+            params["boost"] = boost_minutes
         # On the driver's cursor (see .driver): claiming is most of the poller's work.
         claimed = [
             _claimed(row) for row in driver_statement(stmt, conn.dialect).execute(conn, params)
@@ -320,11 +368,12 @@ def _claimed(row: Sequence[Any]) -> ClaimedJob:
     would (a queue wait across a daylight-saving change would count wall-clock time).
     """
     (job_id, task, payload, params, priority, attempt, max_retries, backoff, backoff_base,
-     timeout, resource, scheduled, picked, depends_on, follow_up, batch_id) = row  # fmt: skip
+     timeout, resource, scheduled, picked, depends_on, follow_up, batch_id,
+     queue) = row  # fmt: skip
     return ClaimedJob(
         job_id, task, payload, params, priority, attempt, max_retries, backoff, backoff_base,
         timeout, resource, scheduled.astimezone(UTC), picked.astimezone(UTC), depends_on,
-        follow_up, batch_id,
+        follow_up, batch_id, queue,
     )  # fmt: skip
 
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # psycopg is the postgresql extra: an app on SQLite need not 
 #: The ``ratchet_job`` columns a submission writes (:func:`~.submission.job_values`'s), with their
 #: PostgreSQL types: the statements of :mod:`.postgres` and the COPY here both take them from it.
 SUBMITTED_COLUMNS = (
-    ("job_id", "uuid"), ("task", "text"), ("job_type", "text"), ("priority", "int2"),
+    ("job_id", "uuid"), ("task", "text"), ("queue", "text"), ("job_type", "text"),
+    ("priority", "int2"),
     ("payload", "text"), ("params", "text"), ("max_retries", "int4"), ("backoff", "text"),
     ("backoff_base", "float8"), ("timeout", "float8"), ("resource_name", "text"),
     ("idempotency_key", "text"), ("business_key", "text"), ("depends_on", "uuid"),
@@ -41,12 +42,14 @@ _JOB = (
     f"COPY ratchet_job ({', '.join(c for c, _ in SUBMITTED_COLUMNS)}, created_at, first_due_at, "
     "attempts) FROM STDIN (FORMAT BINARY)"
 )
-_QUEUE = """COPY ratchet_job_queue (job_id, status, scheduled_time, priority, attempts,
+_QUEUE = """COPY ratchet_job_queue (job_id, status, queue, scheduled_time, priority, attempts,
     max_retries, version, updated_at) FROM STDIN (FORMAT BINARY)"""
 _TAG = "COPY ratchet_job_tag (job_id, tag) FROM STDIN (FORMAT BINARY)"
 # Binary rows carry no type names: each column's type, in order (``text`` also fits varchar).
 _JOB_TYPES = [t for _, t in SUBMITTED_COLUMNS] + ["timestamptz", "timestamptz", "int4"]
-_QUEUE_TYPES = ["uuid", "text", "timestamptz", "int2", "int4", "int4", "int4", "timestamptz"]
+_QUEUE_TYPES = [
+    "uuid", "text", "text", "timestamptz", "int2", "int4", "int4", "int4", "timestamptz",
+]  # fmt: skip
 _TAG_TYPES = ["uuid", "text"]
 _PENDING = JobStatus.PENDING.value
 
@@ -76,7 +79,7 @@ def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
             for new, due in zip(jobs, dues, strict=True):
                 o = new.options
                 copy.write_row(
-                    (new.job_id, _PENDING, due, int(o.priority), 0, o.max_retries, 0, now)
+                    (new.job_id, _PENDING, o.queue, due, int(o.priority), 0, o.max_retries, 0, now)
                 )
         if any(new.options.tags for new in jobs):
             with translated_errors(conn, _TAG, None), cur.copy(_TAG) as copy:

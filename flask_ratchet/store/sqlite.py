@@ -9,8 +9,9 @@ therefore serialised, and each sees the rows the previous one marked RUNNING: di
 
 from __future__ import annotations
 
+import functools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..options import Priority
-from ..schema import UtcDateTime, job, job_queue
+from ..schema import UtcDateTime, job, job_queue, queue_state
 from ..states import Action, sources, target
 from .dialect import Dialect
 from .driver import driver_statement
@@ -116,11 +117,23 @@ class SqliteDialect(Dialect):
         return {"p_now": now, "p_due": new.due(now)}
 
     def claim_due(
-        self, conn: Connection, limit: int, node_id: str, boost_minutes: int
+        self,
+        conn: Connection,
+        limit: int,
+        node_id: str,
+        boost_minutes: int,
+        quotas: Mapping[str, int] | None = None,
     ) -> list[ClaimedJob]:
         now = datetime.now(UTC)
-        claim = _CLAIM_BOOSTED if boost_minutes else _CLAIM_PLAIN
-        params = {"now": now, "limit": limit, "node": node_id, "boost": boost_minutes or 1}
+        claim = _claim_statement(bool(boost_minutes), None if quotas is None else len(quotas))
+        params: dict[str, Any] = {
+            "now": now,
+            "limit": limit,
+            "node": node_id,
+            "boost": boost_minutes or 1,
+        }
+        for i, (name, quota) in enumerate((quotas or {}).items()):
+            params[f"queue_{i}"], params[f"quota_{i}"] = name, quota
         hot = {r.job_id: r for r in conn.execute(claim, params)}
         if not hot:
             return []
@@ -143,6 +156,7 @@ class SqliteDialect(Dialect):
                 depends_on=c.depends_on,
                 follow_up=c.follow_up,
                 batch_id=c.batch_id,
+                queue=hot[c.job_id].queue,
             )
             for c in cold
         ]
@@ -150,34 +164,70 @@ class SqliteDialect(Dialect):
         return claimed
 
 
-def _claim_statement(boosted: bool) -> sa.Update:
-    """The claim, built once: the oldest due PENDING rows of each priority level, merged by
-    effective priority, marked RUNNING (parameters ``now``, ``limit``, ``node``, ``boost``)."""
+@functools.cache
+def _claim_statement(boosted: bool, named: int | None) -> sa.Update:
+    """The claim, built once per shape: the oldest due PENDING rows of each priority level (of
+    each of ``named`` queues, bound as ``queue_<i>`` with at most ``quota_<i>`` jobs each; of
+    every queue if ``None``), skipping paused queues, merged by effective priority, marked
+    RUNNING (parameters ``now``, ``limit``, ``node``, ``boost``)."""
     q = job_queue
     (source,) = sources(Action.CLAIM)
     now = sa.bindparam("now", type_=UtcDateTime())
     limit = sa.bindparam("limit", type_=sa.Integer())
+    paused = sa.select(queue_state.c.name).where(queue_state.c.paused)
+    due = (q.c.status == source, q.c.scheduled_time <= now, q.c.queue.not_in(paused))
+    queues: list[tuple[Any, Any]] = (
+        [(None, limit)]
+        if named is None
+        else [
+            (sa.bindparam(f"queue_{i}", type_=sa.String()), sa.bindparam(f"quota_{i}"))
+            for i in range(named)
+        ]
+    )
     levels = []
-    for level in sorted(Priority, reverse=True):
-        oldest = (
-            sa.select(q.c.job_id, q.c.priority, q.c.scheduled_time)
-            .where(q.c.status == source, q.c.priority == int(level), q.c.scheduled_time <= now)
-            .order_by(q.c.scheduled_time, q.c.job_id)
-            .limit(limit)
-            .subquery()
-        )
-        levels.append(sa.select(oldest))
+    for name, quota in queues:
+        for level in sorted(Priority, reverse=True):
+            where: list[ColumnElement[bool]] = [*due, q.c.priority == int(level)]
+            if name is not None:
+                where.append(q.c.queue == name)
+            oldest = (
+                sa.select(
+                    q.c.job_id,
+                    q.c.queue,
+                    q.c.priority,
+                    q.c.scheduled_time,
+                    (sa.literal(0) if name is None else quota).label("quota"),
+                )
+                .where(*where)
+                .order_by(q.c.scheduled_time, q.c.job_id)
+                .limit(quota)
+                .subquery()
+            )
+            levels.append(sa.select(oldest))
     candidate = sa.union_all(*levels).subquery()
     effective: ColumnElement[Any] = candidate.c.priority
     if boosted:
         waited = (sa.func.julianday(now) - sa.func.julianday(candidate.c.scheduled_time)) * 1440.0
         boost = sa.bindparam("boost", type_=sa.Integer())
         effective = candidate.c.priority + sa.cast(waited / boost, sa.Integer)
-    picked = (
-        sa.select(candidate.c.job_id)
-        .order_by(effective.desc(), candidate.c.scheduled_time, candidate.c.job_id)
-        .limit(limit)
-    )
+    order = (effective.desc(), candidate.c.scheduled_time, candidate.c.job_id)
+    if named is None:
+        picked = sa.select(candidate.c.job_id).order_by(*order).limit(limit)
+    else:
+        nth = sa.func.row_number().over(partition_by=candidate.c.queue, order_by=order)
+        ranked = sa.select(
+            candidate.c.job_id,
+            candidate.c.quota,
+            effective.label("effective"),
+            candidate.c.scheduled_time,
+            nth.label("nth"),
+        ).subquery()
+        picked = (
+            sa.select(ranked.c.job_id)
+            .where(ranked.c.nth <= ranked.c.quota)
+            .order_by(ranked.c.effective.desc(), ranked.c.scheduled_time, ranked.c.job_id)
+            .limit(limit)
+        )
     return (
         sa.update(q)
         .where(q.c.job_id.in_(picked), q.c.status == source)
@@ -189,7 +239,9 @@ def _claim_statement(boosted: bool) -> sa.Update:
             version=q.c.version + 1,
             updated_at=now,
         )
-        .returning(q.c.job_id, q.c.priority, q.c.attempts, q.c.max_retries, q.c.scheduled_time)
+        .returning(
+            q.c.job_id, q.c.priority, q.c.attempts, q.c.max_retries, q.c.scheduled_time, q.c.queue
+        )
     )
 
 
@@ -206,5 +258,3 @@ _CLAIMED_COLD_ROWS = sa.select(
     job.c.follow_up,
     job.c.batch_id,
 ).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))
-_CLAIM_PLAIN = _claim_statement(boosted=False)
-_CLAIM_BOOSTED = _claim_statement(boosted=True)

@@ -141,6 +141,7 @@ def job_values(new: NewJob) -> dict[str, Any]:
     return {
         "job_id": new.job_id,
         "task": new.task,
+        "queue": o.queue,
         "job_type": new.job_type,
         "priority": int(o.priority),
         "payload": new.payload,
@@ -175,6 +176,7 @@ def _queue_row(new: NewJob) -> dict[str, Any]:
     return {
         "job_id": new.job_id,
         "status": JobStatus.PENDING,
+        "queue": new.options.queue,
         "priority": int(new.options.priority),
         "attempts": 0,
         "max_retries": new.options.max_retries,

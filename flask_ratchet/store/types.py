@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from ..context import LogLine
 from ..flows import Condition
-from ..options import JobOptions
+from ..options import DEFAULT_QUEUE, JobOptions
 from ..states import Action, JobStatus
 
 
@@ -80,6 +80,7 @@ class ClaimedJob:
     follow_up: bool = False
     #: The batch it is a child of.
     batch_id: uuid.UUID | None = None
+    queue: str = DEFAULT_QUEUE
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +93,7 @@ class JobFilter:
     business_key: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
+    queue: str | None = None
 
 
 class Outcome(StrEnum):

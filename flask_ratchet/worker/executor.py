@@ -25,6 +25,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -58,8 +59,6 @@ PREFETCH_HORIZON = 0.05
 #: large enough to spread each claim's fixed cost).
 MAX_WAITING_PER_THREAD = 20
 MAX_WAITING_FLOOR = 200
-#: The run time assumed before any job has finished: one waiting job per thread.
-INITIAL_MEAN_RUN = PREFETCH_HORIZON
 
 
 class JobTimeout(BaseException):
@@ -108,6 +107,7 @@ class Executor:
         report: Callable[[Finished], None],
         concurrency: int,
         on_free: Callable[[], None],
+        prefetch: int | None = None,
     ) -> None:
         self._app = app
         self._state = state
@@ -127,7 +127,10 @@ class Executor:
         self._runs: dict[uuid.UUID, Run] = {}
         # Jobs taken and not finished: waiting, running, or timed out and not returned yet.
         self._busy = 0
-        self._mean_run = INITIAL_MEAN_RUN  # moving average of attempts' run time, in seconds
+        self._busy_in: Counter[str] = Counter()  # the same, by queue
+        # Moving average of attempts' run time, in seconds; None until one has ended.
+        self._mean_run: float | None = None
+        self._prefetch = prefetch
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         #: This process's circuit breakers, by service.
@@ -141,15 +144,20 @@ class Executor:
         """Jobs this executor takes at once: one per thread, and the next ones waiting, so that
         they are already claimed when threads come free (claims overlap execution).
 
-        How many wait depends on how long jobs run: as many as the threads finish within
-        ``PREFETCH_HORIZON``, at least one per thread, at most ``MAX_WAITING_PER_THREAD`` per
-        thread or ``MAX_WAITING_FLOOR``, whichever is more. Short jobs are claimed in large
-        batches, long ones one per thread.
+        How many wait is the worker's ``prefetch`` if it has one. Otherwise it depends on how
+        long jobs run: as many as the threads finish within ``PREFETCH_HORIZON``, at most
+        ``MAX_WAITING_PER_THREAD`` per thread or ``MAX_WAITING_FLOOR``, whichever is more; none
+        before a job has ended. Short jobs are claimed in large batches; long ones only for free
+        threads, so that a job never waits here while another worker could start it.
         """
         n = self.concurrency
+        if self._prefetch is not None:
+            return n + self._prefetch
+        if self._mean_run is None:
+            return n
         waiting = n * PREFETCH_HORIZON / max(self._mean_run, 1e-6)
         most = max(MAX_WAITING_PER_THREAD * n, MAX_WAITING_FLOOR)
-        return n + int(min(max(waiting, n), most))
+        return n + int(min(waiting, most))
 
     # ``free`` and ``utilization`` read one counter without the lock: a read of an int is atomic,
     # they only steer claiming, and every job thread would otherwise contend for the lock once
@@ -159,6 +167,10 @@ class Executor:
     def free(self) -> int:
         """Jobs the executor can take now."""
         return self.capacity - self._busy
+
+    def busy_in(self, queue: str) -> int:
+        """Jobs of ``queue`` taken and not finished."""
+        return self._busy_in[queue]
 
     @property
     def busy(self) -> int:
@@ -232,6 +244,7 @@ class Executor:
         with self._lock:
             self._busy += len(runs)
             for run in runs:
+                self._busy_in[run.claimed.queue] += 1
                 self._runs[run.claimed.job_id] = run
         for run in runs:
             self._inbox.put(run)
@@ -250,8 +263,10 @@ class Executor:
         finally:
             took = time.monotonic() - began
             with self._lock:
-                self._mean_run += (took - self._mean_run) * 0.1
+                mean = took if self._mean_run is None else self._mean_run
+                self._mean_run = mean + (took - mean) * 0.1
                 self._busy -= 1
+                self._busy_in[run.claimed.queue] -= 1
                 if self._runs.get(run.claimed.job_id) is run:
                     del self._runs[run.claimed.job_id]
                 self._idle.notify_all()
@@ -485,6 +500,7 @@ class Executor:
                 run.reported = run.expired = True
             with self._lock:
                 self._busy -= 1
+                self._busy_in[run.claimed.queue] -= 1
                 self._runs.pop(run.claimed.job_id, None)
             waiting.append(run)
         with self._idle:

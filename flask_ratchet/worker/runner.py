@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from importlib.metadata import version
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ from flask import Flask
 from sqlalchemy.exc import SQLAlchemyError
 
 from .. import facts
-from ..config import RatchetConfig
+from ..config import RatchetConfig, describe_queues
 from ..context import CaptureHandler, job_logger
 from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
@@ -66,6 +67,8 @@ class Worker:
         node_id: str | None = None,
         burst: bool = False,
         drain_timeout: float | None = None,
+        queues: Mapping[str, int | None] | None = None,
+        prefetch: int | None = None,
     ) -> None:
         self.app = app
         self.state: Runtime = app.extensions["ratchet"]
@@ -74,6 +77,10 @@ class Worker:
         self.concurrency = concurrency or config.concurrency
         self.node_id = node_id or config.node_id or default_node_id()
         self.burst = burst
+        #: The queues this worker takes, with each one's thread limit; ``None``: every queue.
+        chosen = config.queues if queues is None else queues
+        self.queues = None if chosen is None else dict(chosen)
+        self.prefetch = config.prefetch if prefetch is None else prefetch
         self.drain_timeout = config.drain_timeout if drain_timeout is None else drain_timeout
         self.stop_event = threading.Event()  # every helper thread ends when this is set
         self._wake = threading.Event()
@@ -161,7 +168,13 @@ class Worker:
             more_coming=lambda: self.executor.busy > 1,
         )
         self.executor = Executor(
-            self.app, self.state, self, self.completer.put, self.concurrency, self._freed
+            self.app,
+            self.state,
+            self,
+            self.completer.put,
+            self.concurrency,
+            self._freed,
+            prefetch=self.prefetch,
         )
         info = NodeInfo(
             self.node_id,
@@ -223,7 +236,12 @@ class Worker:
         self.listener = self.store.dialect.wake_listener(url, self.wake, self.stop_event)
         self.listener.start()
         self.state.wake_listeners.append(self.wake)
-        log.info("worker %s started: concurrency %d", self.node_id, self.concurrency)
+        log.info(
+            "worker %s started: concurrency %d, queues %s",
+            self.node_id,
+            self.concurrency,
+            "all" if self.queues is None else describe_queues(self.queues),
+        )
 
     def _write_resource_limits(self) -> None:
         """Write ``RATCHET_RESOURCES`` before the first claim, so that no job of a configured
@@ -246,11 +264,12 @@ class Worker:
             # return at once, so none is lost between a claim and the sleep.
             self._wake.clear()
             free = self._free()
+            quotas = self._quotas(free)
             claimed = []
-            if free > 0:
+            if free > 0 and quotas != {}:
                 try:
                     with self.store.single_statement(self.claim_engine) as conn:
-                        claimed = self.store.jobs.claim_due(conn, free, self.node_id, boost)
+                        claimed = self.store.jobs.claim_due(conn, free, self.node_id, boost, quotas)
                 except SQLAlchemyError:
                     log.warning("claim failed; polling again later", exc_info=True)
                 except Exception:
@@ -271,11 +290,27 @@ class Worker:
                 delay = min(delay, self._until_next_due())
             self._wake.wait(delay)
 
+    def _quotas(self, free: int) -> dict[str, int] | None:
+        """The most jobs to claim now from each of this worker's queues (``None``: every
+        queue): ``free``, or less for a queue whose thread limit its jobs nearly fill; queues
+        whose limit they fill are left out."""
+        if self.queues is None:
+            return None
+        quotas = {}
+        for name, limit in self.queues.items():
+            quota = free if limit is None else min(free, limit - self.executor.busy_in(name))
+            if quota > 0:
+                quotas[name] = quota
+        return quotas
+
     def _until_next_due(self) -> float:
-        """Seconds until the earliest pending job is due (the poller never sleeps past it)."""
+        """Seconds until the earliest pending job this worker may claim is due (the poller
+        never sleeps past it). Paused queues are left out: their due jobs must not keep the
+        poller from sleeping."""
         try:
             with self.engine.connect() as conn:
-                due, now = self.store.cluster.next_due_and_now(conn)
+                queues = self.store.queues.claimable(conn, self.queues)
+                due, now = self.store.cluster.next_due_and_now(conn, queues)
         except SQLAlchemyError:
             return self.config.poll_interval
         return float("inf") if due is None else max(0.0, float((due - now).total_seconds()))

@@ -16,6 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: SQLite: job threads of several processes commit to one file; give the jobs' own writes the
+#: patient busy timeout the worker's engine has (see test_worker.py).
+PATIENT = {"SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"timeout": 30}}}
+
 
 def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
     """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
@@ -27,6 +31,17 @@ def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "con
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most intervals that overlap at any moment (one that ends as another starts does
+    not overlap it)."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    now = most = 0
+    for _, step in edges:  # at equal times -1 sorts first: the end before the start
+        now += step
+        most = max(most, now)
+    return most
 
 
 class Workers:

@@ -13,12 +13,8 @@ from flask import Flask
 
 from flask_ratchet import JobStatus
 from flask_ratchet.job import Job
-from tests.acceptance.conftest import Workers, wait_until
+from tests.acceptance.conftest import PATIENT, Workers, most_at_once, wait_until
 from tests.apps import call_flaky_service, db, hold_probe_api, ratchet
-
-#: SQLite: job threads of several processes commit to one file; give the jobs' own writes the
-#: patient busy timeout the worker's engine has (see test_worker.py).
-PATIENT = {"SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"timeout": 30}}}
 
 
 def job(job_id: uuid.UUID) -> Job:
@@ -40,17 +36,6 @@ def executions(job_id: uuid.UUID) -> list[str]:
             "SELECT status FROM ratchet_execution WHERE job_id = :id ORDER BY attempt", id=key
         )
     ]
-
-
-def most_at_once(intervals: list[tuple[float, float]]) -> int:
-    """The most intervals that overlap at any moment (one that ends as another starts does
-    not overlap it)."""
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    now = most = 0
-    for _, step in edges:  # at equal times -1 sorts first: the end before the start
-        now += step
-        most = max(most, now)
-    return most
 
 
 def succeeded(ids: list[uuid.UUID]) -> bool:

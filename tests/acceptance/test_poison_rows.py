@@ -13,8 +13,8 @@ from flask import Flask
 
 from flask_ratchet import JobStatus, RecurringStatus
 from flask_ratchet.schema import batch, job, recurring, workflow_condition
-from tests.acceptance.conftest import Workers, wait_until
-from tests.acceptance.test_recurring import EVERY_SECOND, PATIENT
+from tests.acceptance.conftest import PATIENT, Workers, wait_until
+from tests.acceptance.test_recurring import EVERY_SECOND
 from tests.apps import db, ratchet, record_run
 from tests.flow_tasks import batch_item, follow_up, produce
 

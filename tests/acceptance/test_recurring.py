@@ -13,14 +13,12 @@ from flask import Flask
 
 from flask_ratchet import Misfire
 from flask_ratchet.schema import job
-from tests.acceptance.conftest import Workers, wait_until
+from tests.acceptance.conftest import PATIENT, Workers, wait_until
 from tests.apps import db, ratchet, record_run
 from tests.integration.helpers import count
 
 EVERY_SECOND = "* * * * * ?"
 SECOND = timedelta(seconds=1)
-#: SQLite: job threads of several processes commit to one file; give them a patient busy timeout.
-PATIENT = {"SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"timeout": 30}}}
 
 
 def children(recurring_id: str) -> list[tuple[datetime, datetime]]:

@@ -280,7 +280,7 @@ def test_the_listen_connection_recovers(pg_url: str, tmp_path: Path) -> None:
 def test_sigterm_hands_back_claimed_jobs_that_never_started(app: Flask, workers: Workers) -> None:
     running = ratchet.enqueue_now(sleep_for, 60).id
     waiting = ratchet.enqueue_now(sleep_for, 60).id  # claimed with it, waits for the one thread
-    proc = workers.start("--drain-timeout", "1", "--concurrency", "1")
+    proc = workers.start("--drain-timeout", "1", "--concurrency", "1", "--prefetch", "1")
     wait_until(lambda: status(running) == status(waiting) == JobStatus.RUNNING, what="the claim")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 0, workers.output(proc)

@@ -148,3 +148,32 @@ def test_the_apps_own_include_name_still_applies(tmp_path: Path) -> None:
     assert include("ix_invoice_number", "index", {"table_name": "invoice"})
     with app.app_context():
         assert app.extensions["migrate"].configure_args["include_name"] is include
+
+
+def test_0007_gives_existing_jobs_the_default_queue(empty_engine: sa.Engine) -> None:
+    """Jobs written before queues existed (here: downgraded to 0006 and upgraded again) are in
+    the default queue, and the schema is exactly schema.py's once more."""
+    migrate.upgrade(empty_engine, "0006")
+    with empty_engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, max_retries, "
+            "backoff, backoff_base, created_at, first_due_at, attempts) VALUES ("
+            "'0190f0a0-0000-7000-8000-000000000001', 't', 'SINGLE', 2, '{}', 0, 'NONE', 1, "
+            "'2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00', 0)"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts, "
+            "max_retries, version, updated_at) VALUES ('0190f0a0-0000-7000-8000-000000000001', "
+            "'PENDING', '2026-01-01 00:00:00+00:00', 2, 0, 0, 0, '2026-01-01 00:00:00+00:00')"
+        )
+    migrate.upgrade(empty_engine)
+    assert diff(empty_engine) == []
+    with empty_engine.connect() as conn:
+        cold = conn.execute(sa.select(schema.job.c.queue)).scalars().all()
+        hot = conn.execute(sa.select(schema.job_queue.c.queue)).scalars().all()
+    assert cold == hot == ["default"]
+    indexes = {ix["name"] for ix in sa.inspect(empty_engine).get_indexes("ratchet_job_queue")}
+    assert "ix_ratchet_job_queue_queue_claim" in indexes
+    migrate.downgrade(empty_engine, "0006")
+    columns = {c["name"] for c in sa.inspect(empty_engine).get_columns("ratchet_job")}
+    assert "queue" not in columns and "ratchet_queue" not in ratchet_tables(empty_engine)

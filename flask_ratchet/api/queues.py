@@ -1,0 +1,39 @@
+"""Named queues: pausing and resuming one across the cluster, and what each holds.
+
+A paused queue's jobs stay PENDING and no worker claims them, from its next claim on (the claim
+reads the paused queues itself); jobs already running finish. Resuming wakes the workers.
+"""
+
+from __future__ import annotations
+
+from ..job import QueueSummary
+from ..options import validate_queue
+from ..runtime import Runtime
+
+
+def pause_queue(runtime: Runtime, name: str, *, by: str | None = None) -> bool:
+    """Stop every worker claiming from queue ``name``; False if it was paused already.
+
+    :raises InvalidOption: for a name that is no queue name; nothing is written.
+    """
+    queue = validate_queue(name)
+    with runtime.connection() as conn:
+        return runtime.store.queues.set_paused(conn, queue, True, by)
+
+
+def resume_queue(runtime: Runtime, name: str, *, by: str | None = None) -> bool:
+    """Let workers claim from queue ``name`` again, and wake them; False if it was not paused.
+
+    :raises InvalidOption: for a name that is no queue name; nothing is written.
+    """
+    queue = validate_queue(name)
+    return runtime.write_jobs(
+        lambda conn: runtime.store.queues.set_paused(conn, queue, False, by),
+        wake=lambda changed: changed,
+    )
+
+
+def queues(runtime: Runtime) -> list[QueueSummary]:
+    """Every queue that holds live jobs or was ever paused, by name."""
+    with runtime.connection() as conn:
+        return runtime.store.queues.summaries(conn, runtime.store.now(conn))

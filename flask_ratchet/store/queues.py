@@ -1,0 +1,123 @@
+"""Queues: which are paused, and what each holds.
+
+A queue exists by its jobs' naming it (``ratchet_job.queue``, copied to the hot row for the
+claim); ``ratchet_queue`` holds only the state an operator set. Pausing is read by the claim
+itself (see :mod:`.postgres` and :mod:`.sqlite`), so it holds from the next claim on, on every
+worker, with nothing cached anywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..job import QueueSummary
+from ..schema import const, job_queue, queue_state
+from ..states import JobStatus
+from .dialect import Dialect
+
+_PAUSED = sa.select(queue_state.c.name).where(queue_state.c.paused)
+# The first queue after ``after`` with a PENDING job (queue names are never empty).
+_NEXT_QUEUE = sa.select(sa.func.min(job_queue.c.queue)).where(
+    job_queue.c.status == const(JobStatus.PENDING),
+    job_queue.c.queue > sa.bindparam("after", type_=sa.String()),
+)
+
+
+class Queues:
+    """``store.queues``: pausing and resuming queues, and a summary of each."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+
+    def set_paused(self, conn: Connection, name: str, paused: bool, by: str | None) -> bool:
+        """Pause (or resume) queue ``name``; whether its state changed (False: it already was)."""
+        now = self.dialect.now_sql()
+        stmt = self.dialect.upsert(
+            queue_state,
+            keys=("name",),
+            values={"name": name, "paused": paused, "changed_at": now, "changed_by": by},
+            update=lambda new: {
+                "paused": new.paused,
+                "changed_at": new.changed_at,
+                "changed_by": new.changed_by,
+            },
+            where=lambda new: queue_state.c.paused != new.paused,
+        )
+        # RETURNING, not the row count: psycopg reports none for an upsert.
+        return conn.execute(stmt.returning(queue_state.c.name)).first() is not None
+
+    def paused(self, conn: Connection) -> set[str]:
+        """The names of the paused queues."""
+        return set(conn.execute(_PAUSED).scalars())
+
+    def live(self, conn: Connection) -> list[str]:
+        """The queues that hold PENDING jobs, in order: one probe of the per-queue claim index
+        per queue (a skip scan), however many jobs each holds."""
+        found: list[str] = []
+        while name := conn.execute(_NEXT_QUEUE, {"after": found[-1] if found else ""}).scalar():
+            found.append(name)
+        return found
+
+    def claimable(self, conn: Connection, named: Collection[str] | None) -> list[str] | None:
+        """The queues a worker taking ``named`` (``None``: every queue) may claim from now:
+        ``None`` if that is every queue, as nothing is paused; else the names, paused ones left
+        out, so that no claim ever reads through a paused queue's backlog."""
+        paused = self.paused(conn)
+        if named is None:
+            return [name for name in self.live(conn) if name not in paused] if paused else None
+        return [name for name in named if name not in paused]
+
+    def summaries(self, conn: Connection, now: datetime) -> list[QueueSummary]:
+        """Every queue that holds live jobs or was ever paused, by name: its live jobs per
+        status, how many are due, how long the oldest due one has waited, and whether it is
+        paused. ``now`` is the database's time.
+
+        Reads every live job's queue and status (the hot table, which holds only live jobs);
+        ended jobs are not counted.
+        """
+        q = job_queue
+        pending = q.c.status == JobStatus.PENDING
+        due = sa.and_(pending, q.c.scheduled_time <= now)
+        rows = conn.execute(
+            sa.select(
+                q.c.queue,
+                sa.func.count().filter(pending),
+                sa.func.count().filter(due),
+                sa.func.count().filter(q.c.status == JobStatus.RUNNING),
+                sa.func.count().filter(q.c.status == JobStatus.PAUSED),
+                sa.func.min(q.c.scheduled_time).filter(due),
+            ).group_by(q.c.queue)
+        ).all()
+        states = {
+            r.name: r
+            for r in conn.execute(
+                sa.select(
+                    queue_state.c.name,
+                    queue_state.c.paused,
+                    queue_state.c.changed_at,
+                    queue_state.c.changed_by,
+                )
+            )
+        }
+        found: dict[str, QueueSummary] = {}
+        for name, n_pending, n_due, running, held, oldest in rows:
+            state = states.get(name)
+            found[name] = QueueSummary(
+                name=name,
+                paused=bool(state and state.paused),
+                pending=n_pending,
+                due=n_due,
+                running=running,
+                paused_jobs=held,
+                oldest_due_wait=None
+                if oldest is None
+                else max(0.0, (now - oldest).total_seconds()),
+            )
+        for name, state in states.items():
+            if name not in found:
+                found[name] = QueueSummary(name=name, paused=bool(state.paused))
+        return [found[name] for name in sorted(found)]

@@ -1,0 +1,56 @@
+"""named queues: a queue on every job, the claim index per queue, paused queues
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-11-26 23:50:00.000000
+
+On PostgreSQL (11 and later) adding a NOT NULL column with a constant default changes only the
+catalogue: existing rows read the default without being rewritten, so ``ratchet_job`` of any
+size is altered in a moment (the ALTER still waits for transactions using the table). The one
+index is built on the hot table, which holds only live jobs.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0007'
+down_revision = '0006'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    for table_name in ('ratchet_job', 'ratchet_job_queue'):
+        with op.batch_alter_table(table_name) as table:
+            table.add_column(
+                sa.Column(
+                    'queue', sa.String(length=64), server_default='default', nullable=False
+                )
+            )
+    predicate = sa.text("status = 'PENDING'")
+    op.create_index(
+        'ix_ratchet_job_queue_queue_claim',
+        'ratchet_job_queue',
+        ['queue', 'priority', 'scheduled_time', 'job_id'],
+        unique=False,
+        postgresql_where=predicate,
+        sqlite_where=predicate,
+    )
+    op.create_table(
+        'ratchet_queue',
+        sa.Column('name', sa.String(length=64), nullable=False),
+        sa.Column('paused', sa.Boolean(), nullable=False),
+        sa.Column('changed_at', sa.DateTime(timezone=True), nullable=False),
+        sa.Column('changed_by', sa.String(length=255), nullable=True),
+        sa.PrimaryKeyConstraint('name', name=op.f('pk_ratchet_queue')),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table('ratchet_queue')
+    op.drop_index('ix_ratchet_job_queue_queue_claim', table_name='ratchet_job_queue')
+    for table_name in ('ratchet_job_queue', 'ratchet_job'):
+        with op.batch_alter_table(table_name) as table:
+            table.drop_column('queue')

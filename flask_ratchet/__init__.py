@@ -22,6 +22,7 @@ from .errors import (
     RatchetError,
     SchemaNotReady,
     TaskNotAllowed,
+    UnknownTask,
 )
 from .extension import Ratchet
 from .job import BatchProgress, Job, JobHandle, Progress, QueueSummary
@@ -67,6 +68,7 @@ __all__ = [
     "SchemaNotReady",
     "StreamingBatchBuilder",
     "TaskNotAllowed",
+    "UnknownTask",
     "__version__",
     "events",
 ]

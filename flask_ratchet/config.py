@@ -66,6 +66,9 @@ class RatchetConfig:
     #: Jobs a worker may hold waiting for a thread beyond its free threads; ``None``: as many as
     #: its threads finish in about 50 ms at the recent mean run time (none for long jobs).
     prefetch: int | None = None
+    #: A job whose task no worker that claimed it knows goes to the dead-letter queue this long
+    #: after the first worker handed it back.
+    unknown_task_grace: float = 600.0
     #: How often a worker writes its heartbeat.
     heartbeat_interval: float = 10.0
     #: A RUNNING job whose node's heartbeat (and claim) is older than this is recovered.
@@ -355,6 +358,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "concurrency": _positive_int,
     "queues": _queues,
     "prefetch": _optional_non_negative_int,
+    "unknown_task_grace": _seconds,
     "heartbeat_interval": _seconds,
     "orphan_grace": _seconds,
     "retention_days": _positive_number,

@@ -23,6 +23,13 @@ class TaskNotAllowed(RatchetError, LookupError):
     """The function is not a registered task and is not under ``RATCHET_ALLOWED_MODULES``."""
 
 
+class UnknownTask(TaskNotAllowed):
+    """A stored job names a task this worker does not know: not registered here, and not a
+    function an allowed module of this worker defines (another app's task, or one only newer
+    code has). Unlike a task that exists and is not allowed, it may run elsewhere: the worker
+    hands the job back instead of failing it (see ``RATCHET_UNKNOWN_TASK_GRACE``)."""
+
+
 class PayloadError(RatchetError, TypeError, ValueError):
     """Arguments, params or a result cannot be stored: not JSON, nested more than
     :data:`~flask_ratchet.payload.MAX_DEPTH` levels deep, or holding text that is not valid

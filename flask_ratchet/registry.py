@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
-from .errors import TaskNotAllowed
+from .errors import TaskNotAllowed, UnknownTask
 from .options import JobOptions, validate_text
 
 NAME_MAX_LENGTH = 255
@@ -156,14 +156,17 @@ class TaskRegistry:
     def for_run(self, name: str, allowed: tuple[str, ...]) -> Task:
         """Return the task a stored job names, re-checking the allow-list.
 
-        :raises TaskNotAllowed: if the name is unknown or no longer allowed.
+        :raises UnknownTask: if this worker does not know the name: not registered, and no
+            function of that name is defined in an allowed module it can import.
+        :raises TaskNotAllowed: if the name reaches something that must not run (what an
+            allowed module imports, a path through an object).
         """
         task = self._by_name.get(name)
         if task is not None:
             return task
         module, _, qualname = name.partition(":")
         if not qualname or not module_allowed(module, allowed):
-            raise TaskNotAllowed(
+            raise UnknownTask(
                 f"task {name!r} is not registered in this worker and its module is not in "
                 "RATCHET_ALLOWED_MODULES; import the module that defines it in the worker's app"
             )
@@ -184,14 +187,16 @@ def _allowed_function(module: str, name: str, allowed: tuple[str, ...]) -> Any:
     ``__module__`` is allowed too, so that what a module merely imported (``from subprocess
     import run``) stays out of reach of whoever can write a job row.
 
-    :raises TaskNotAllowed: if the module cannot be imported.
+    :raises UnknownTask: if the module cannot be imported, or defines nothing of that name.
     """
     if not name.isidentifier():
         return None
     try:
         namespace = importlib.import_module(module)
     except Exception as exc:  # whatever an import raises, nothing of the module may run
-        raise TaskNotAllowed(f"module {module!r} cannot be imported: {exc}") from None
+        raise UnknownTask(f"module {module!r} cannot be imported here: {exc}") from None
+    if name not in vars(namespace):
+        raise UnknownTask(f"module {module!r} has no {name!r} here")
     func = vars(namespace).get(name)
     if (
         not inspect.isfunction(func)

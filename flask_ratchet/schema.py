@@ -275,6 +275,9 @@ job_queue = sa.Table(
     sa.Column("paused_from_status", STATUS),
     sa.Column("last_error", sa.Text),
     sa.Column("progress", sa.Text),  # JSON, while the job runs
+    # Workers that handed the job back not knowing its task: see flask_ratchet/refusals.py.
+    sa.Column("refused_since", UtcDateTime),
+    sa.Column("refused_by", sa.Text),
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     # The claim reads one index per priority level, in due order: see store/postgres.py.

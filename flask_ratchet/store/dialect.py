@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
@@ -191,13 +191,15 @@ class Dialect:
         node_id: str,
         boost_minutes: int,
         quotas: Mapping[str, int] | None = None,
+        refused: Collection[str] = (),
     ) -> list[ClaimedJob]:
         """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first:
         the oldest due of the highest effective priority (``boost_minutes`` of waiting raise a
         job's priority by one level; 0: never).
 
         ``quotas``: the queues to claim from, each with the most jobs to take from it; ``None``:
-        every queue. Paused queues are skipped either way."""
+        every queue. Paused queues are skipped either way, and jobs of the ``refused`` tasks
+        (which the claiming worker does not know)."""
         raise NotImplementedError
 
     # -- reports -------------------------------------------------------------------------------

@@ -20,12 +20,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..ids import uuid7
-from ..schema import business_key, dlq_alert, execution, job_log, job_queue
+from ..refusals import dead_letter_reason, read_refusals, with_refusal, write_refusals
+from ..schema import aware, business_key, dlq_alert, execution, job_log, job_queue
 from ..states import Action, JobStatus, sources, target
 from .dialect import Dialect
 from .flows import Flows
 from .terminal import END_COLD_ROW
-from .types import Ended, Evaluator, Finished, Outcome, no_predicates
+from .types import ClaimedJob, Ended, Evaluator, Finished, Outcome, Refused, no_predicates
 
 #: The status each terminal outcome ends a job in.
 _ENDS_IN = {Outcome.SUCCEEDED: JobStatus.SUCCEEDED, Outcome.FAILED: JobStatus.FAILED}
@@ -76,6 +77,49 @@ class Executions:
         ]
         self.flows.ended(conn, ended, evaluate, isolate=isolate)
         return applied
+
+    def refuse(
+        self, conn: Connection, node_id: str, claimed: ClaimedJob, reason: str, grace: float
+    ) -> Refused:
+        """Hand back a job ``node_id`` holds and cannot run because it does not know its task:
+        PENDING again, its attempt not spent, the refusal recorded on its hot row. If the job
+        was first refused ``grace`` seconds ago or more, nothing is written and the answer
+        carries the reason to fail it for good with (through the normal completion)."""
+        q = job_queue
+        mine = (q.c.job_id == claimed.job_id, q.c.picked_by == node_id)
+        (source,) = sources(Action.RELEASE)
+        row = conn.execute(
+            sa.select(q.c.refused_since, q.c.refused_by, self.dialect.now_sql()).where(
+                *mine, q.c.status == source
+            )
+        ).first()
+        if row is None:
+            return Refused(handed_back=False)
+        since, text, now = row
+        now = aware(now)
+        refusals = with_refusal(read_refusals(text), node_id, reason)
+        if since is not None and (now - since).total_seconds() >= grace:
+            why = dead_letter_reason(claimed.task, refusals, since, grace)
+            return Refused(handed_back=False, dead_letter=why)
+        # A first refusal in the future was not written by ratchet: the grace counts from now.
+        first = since if since is not None and since <= now else now
+        back = self.dialect.updated(
+            conn,
+            sa.update(q)
+            .where(*mine, q.c.status == source)
+            .values(
+                status=target(Action.RELEASE, source),
+                attempts=q.c.attempts - 1,
+                picked_by=None,
+                picked_at=None,
+                refused_since=first,
+                refused_by=write_refusals(refusals),
+                version=q.c.version + 1,
+                updated_at=self.dialect.now_sql(),
+            ),
+            q.c.job_id,
+        )
+        return Refused(handed_back=bool(back))
 
     def _complete(
         self, conn: Connection, node_id: str, items: Sequence[Finished]
@@ -144,6 +188,9 @@ class Executions:
                     ),
                     picked_by=None,
                     picked_at=None,
+                    # A worker that knew the task had it: refusals before it no longer count.
+                    refused_since=None,
+                    refused_by=None,
                     version=job_queue.c.version + 1,
                     updated_at=self.dialect.now_sql(),
                 ),

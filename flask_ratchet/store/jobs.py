@@ -12,7 +12,7 @@ Dialects differ in their clock, their transactions, their inserts and the claim:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -101,16 +101,18 @@ class Jobs:
         node_id: str,
         boost_minutes: int,
         quotas: Mapping[str, int] | None = None,
+        refused: Collection[str] = (),
     ) -> list[ClaimedJob]:
         """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first:
         from the queues ``quotas`` names, at most ``quotas[queue]`` from each, or from every
-        queue if it is ``None``; never from a paused queue."""
+        queue if it is ``None``; never from a paused queue, nor a job of the ``refused``
+        tasks."""
         claimable = self.queues.claimable(conn, None if quotas is None else list(quotas))
         if claimable is not None:
             quotas = {name: (quotas or {}).get(name, limit) for name in claimable}
             if not quotas:
                 return []
-        return self.dialect.claim_due(conn, limit, node_id, boost_minutes, quotas)
+        return self.dialect.claim_due(conn, limit, node_id, boost_minutes, quotas, refused)
 
     # -- status changes ------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -56,7 +56,7 @@ WITH candidate AS (
         SELECT q.job_id, q.priority, q.scheduled_time
         FROM ratchet_job_queue q
         WHERE q.status = :pending AND q.priority = level.p AND q.scheduled_time <= now()
-          AND q.queue <> ALL(ARRAY(SELECT name FROM ratchet_queue WHERE paused))
+          AND q.queue <> ALL(ARRAY(SELECT name FROM ratchet_queue WHERE paused)){exclude}
         ORDER BY q.scheduled_time, q.job_id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
@@ -82,7 +82,7 @@ WITH wanted AS (
         SELECT q.job_id, q.queue, q.priority, q.scheduled_time
         FROM ratchet_job_queue q
         WHERE q.status = :pending AND q.queue = wanted.name AND q.priority = level.p
-          AND q.scheduled_time <= now()
+          AND q.scheduled_time <= now(){exclude}
         ORDER BY q.scheduled_time, q.job_id
         LIMIT wanted.quota
         FOR UPDATE SKIP LOCKED
@@ -177,19 +177,30 @@ _BOOSTED = (
 )
 
 
-def _claim_sql(picking: str, boosted: bool) -> sa.TextClause:
+# Jobs of the tasks the claiming worker refused a moment ago (it does not know them): only while
+# there are some, a look at each candidate's cold row.
+_EXCLUDE = """
+          AND NOT EXISTS (SELECT 1 FROM ratchet_job x
+                          WHERE x.job_id = q.job_id AND x.task = ANY(CAST(:refused AS text[])))"""
+
+
+def _claim_sql(picking: str, boosted: bool, excluding: bool) -> sa.TextClause:
     effective = _BOOSTED if boosted else "priority"
+    exclude = _EXCLUDE if excluding else ""
     return sa.text(
-        picking.format(levels=_LEVELS, effective=effective)
+        picking.format(levels=_LEVELS, effective=effective, exclude=exclude)
         + _MARK_CLAIMED.format(scheduled=_earliest("q.scheduled_time"))
     )
 
 
-#: The claims, by (names its queues, boosted).
+#: The claims, by (names its queues, boosted, excluding refused tasks).
 _CLAIMS = {
-    (named, boosted): _claim_sql(_NAMED_QUEUES if named else _EVERY_QUEUE, boosted)
+    (named, boosted, excluding): _claim_sql(
+        _NAMED_QUEUES if named else _EVERY_QUEUE, boosted, excluding
+    )
     for named in (False, True)
     for boosted in (False, True)
+    for excluding in (False, True)
 }
 
 
@@ -317,6 +328,7 @@ class PostgresDialect(Dialect):
         node_id: str,
         boost_minutes: int,
         quotas: Mapping[str, int] | None = None,
+        refused: Collection[str] = (),
     ) -> list[ClaimedJob]:
         (source,) = sources(Action.CLAIM)
         params: dict[str, Any] = {
@@ -327,7 +339,9 @@ class PostgresDialect(Dialect):
         }
         if quotas is not None:
             params["queues"], params["quotas"] = list(quotas), list(quotas.values())
-        stmt = _CLAIMS[quotas is not None, bool(boost_minutes)]
+        if refused:
+            params["refused"] = list(refused)
+        stmt = _CLAIMS[quotas is not None, bool(boost_minutes), bool(refused)]
         if boost_minutes:
             params["boost"] = boost_minutes
         # On the driver's cursor (see .driver): claiming is most of the poller's work.

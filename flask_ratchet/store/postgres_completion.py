@@ -46,6 +46,8 @@ WITH input AS (
     SET status = '{_BACK}', scheduled_time = now() + make_interval(secs => i.delay),
         attempts = q.attempts - CASE WHEN i.outcome = '{Outcome.RELEASE}' THEN 1 ELSE 0 END,
         last_error = coalesce(i.error, q.last_error), picked_by = NULL, picked_at = NULL,
+        -- A worker that knew the task had it: refusals before it no longer count.
+        refused_since = NULL, refused_by = NULL,
         version = q.version + 1, updated_at = now()
     FROM input i
     WHERE q.job_id = ANY(CAST(:again_ids AS uuid[]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -123,15 +123,19 @@ class SqliteDialect(Dialect):
         node_id: str,
         boost_minutes: int,
         quotas: Mapping[str, int] | None = None,
+        refused: Collection[str] = (),
     ) -> list[ClaimedJob]:
         now = datetime.now(UTC)
-        claim = _claim_statement(bool(boost_minutes), None if quotas is None else len(quotas))
+        named = None if quotas is None else len(quotas)
+        claim = _claim_statement(bool(boost_minutes), named, bool(refused))
         params: dict[str, Any] = {
             "now": now,
             "limit": limit,
             "node": node_id,
             "boost": boost_minutes or 1,
         }
+        if refused:
+            params["refused"] = list(refused)
         for i, (name, quota) in enumerate((quotas or {}).items()):
             params[f"queue_{i}"], params[f"quota_{i}"] = name, quota
         hot = {r.job_id: r for r in conn.execute(claim, params)}
@@ -165,17 +169,25 @@ class SqliteDialect(Dialect):
 
 
 @functools.cache
-def _claim_statement(boosted: bool, named: int | None) -> sa.Update:
+def _claim_statement(boosted: bool, named: int | None, excluding: bool) -> sa.Update:
     """The claim, built once per shape: the oldest due PENDING rows of each priority level (of
     each of ``named`` queues, bound as ``queue_<i>`` with at most ``quota_<i>`` jobs each; of
-    every queue if ``None``), skipping paused queues, merged by effective priority, marked
-    RUNNING (parameters ``now``, ``limit``, ``node``, ``boost``)."""
+    every queue if ``None``), skipping paused queues (and, ``excluding``, jobs of the tasks
+    bound as ``refused``), merged by effective priority, marked RUNNING (parameters ``now``,
+    ``limit``, ``node``, ``boost``)."""
     q = job_queue
     (source,) = sources(Action.CLAIM)
     now = sa.bindparam("now", type_=UtcDateTime())
     limit = sa.bindparam("limit", type_=sa.Integer())
     paused = sa.select(queue_state.c.name).where(queue_state.c.paused)
-    due = (q.c.status == source, q.c.scheduled_time <= now, q.c.queue.not_in(paused))
+    due: tuple[ColumnElement[bool], ...] = (
+        q.c.status == source,
+        q.c.scheduled_time <= now,
+        q.c.queue.not_in(paused),
+    )
+    if excluding:
+        refused: Any = sa.bindparam("refused", expanding=True)
+        due += (~sa.exists().where(job.c.job_id == q.c.job_id, job.c.task.in_(refused)),)
     queues: list[tuple[Any, Any]] = (
         [(None, limit)]
         if named is None

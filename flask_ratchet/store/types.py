@@ -149,6 +149,16 @@ class Finished:
 
 
 @dataclass(frozen=True, slots=True)
+class Refused:
+    """What became of a job its worker refused (see
+    :meth:`~flask_ratchet.store.executions.Executions.refuse`): handed back, due for the
+    dead-letter queue with ``dead_letter`` as the reason, or neither (no longer the worker's)."""
+
+    handed_back: bool
+    dead_letter: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Ended:
     """A job that has just reached a terminal status in this transaction."""
 

@@ -37,7 +37,7 @@ from .. import events, payload
 from ..breaker import Breakers, BreakerState, CircuitBreaker
 from ..context import JobContext
 from ..context import context_parameter as _context_parameter
-from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed, UnreadableJob
+from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed, UnknownTask, UnreadableJob
 from ..registry import Task
 from ..retry import Decision, describe, format_traceback
 from ..runtime import send
@@ -285,6 +285,8 @@ class Executor:
             if params is not None:
                 run.ctx.params = params
             task = self._state.registry.for_run(claimed.task, self._state.config.allowed_modules)
+        except UnknownTask as exc:
+            return self._refuse(run, exc)
         except (UnreadableJob, TaskNotAllowed) as exc:
             return self._failed(run, exc, permanent=True)
         breaker = self.breakers.get(task.service_name, task.circuit_breaker)
@@ -358,6 +360,17 @@ class Executor:
             return task.func(*args, **kwargs)
         finally:
             self._leave_user_code(run)
+
+    def _refuse(self, run: Run, exc: UnknownTask) -> Finished | None:
+        """Hand back a job whose task this worker does not know, for a worker that does; or,
+        once no worker has run it for the grace, fail it for good saying who refused it."""
+        run.ctx.take_lines()
+        refused = self._supervisor.refuse(run.claimed, str(exc))
+        if refused is None:  # the database did not answer: hand it back as a deferral would
+            return self._defer(run, PERMIT_ERROR_DELAY, f"could not hand it back: {exc}")
+        if refused.dead_letter is not None:
+            return self._failed(run, UnknownTask(refused.dead_letter), permanent=True)
+        return None  # handed back (or no longer this worker's): nothing more to write
 
     def _defer(self, run: Run, delay: float, why: str) -> Finished:
         """Hand the job back to PENDING, due in ``delay`` seconds, its attempt not spent."""

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..context import Supervisor
-from ..store.types import Acquisition, ClaimedJob, Permit
+from ..store.types import Acquisition, ClaimedJob, Permit, Refused
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -41,6 +41,11 @@ class WorkerSide(Supervisor, Protocol):
     node_id: str
     engine: Engine
     store: Store
+
+    def refuse(self, claimed: ClaimedJob, reason: str) -> Refused | None:
+        """Hand back a job whose task this worker does not know (``None``: the database did
+        not answer)."""
+        ...
 
 
 class PermitGate:

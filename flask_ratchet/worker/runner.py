@@ -36,7 +36,7 @@ from ..context import CaptureHandler, job_logger
 from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
-from ..store.types import Finished, NodeInfo, Outcome
+from ..store.types import ClaimedJob, Finished, NodeInfo, Outcome, Refused
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
 from .executor import Executor, Run
@@ -46,6 +46,10 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 log = logging.getLogger("flask_ratchet.worker")
+
+#: How long a worker leaves the jobs of a task it refused (it does not know it) to other workers
+#: before it claims them again, at most (a quarter of the grace if that is less).
+REFUSAL_WINDOW = 60.0
 
 #: How often the watchdog looks for timeouts, and for jobs canceled while running.
 WATCH_EVERY = 0.2
@@ -81,6 +85,9 @@ class Worker:
         chosen = config.queues if queues is None else queues
         self.queues = None if chosen is None else dict(chosen)
         self.prefetch = config.prefetch if prefetch is None else prefetch
+        #: Tasks this worker handed jobs of back, not knowing them: until when it claims none.
+        self._refused: dict[str, float] = {}
+        self._refused_lock = threading.Lock()
         self.drain_timeout = config.drain_timeout if drain_timeout is None else drain_timeout
         self.stop_event = threading.Event()  # every helper thread ends when this is set
         self._wake = threading.Event()
@@ -125,6 +132,35 @@ class Worker:
                 )
         except SQLAlchemyError:
             log.warning("could not store progress of job %s", job_id, exc_info=True)
+
+    def refuse(self, claimed: ClaimedJob, reason: str) -> Refused | None:
+        grace = self.config.unknown_task_grace
+        try:
+            with self.store.begin(self.engine) as conn:
+                refused = self.store.executions.refuse(conn, self.node_id, claimed, reason, grace)
+        except SQLAlchemyError:
+            log.warning("could not hand back job %s", claimed.job_id, exc_info=True)
+            return None
+        if refused.handed_back:
+            with self._refused_lock:
+                self._refused[claimed.task] = time.monotonic() + min(REFUSAL_WINDOW, grace / 4)
+            log.warning(
+                "job %s (%s) handed back without spending an attempt, for a worker that knows "
+                "its task: %s (it goes to the dead-letter queue if none runs it within %gs)",
+                claimed.job_id,
+                claimed.task,
+                reason,
+                grace,
+            )
+        return refused
+
+    def _refusing(self) -> list[str]:
+        """The tasks whose jobs this worker leaves to others for now."""
+        now = time.monotonic()
+        with self._refused_lock:
+            for task in [t for t, until in self._refused.items() if until <= now]:
+                del self._refused[task]
+            return list(self._refused)
 
     def result_of(self, job_id: uuid.UUID) -> Any:
         with self.engine.connect() as conn:
@@ -269,7 +305,9 @@ class Worker:
             if free > 0 and quotas != {}:
                 try:
                     with self.store.single_statement(self.claim_engine) as conn:
-                        claimed = self.store.jobs.claim_due(conn, free, self.node_id, boost, quotas)
+                        claimed = self.store.jobs.claim_due(
+                            conn, free, self.node_id, boost, quotas, self._refusing()
+                        )
                 except SQLAlchemyError:
                     log.warning("claim failed; polling again later", exc_info=True)
                 except Exception:
@@ -286,7 +324,9 @@ class Worker:
             if self.burst and not claimed and self._nothing_left():
                 return
             delay = self.polling.delay(self.executor.utilization)
-            if free > 0 and len(claimed) < free:
+            # Not while it leaves a task's jobs to others: those are due, and would have it poll
+            # without pause.
+            if free > 0 and len(claimed) < free and not self._refusing():
                 delay = min(delay, self._until_next_due())
             self._wake.wait(delay)
 

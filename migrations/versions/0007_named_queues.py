@@ -1,4 +1,4 @@
-"""named queues: a queue on every job, the claim index per queue, paused queues
+"""named queues: a queue on every job, the claim index per queue, paused queues; refusals
 
 Revision ID: 0007
 Revises: 0006
@@ -29,6 +29,9 @@ def upgrade() -> None:
                     'queue', sa.String(length=64), server_default='default', nullable=False
                 )
             )
+    with op.batch_alter_table('ratchet_job_queue') as table:
+        table.add_column(sa.Column('refused_since', sa.DateTime(timezone=True), nullable=True))
+        table.add_column(sa.Column('refused_by', sa.Text(), nullable=True))
     predicate = sa.text("status = 'PENDING'")
     op.create_index(
         'ix_ratchet_job_queue_queue_claim',
@@ -51,6 +54,9 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table('ratchet_queue')
     op.drop_index('ix_ratchet_job_queue_queue_claim', table_name='ratchet_job_queue')
+    with op.batch_alter_table('ratchet_job_queue') as table:
+        table.drop_column('refused_by')
+        table.drop_column('refused_since')
     for table_name in ('ratchet_job_queue', 'ratchet_job'):
         with op.batch_alter_table(table_name) as table:
             table.drop_column('queue')

@@ -58,7 +58,9 @@ class Workers:
         }
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *args: str, **config: Any) -> subprocess.Popen[bytes]:
+    def start(
+        self, *args: str, app: str = "tests.apps:create_app()", **config: Any
+    ) -> subprocess.Popen[bytes]:
         env = os.environ | {
             "RATCHET_TEST_URL": self.url,
             "RATCHET_TEST_CONFIG": json.dumps(self.config | config),
@@ -71,7 +73,7 @@ class Workers:
                 "-m",
                 "flask",
                 "--app",
-                "tests.apps:create_app()",
+                app,
                 "ratchet",
                 "worker",
                 *args,

@@ -1,9 +1,11 @@
 """Named queues as users run them: ``flask ratchet worker --queues`` processes on disjoint queues,
-per-queue thread limits, pausing a queue under running workers, and prefetch."""
+per-queue thread limits, pausing a queue under running workers, prefetch, and two apps sharing
+one database (with and without queues of their own)."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
+from tests import second_app
 from tests.acceptance.conftest import PATIENT, Workers, most_at_once, wait_until
 from tests.apps import db, ratchet, timed
 
@@ -121,3 +124,73 @@ def test_two_workers_share_long_jobs_from_the_start(
     assert sorted(len(v) for v in by_worker.values()) == [10, 10]
     first = min(r.started for r in ran)
     assert max(r.started for r in ran) - first < 1.5
+
+
+# -- two apps on one database ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def second(database_url: str) -> Iterator[Flask]:
+    """The second app (``tests.second_app``), for submitting its jobs from this process."""
+    other = second_app.create_app(database_url)
+    yield other
+    with other.app_context():
+        second_app.db.engine.dispose()
+
+
+def submit_second(other: Flask, task: Any, count: int) -> list[uuid.UUID]:
+    with other.app_context():
+        r = second_app.ratchet
+        return [h.id for h in r.enqueue_many(r.enqueue(task, i) for i in range(count))]
+
+
+SECOND = "tests.second_app:create_app()"
+
+
+def test_two_apps_on_one_queue_hand_back_what_they_do_not_know(
+    app: Flask, second: Flask, workers: Workers, dialect: str
+) -> None:
+    config = config_for(dialect)
+    ours = workers.start("--concurrency", "2", **config)
+    theirs_jobs = submit_second(second, second_app.only_here, 4)
+    # Alone, our worker claims their jobs, cannot run them, and hands them back unspent.
+    wait_until(lambda: "handed back" in workers.output(ours), what="our worker to hand back")
+    assert all(status(i) != JobStatus.FAILED for i in theirs_jobs)
+    theirs = workers.start("--concurrency", "2", app=SECOND, **config)
+    our_jobs = enqueue("default", 4, 0.05)  # which their worker does not know either
+    wait_until(lambda: succeeded(our_jobs + theirs_jobs), timeout=60, what="every job")
+
+    for job_id in theirs_jobs:
+        found = ratchet.get_job(job_id)
+        assert found is not None and (found.result, found.attempts) == (theirs.pid, 1)
+    assert {r.pid for r in spans()} == {ours.pid}
+    assert all(ratchet.get_job(i).attempts == 1 for i in our_jobs)  # type: ignore[union-attr]
+
+
+def test_two_apps_on_their_own_queues_never_touch_each_others_jobs(
+    app: Flask, second: Flask, workers: Workers, dialect: str
+) -> None:
+    config = config_for(dialect)
+    ours = workers.start("--queues", "default", **config)
+    theirs = workers.start("--queues", "second", app=SECOND, **config)
+    theirs_jobs = submit_second(second, second_app.only_here_queued, 4)
+    our_jobs = enqueue("default", 4, 0.0)
+    wait_until(lambda: succeeded(our_jobs + theirs_jobs), timeout=60, what="every job")
+    assert {ratchet.get_job(i).result for i in theirs_jobs} == {theirs.pid}  # type: ignore[union-attr]
+    assert "handed back" not in workers.output(ours) + workers.output(theirs)
+
+
+def test_a_task_no_worker_knows_is_dead_lettered_after_the_grace_naming_who_refused_it(
+    app: Flask, second: Flask, workers: Workers, dialect: str
+) -> None:
+    ours = workers.start(RATCHET_UNKNOWN_TASK_GRACE=1.5, **config_for(dialect))
+    (job_id,) = submit_second(second, second_app.only_here, 1)
+    wait_until(lambda: status(job_id) == JobStatus.FAILED, timeout=30, what="the dead letter")
+
+    found = ratchet.get_job(job_id)
+    assert found is not None and found.finished_at is not None
+    assert found.attempts == 1  # the hand-backs spent nothing
+    assert (found.finished_at - found.created_at).total_seconds() >= 1.5
+    error = found.error or ""
+    assert "UnknownTask: no worker ran task 'tests.second_app:only_here' within 1.5s" in error
+    assert f":{ours.pid}: task 'tests.second_app:only_here' is not registered" in error

@@ -215,9 +215,12 @@ def test_unknown_tasks_go_to_the_dead_letter_queue(app: Flask, workers: Workers)
             sa.text("UPDATE ratchet_job SET task = 'gone.module:task' WHERE job_id = :id"),
             {"id": key},
         )
-    workers.start()
+    # Handed back for a worker that knows the task, then dead-lettered once none ran it.
+    proc = workers.start(RATCHET_UNKNOWN_TASK_GRACE=1)
     wait_until(lambda: status(job_id) == JobStatus.FAILED, what="the job to be refused")
-    assert "TaskNotAllowed: task 'gone.module:task' is not registered" in (job(job_id).error or "")
+    error = job(job_id).error or ""
+    assert "UnknownTask: no worker ran task 'gone.module:task' within 1s" in error
+    assert f":{proc.pid}: task 'gone.module:task' is not registered in this worker" in error
     assert job(job_id).attempts == 1
 
 

@@ -12,6 +12,7 @@ from flask import Flask
 from flask_ratchet import InvalidOption, JobStatus, Priority, QueueSummary
 from flask_ratchet.recurring import decode_options
 from flask_ratchet.schema import job, job_queue
+from flask_ratchet.store.types import ClaimedJob, Finished, Outcome, Refused
 from tests.apps import add, db, ratchet, send_mail
 from tests.integration.helpers import count
 
@@ -183,3 +184,115 @@ def test_queues_summarise_live_jobs_and_paused_state(app: Flask) -> None:
     assert (mail.paused, mail.pending, mail.due, mail.running) == (False, 2, 1, 1)
     assert mail.oldest_due_wait is not None and 50 <= mail.oldest_due_wait < 120
     assert found["idle"] == QueueSummary(name="idle", paused=True)
+
+
+# -- refusals: a worker hands back a job whose task it does not know ----------------------------
+
+
+def refuse(claimed: ClaimedJob, node: str, grace: float = 600.0) -> Refused:
+    store = ratchet.state.store
+    with store.begin(db.engine) as conn:
+        return store.executions.refuse(conn, node, claimed, f"{node} does not know it", grace)
+
+
+def refusal_columns(job_id: uuid.UUID) -> tuple[datetime | None, str | None]:
+    with db.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(job_queue.c.refused_since, job_queue.c.refused_by).where(
+                job_queue.c.job_id == job_id
+            )
+        ).one()
+    return row.refused_since, row.refused_by
+
+
+def set_refusal(job_id: uuid.UUID, since: datetime | None, by: str | None) -> None:
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.update(job_queue)
+            .where(job_queue.c.job_id == job_id)
+            .values(refused_since=since, refused_by=by)
+        )
+
+
+def test_a_refused_job_is_handed_back_unspent_saying_who_refused_it(app: Flask) -> None:
+    job_id = ratchet.enqueue(add, 1, 1).submit().id
+    (claimed,) = ratchet.claim_due(1, "node-a")
+    assert refuse(claimed, "node-a") == Refused(handed_back=True)
+    found = ratchet.get_job(job_id)
+    assert found is not None and (found.status, found.attempts) == (JobStatus.PENDING, 0)
+    since, by = refusal_columns(job_id)
+    assert since is not None and by == '[["node-a","node-a does not know it"]]'
+    (again,) = ratchet.claim_due(1, "node-b")
+    assert refuse(again, "node-b") == Refused(handed_back=True)
+    assert refusal_columns(job_id) == (
+        since,  # the grace counts from the first refusal
+        '[["node-a","node-a does not know it"],["node-b","node-b does not know it"]]',
+    )
+    # A job another node holds is not this one's to hand back: nothing changes.
+    (held,) = ratchet.claim_due(1, "node-c")
+    assert refuse(held, "node-x") == Refused(handed_back=False)
+    found = ratchet.get_job(job_id)
+    assert found is not None and (found.status, found.picked_by) == (JobStatus.RUNNING, "node-c")
+
+
+def test_after_the_grace_a_refusal_carries_the_dead_letter_reason_and_writes_nothing(
+    app: Flask,
+) -> None:
+    job_id = ratchet.enqueue(add, 1, 1).submit().id
+    (claimed,) = ratchet.claim_due(1, "node-a")
+    refuse(claimed, "node-a")
+    long_ago = datetime.now(UTC) - timedelta(minutes=11)
+    set_refusal(job_id, long_ago, refusal_columns(job_id)[1])
+    (again,) = ratchet.claim_due(1, "node-b")
+    refused = refuse(again, "node-b")
+    assert not refused.handed_back and refused.dead_letter is not None
+    assert refused.dead_letter.startswith("no worker ran task 'tests.apps:add' within 600s")
+    assert "node-a: node-a does not know it; node-b: node-b does not know it" in refused.dead_letter
+    found = ratchet.get_job(job_id)
+    assert found is not None and (found.status, found.picked_by) == (JobStatus.RUNNING, "node-b")
+
+
+@pytest.mark.parametrize(
+    "since, by",
+    [
+        (datetime(9000, 1, 1, tzinfo=UTC), "not json"),
+        (None, '[["a", {"b": 1}], "x", 3]'),
+        (None, "[" * 50_000),
+    ],
+    ids=["future-garbage", "malformed-list", "deep-nesting"],
+)
+def test_refusal_columns_ratchet_never_wrote_neither_stall_nor_crash(
+    app: Flask, since: datetime | None, by: str
+) -> None:
+    job_id = ratchet.enqueue(add, 1, 1).submit().id
+    set_refusal(job_id, since, by)
+    (claimed,) = ratchet.claim_due(1, "node-a")
+    assert refuse(claimed, "node-a") == Refused(handed_back=True)
+    first, written = refusal_columns(job_id)
+    assert first is not None and first <= datetime.now(UTC) + timedelta(seconds=5)
+    assert written == '[["node-a","node-a does not know it"]]'
+
+
+def test_a_run_by_a_worker_that_knows_the_task_clears_the_refusals(app: Flask) -> None:
+    job_id = ratchet.enqueue(add, 1, 1).submit().id
+    (claimed,) = ratchet.claim_due(1, "node-a")
+    refuse(claimed, "node-a")
+    (ran,) = ratchet.claim_due(1, "node-b")
+    store = ratchet.state.store
+    retry = Finished(job_id, Outcome.RETRY, ran.task, ran.attempt, error="boom", delay=60)
+    with store.begin(db.engine) as conn:
+        assert store.executions.complete_many(conn, "node-b", [retry]) == {job_id}
+    assert refusal_columns(job_id) == (None, None)
+
+
+def test_a_claim_leaves_out_the_tasks_its_worker_refused(app: Flask) -> None:
+    plain = ratchet.enqueue(add, 1, 1).submit().id
+    mail = ratchet.enqueue(send_mail, "x").submit().id
+    store = ratchet.state.store
+    with store.single_statement(ratchet.state.statement_engine) as conn:
+        claimed = store.jobs.claim_due(conn, 10, "n", 15, None, ["tests.apps:add"])
+    assert [c.job_id for c in claimed] == [mail]
+    with store.single_statement(ratchet.state.statement_engine) as conn:
+        claimed = store.jobs.claim_due(conn, 10, "n", 15, {"default": 5}, ["tests.apps:add"])
+    assert claimed == []
+    assert [c.job_id for c in ratchet.claim_due(10, "n")] == [plain]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from flask_ratchet import payload
-from flask_ratchet.errors import PayloadError, PayloadTooLarge, TaskNotAllowed
+from flask_ratchet.errors import PayloadError, PayloadTooLarge, TaskNotAllowed, UnknownTask
 from flask_ratchet.options import JobOptions, Priority
 from flask_ratchet.registry import TaskRegistry, default_name, module_allowed
 
@@ -76,12 +76,17 @@ def test_unregistered_function_needs_the_allow_list() -> None:
 
 def test_run_time_lookup_rechecks_the_allow_list() -> None:
     registry = TaskRegistry()
-    with pytest.raises(TaskNotAllowed, match="not registered in this worker"):
+    # Unknown here (another app's task, or newer code's): a worker hands such a job back.
+    with pytest.raises(UnknownTask, match="not registered in this worker"):
         registry.for_run(default_name(plain), ())
-    with pytest.raises(TaskNotAllowed, match="names no function"):
+    with pytest.raises(UnknownTask, match="has no 'missing' here"):
         registry.for_run(f"{__name__}:missing", ("tests",))
-    with pytest.raises(TaskNotAllowed, match="not registered in this worker"):
+    with pytest.raises(UnknownTask, match="not registered in this worker"):
         registry.for_run("os:system", ("tests",))
+    # Known, and not allowed: a worker fails such a job for good.
+    with pytest.raises(TaskNotAllowed, match="names no function") as refused:
+        registry.for_run(f"{__name__}:alias", ("tests",))
+    assert not isinstance(refused.value, UnknownTask)
 
 
 alias = plain
@@ -104,7 +109,7 @@ def test_only_functions_defined_in_an_allowed_module_run(name: str) -> None:
 
 
 def test_an_allowed_module_that_fails_to_import_runs_nothing() -> None:
-    with pytest.raises(TaskNotAllowed, match="cannot be imported"):
+    with pytest.raises(UnknownTask, match="cannot be imported here"):
         TaskRegistry().for_run("tests.unit.no_such_module:f", ("tests",))
 
 

@@ -4,7 +4,8 @@
 
 Builds a database ``ratchet_console_bench`` on the server of ``--pg`` (default
 ``$RATCHET_TEST_DATABASE_URL``): ``--jobs`` jobs over the last week (70 % SUCCEEDED, 10 % FAILED,
-5 % CANCELED, 1 % PAUSED, 0.1 % RUNNING on four nodes, the rest PENDING), 20 tasks, tags on a
+5 % CANCELED, 1 % PAUSED, 0.1 % RUNNING on four nodes, the rest PENDING), 20 tasks, three
+queues (a tenth in ``mail``, a fiftieth in ``reports``, the rest ``default``), tags on a
 tenth of them, a business key on each, 60,000 executions in the last hour and a dead-letter alert
 per failed job of the last day; and flows: 2,000 batches over the week (1,999 of 5 children,
 ended, and the newest of 10,000 children, running, with two follow-ups waiting), a chain of 20
@@ -41,14 +42,15 @@ SELECT g,
        t AS created_at,
        CASE WHEN g % 100 < 70 THEN 'SUCCEEDED' WHEN g % 100 < 80 THEN 'FAILED'
             WHEN g % 100 < 85 THEN 'CANCELED' WHEN g % 100 = 85 THEN 'PAUSED'
-            WHEN g % 1000 = 999 THEN 'RUNNING' ELSE 'PENDING' END AS status
+            WHEN g % 1000 = 999 THEN 'RUNNING' ELSE 'PENDING' END AS status,
+       CASE WHEN g % 10 = 3 THEN 'mail' WHEN g % 50 = 7 THEN 'reports' ELSE 'default' END AS queue
 FROM (SELECT g, now() - (:n - g) * (interval '7 days' / :n) AS t
       FROM generate_series(1, :n) AS g) AS s;
 
-INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, params, max_retries, backoff,
-  backoff_base, resource_name, business_key, created_at, first_due_at, terminal_status,
+INSERT INTO ratchet_job (job_id, task, queue, job_type, priority, payload, params, max_retries,
+  backoff, backoff_base, resource_name, business_key, created_at, first_due_at, terminal_status,
   terminal_error, attempts, finished_at)
-SELECT job_id, 'app.tasks:task_' || (g % 20), 'SINGLE', g % 5,
+SELECT job_id, 'app.tasks:task_' || (g % 20), queue, 'SINGLE', g % 5,
        '{"args": [' || g || ', "user-' || g || '@example.com"], "kwargs": {}}', NULL, 3,
        'EXPONENTIAL', 10,
        CASE WHEN g % 20 = 19 THEN (ARRAY['payment-api', 'geo-api', 'licence-server', 'mailer',
@@ -60,9 +62,9 @@ SELECT job_id, 'app.tasks:task_' || (g % 20), 'SINGLE', g % 5,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED', 'CANCELED') THEN created_at END
 FROM gen;
 
-INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts, max_retries,
-  picked_by, picked_at, paused_from_status, version, updated_at)
-SELECT job_id, status, created_at, g % 5, CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END, 3,
+INSERT INTO ratchet_job_queue (job_id, status, queue, scheduled_time, priority, attempts,
+  max_retries, picked_by, picked_at, paused_from_status, version, updated_at)
+SELECT job_id, status, queue, created_at, g % 5, CASE WHEN status = 'RUNNING' THEN 1 ELSE 0 END, 3,
        CASE WHEN status = 'RUNNING' THEN 'node-' || (g % 4) END,
        CASE WHEN status = 'RUNNING' THEN now() END,
        CASE WHEN status = 'PAUSED' THEN 'PENDING' END, 0, now()
@@ -337,6 +339,10 @@ def pages(url: str) -> list[tuple[str, str]]:
         ("job detail (newest)", f"/ratchet/jobs/{newest}"),
         ("dead letters", "/ratchet/dead-letters"),
         ("nodes", "/ratchet/nodes"),
+        ("queues", "/ratchet/queues"),
+        ("jobs, queue", "/ratchet/jobs?queue=reports"),
+        ("jobs, queue default (primary key)", "/ratchet/jobs?queue=default"),
+        ("jobs, FAILED, queue", "/ratchet/jobs?status=FAILED&queue=mail"),
         ("bulk confirmation count", "/ratchet/jobs/bulk?action=retry&status=FAILED"),
         (
             "bulk confirmation, retry on a task",

@@ -22,7 +22,8 @@ from typing import NoReturn
 from flask import abort
 from werkzeug.datastructures import MultiDict
 
-from flask_ratchet.options import Priority
+from flask_ratchet.errors import InvalidOption
+from flask_ratchet.options import Priority, validate_queue
 from flask_ratchet.states import JobStatus
 
 from .present import mentions_secret
@@ -58,6 +59,7 @@ MAX_NAME_SHOWN = 40
 FILTER_NAMES = (
     "status",
     "task",
+    "queue",
     "tag",
     "business_key",
     "priority",
@@ -99,6 +101,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
     query = JobQuery(
         status=JobStatus(status) if status else None,
         task=args.get("task"),
+        queue=queue_name(args.get("queue")),
         tag=args.get("tag"),
         business_key=args.get("business_key"),
         priority=_priority(args.get("priority")),
@@ -138,6 +141,16 @@ def _check_search(q: str | None) -> None:
         abort(403, "argument text search needs the admin role; search by job id instead")
     if mentions_secret(q):
         abort(400, "q names a secret-looking key: argument search cannot look into masked values")
+
+
+def queue_name(value: str | None) -> str | None:
+    """A queue name, or 400 saying what a queue name may hold."""
+    if value is None:
+        return None
+    try:
+        return validate_queue(value)
+    except InvalidOption as exc:
+        abort(400, str(exc))
 
 
 def _priority(value: str | None) -> int | None:

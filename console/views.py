@@ -2,7 +2,8 @@
 
 Pages live in :mod:`.pages` (GET, read only), actions in :mod:`.actions` (POST, admin only),
 those of resource limits and circuit breakers in :mod:`.resource_pages` and
-:mod:`.resource_actions`, and the checks every request passes in :mod:`.security`.
+:mod:`.resource_actions`, those of queues in :mod:`.queue_pages` and :mod:`.queue_actions`, and
+the checks every request passes in :mod:`.security`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from . import (
     filters,
     pages,
     present,
+    queue_actions,
+    queue_pages,
     resource_actions,
     resource_pages,
     security,
@@ -141,6 +144,7 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/jobs/<job_id>", "job", pages.job_detail)
     bp.add_url_rule("/dead-letters", "dead_letters", pages.dead_letters)
     bp.add_url_rule("/nodes", "nodes", pages.nodes)
+    bp.add_url_rule("/queues", "queues", queue_pages.queues)
     bp.add_url_rule("/recurring", "recurring", pages.recurring)
     bp.add_url_rule("/recurring/cancel", "confirm_recurring_cancel", pages.recurring_cancel)
     bp.add_url_rule("/batches", "batches", pages.batches)
@@ -161,3 +165,4 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule(
         "/breakers/reset", "act_breaker_reset", resource_actions.reset_breaker, methods=["POST"]
     )
+    bp.add_url_rule("/queues/<action>", "act_queue", queue_actions.set_paused, methods=["POST"])

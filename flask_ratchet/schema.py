@@ -172,10 +172,15 @@ def _job_fk(**kw: Any) -> sa.Column[Any]:
     )
 
 
+def _index_where(name: str | None, *columns: str, where: str) -> sa.Index:
+    """An index of only the rows where the SQL condition ``where`` holds, on both databases."""
+    predicate = sa.text(where)
+    return sa.Index(name, *columns, postgresql_where=predicate, sqlite_where=predicate)
+
+
 def _partial_index(*columns: str, where: str) -> sa.Index:
     """An index of the rows whose ``where`` column is not NULL."""
-    predicate = sa.text(f"{where} IS NOT NULL")
-    return sa.Index(None, *columns, postgresql_where=predicate, sqlite_where=predicate)
+    return _index_where(None, *columns, where=f"{where} IS NOT NULL")
 
 
 STATUS = sa.String(16)
@@ -238,24 +243,30 @@ job = sa.Table(
     _partial_index("recurring_id", "job_id", where="recurring_id"),
     # The failed jobs of one task, newest first: what "retry all" on a task filter counts and
     # takes. Only failed jobs are written to it.
-    sa.Index(
+    _index_where(
         "ix_ratchet_job_failed_task_job_id",
         "task",
         "job_id",
-        postgresql_where=sa.text(f"terminal_status = '{JobStatus.FAILED}'"),
-        sqlite_where=sa.text(f"terminal_status = '{JobStatus.FAILED}'"),
+        where=f"terminal_status = '{JobStatus.FAILED}'",
     ),
     # The console's filters and sorts, each walked newest first (see store/console_queries.py).
     _partial_index("terminal_status", "job_id", where="terminal_status"),
+    # Jobs of one queue, newest first. Only queues other than the default: a default job is
+    # written without an entry here (the list walks the primary key for it), and an existing
+    # table gains the index without an entry per row.
+    _index_where(
+        "ix_ratchet_job_named_queue", "queue", "job_id", where=f"queue <> '{DEFAULT_QUEUE}'"
+    ),
+    # A queue's dead letters, newest first (written only when a job fails for good).
+    _index_where(
+        "ix_ratchet_job_failed_queue",
+        "queue",
+        "job_id",
+        where=f"terminal_status = '{JobStatus.FAILED}'",
+    ),
     # Only jobs of a priority other than NORMAL, the default: a default job is written without
     # paying for an entry here, and the console finds NORMAL jobs on the primary key.
-    sa.Index(
-        None,
-        "priority",
-        "job_id",
-        postgresql_where=sa.text(f"priority <> {int(Priority.NORMAL)}"),
-        sqlite_where=sa.text(f"priority <> {int(Priority.NORMAL)}"),
-    ),
+    _index_where(None, "priority", "job_id", where=f"priority <> {int(Priority.NORMAL)}"),
 )
 
 job_queue = sa.Table(
@@ -281,35 +292,28 @@ job_queue = sa.Table(
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     # The claim reads one index per priority level, in due order: see store/postgres.py.
-    sa.Index(
+    _index_where(
         "ix_ratchet_job_queue_claim",
         "priority",
         "scheduled_time",
         "job_id",
-        postgresql_where=sa.text(f"status = '{JobStatus.PENDING}'"),
-        sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
+        where=f"status = '{JobStatus.PENDING}'",
     ),
     # The claim of a worker that names its queues: the same, one queue at a time, so that a
     # backlog in other queues costs it nothing.
-    sa.Index(
+    _index_where(
         "ix_ratchet_job_queue_queue_claim",
         "queue",
         "priority",
         "scheduled_time",
         "job_id",
-        postgresql_where=sa.text(f"status = '{JobStatus.PENDING}'"),
-        sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
+        where=f"status = '{JobStatus.PENDING}'",
     ),
     sa.Index(None, "status", "picked_at", "picked_by"),
     # The console's PENDING list, newest first. Partial: every index here is written on each
     # claim and completion, and only PENDING is large; RUNNING and PAUSED rows are few and the
     # index above reaches them (as it does the node filter: only RUNNING rows have a picked_by).
-    sa.Index(
-        "ix_ratchet_job_queue_pending",
-        "job_id",
-        postgresql_where=sa.text(f"status = '{JobStatus.PENDING}'"),
-        sqlite_where=sa.text(f"status = '{JobStatus.PENDING}'"),
-    ),
+    _index_where("ix_ratchet_job_queue_pending", "job_id", where=f"status = '{JobStatus.PENDING}'"),
 )
 
 #: Queues an operator paused (a row per queue that was ever paused or resumed): no worker claims

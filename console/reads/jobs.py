@@ -43,6 +43,7 @@ class JobQuery:
 
     status: JobStatus | None = None
     task: str | None = None
+    queue: str | None = None
     tag: str | None = None
     business_key: str | None = None
     priority: int | None = None
@@ -64,6 +65,7 @@ class JobRow:
     task: str
     status: JobStatus | Unreadable
     priority: int
+    queue: str
     attempts: int
     max_retries: int
     created_at: datetime
@@ -87,6 +89,7 @@ class Count:
 ROW_COLUMNS = (
     job.c.job_id,
     job.c.task,
+    job.c.queue,
     job.c.priority,
     job.c.max_retries,
     job.c.created_at,
@@ -162,6 +165,7 @@ def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Se
         tag=q.tag,
         created_after=q.created_after,
         created_before=q.created_before,
+        queue=q.queue,
     )
     if q.priority is not None:
         stmt = stmt.where(job.c.priority == const(q.priority))
@@ -336,6 +340,7 @@ def to_row(r: Any, tags: tuple[str, ...] = ()) -> JobRow:
         task=r.task,
         status=live_or_cold(r.status, r.terminal_status),
         priority=r.priority,
+        queue=r.queue,
         attempts=r.live_attempts if live else r.attempts,
         max_retries=r.max_retries,
         created_at=r.created_at,

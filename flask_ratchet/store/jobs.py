@@ -428,7 +428,9 @@ def narrowed(
     if task is not None:
         stmt = stmt.where(job.c.task == task)
     if queue is not None:
-        stmt = stmt.where(job.c.queue == queue)
+        # Written into the SQL (a validated queue name), so that PostgreSQL can use the partial
+        # index of the queues other than the default.
+        stmt = stmt.where(job.c.queue == sa.bindparam(None, queue, literal_execute=True))
     if business_key is not None:
         stmt = stmt.where(job.c.business_key == business_key)
     if tag is not None:

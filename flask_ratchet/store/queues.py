@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..job import QueueSummary
-from ..schema import const, job_queue, queue_state
+from ..options import DEFAULT_QUEUE
+from ..schema import const, job, job_queue, queue_state
 from ..states import JobStatus
 from .dialect import Dialect
 
@@ -25,6 +27,23 @@ _NEXT_QUEUE = sa.select(sa.func.min(job_queue.c.queue)).where(
     job_queue.c.status == const(JobStatus.PENDING),
     job_queue.c.queue > sa.bindparam("after", type_=sa.String()),
 )
+
+
+_NEXT_NAMED = sa.select(sa.func.min(job.c.queue)).where(
+    # Written out, so that the partial index's predicate is seen to hold.
+    job.c.queue != sa.literal_column(f"'{DEFAULT_QUEUE}'"),
+    job.c.queue > sa.bindparam("after", type_=sa.String()),
+)
+
+
+def _skip_scan(conn: Connection, next_after: sa.Select[Any], limit: int | None) -> list[str]:
+    found: list[str] = []
+    while limit is None or len(found) < limit:
+        name = conn.execute(next_after, {"after": found[-1] if found else ""}).scalar()
+        if name is None:
+            break
+        found.append(name)
+    return found
 
 
 class Queues:
@@ -54,13 +73,16 @@ class Queues:
         """The names of the paused queues."""
         return set(conn.execute(_PAUSED).scalars())
 
-    def live(self, conn: Connection) -> list[str]:
-        """The queues that hold PENDING jobs, in order: one probe of the per-queue claim index
-        per queue (a skip scan), however many jobs each holds."""
-        found: list[str] = []
-        while name := conn.execute(_NEXT_QUEUE, {"after": found[-1] if found else ""}).scalar():
-            found.append(name)
-        return found
+    def live(self, conn: Connection, limit: int | None = None) -> list[str]:
+        """The queues that hold PENDING jobs, in order (the first ``limit``): one probe of the
+        per-queue claim index per queue (a skip scan), however many jobs each holds."""
+        return _skip_scan(conn, _NEXT_QUEUE, limit)
+
+    def named(self, conn: Connection, limit: int | None = None) -> list[str]:
+        """The queues other than the default that any job names, live or ended (until
+        retention archives it), in order (the first ``limit``): a skip scan of the cold
+        table's partial index of those queues."""
+        return _skip_scan(conn, _NEXT_NAMED, limit)
 
     def claimable(self, conn: Connection, named: Collection[str] | None) -> list[str] | None:
         """The queues a worker taking ``named`` (``None``: every queue) may claim from now:
@@ -70,6 +92,17 @@ class Queues:
         if named is None:
             return [name for name in self.live(conn) if name not in paused] if paused else None
         return [name for name in named if name not in paused]
+
+    def states(self, conn: Connection) -> dict[str, Any]:
+        """Every queue ever paused or resumed, by name: ``paused``, ``changed_at`` and
+        ``changed_by`` (who, if known)."""
+        stmt = sa.select(
+            queue_state.c.name,
+            queue_state.c.paused,
+            queue_state.c.changed_at,
+            queue_state.c.changed_by,
+        )
+        return {r.name: r for r in conn.execute(stmt)}
 
     def summaries(self, conn: Connection, now: datetime) -> list[QueueSummary]:
         """Every queue that holds live jobs or was ever paused, by name: its live jobs per
@@ -92,17 +125,7 @@ class Queues:
                 sa.func.min(q.c.scheduled_time).filter(due),
             ).group_by(q.c.queue)
         ).all()
-        states = {
-            r.name: r
-            for r in conn.execute(
-                sa.select(
-                    queue_state.c.name,
-                    queue_state.c.paused,
-                    queue_state.c.changed_at,
-                    queue_state.c.changed_by,
-                )
-            )
-        }
+        states = self.states(conn)
         found: dict[str, QueueSummary] = {}
         for name, n_pending, n_due, running, held, oldest in rows:
             state = states.get(name)

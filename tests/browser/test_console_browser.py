@@ -2,9 +2,9 @@
 
 Opens the overview, filters the job list, opens a failed job, presses Retry and watches the
 status change once the worker has run it; then opens the recurring masters and pauses one, and
-looks at the batches and at one batch, whose bar fills as the worker runs its children, and at
-the resource limits and circuit breakers pages. A screenshot of each page is saved under
-``tests/browser/screenshots/<database>/`` (ignored by git) for review.
+looks at the batches and at one batch, whose bar fills as the worker runs its children, at the
+resource limits and circuit breakers pages, and pauses a queue. A screenshot of each page is
+saved under ``tests/browser/screenshots/<database>/`` (ignored by git) for review.
 
 Chromium and its driver are Debian's ``chromium`` and ``chromium-driver`` (``make browser-deps``
 installs them). Without them this test fails: it never skips.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import shutil
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +33,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from flask_ratchet.recurring import RecurringStatus
 from flask_ratchet.states import JobStatus
 from tests.acceptance.conftest import Workers, wait_until
-from tests.apps import add, create_app, db, ratchet, refuse, report
+from tests.apps import add, create_app, db, ratchet, refuse, report, send_mail
 from tests.integration.helpers import job_in
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -153,6 +154,7 @@ def test_operator_retries_a_failed_job_in_the_browser(
         refused = ratchet.enqueue(refuse, "card declined").with_tags("billing").submit().id
         ratchet.enqueue_many(ratchet.enqueue(add, i, i).with_tags("batch") for i in range(12))
         ratchet.enqueue(report, 5).submit()
+        ratchet.enqueue(send_mail, "a@example.com").submit()  # the "mail" queue's
         nightly = (
             ratchet.schedule_recurring("0 0 2 * * ?", "Europe/Berlin", add, 1, 2)
             .with_business_key("nightly-report")
@@ -288,4 +290,24 @@ def test_operator_retries_a_failed_job_in_the_browser(
     wait_until(lambda: browser.title == "Breakers · Ratchet", 10, "the breakers page")
     assert csp_violations(browser) == []
     shoot(browser, shots, "15-breakers")
+
+    # Queues: the mail queue's job ran; pause the queue through htmx, and a new job waits.
+    browser.find_element(By.LINK_TEXT, "Queues").click()
+    wait_until(lambda: browser.title == "Queues · Ratchet", 10, "the queues page")
+    row = 'tr[data-queue="mail"]'
+    assert text_of(browser, f"{row} .pill") == "active"
+    wait_until(lambda: "1 succeeded" in text_of(browser, row), 20, "the mail job's run")
+    shoot(browser, shots, "16-queues")
+    browser.find_element(By.CSS_SELECTOR, f'{row} button[data-action="pause"]').click()
+    wait_until(lambda: "paused" in text_of(browser, "#notice"), 10, "the notice")
+    wait_until(lambda: text_of(browser, f"{row} .pill") == "paused", 10, "the row to show it")
+    assert browser.find_elements(By.CSS_SELECTOR, f'{row} button[data-action="resume"]')
+    assert "/queues/pause" not in browser.current_url  # htmx posted it; no navigation
+    with app.app_context():
+        held = ratchet.enqueue(send_mail, "b@example.com").submit().id
+        assert [q.paused for q in ratchet.queues() if q.name == "mail"] == [True]
+    time.sleep(1.5)  # several of the worker's polls
+    assert status_of(app, held) == JobStatus.PENDING
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "17-queue-paused")
     assert worker.poll() is None, workers.output(worker)

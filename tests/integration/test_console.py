@@ -125,6 +125,7 @@ URLS = (
     "/ratchet/jobs/bulk?action=retry&status=FAILED",
     "/ratchet/dead-letters",
     "/ratchet/nodes",
+    "/ratchet/queues",
     "/ratchet/recurring",
 )
 POSTS = (
@@ -132,6 +133,7 @@ POSTS = (
     "/ratchet/jobs/selected",
     "/ratchet/jobs/bulk",
     "/ratchet/recurring/pause",
+    "/ratchet/queues/pause",
 )
 
 
@@ -235,6 +237,8 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
         *(f"/ratchet/jobs/bulk?action={a}&status=FAILED" for a in actions_module.ALLOWED_FROM),
         "/ratchet/dead-letters",
         "/ratchet/nodes",
+        "/ratchet/queues",
+        "/ratchet/jobs?queue=mail",
         "/ratchet/recurring",
         "/ratchet/recurring?canceled=1",
         f"/ratchet/recurring/cancel?id={nightly}",

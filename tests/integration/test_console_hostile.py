@@ -245,6 +245,7 @@ GET_ROUTES: dict[str, tuple[str, ...]] = {
     "/ratchet/jobs/bulk": (*filters.FILTER_NAMES, "action", "size", "cursor"),
     "/ratchet/dead-letters": (),
     "/ratchet/nodes": (),
+    "/ratchet/queues": (),
     "/ratchet/recurring": ("canceled",),
     "/ratchet/recurring/cancel": ("id",),
     "/ratchet/batches": ("state", "size", "cursor"),
@@ -262,6 +263,7 @@ POST_ROUTES: dict[str, tuple[str, ...]] = {
     "/ratchet/recurring/{action}": ("id", "next"),
     "/ratchet/resources/limit": ("name", "max_concurrent", "retry_delay"),
     "/ratchet/breakers/reset": ("service",),
+    "/ratchet/queues/{action}": ("name",),
 }
 #: Routes where a role may get a 404: the id they name does not exist.
 NAMES_A_ROW = frozenset(

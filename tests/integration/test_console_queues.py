@@ -1,0 +1,140 @@
+"""The console's queues: the queues page, pausing and resuming from it (audited), and the job
+list's queue filter and column, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+
+from flask_ratchet import JobStatus
+from flask_ratchet.schema import job, job_queue
+from tests.apps import add, db, ratchet, send_mail
+from tests.integration.helpers import count, job_in
+from tests.integration.test_console import ADMIN, ORIGIN, Console, audit_rows
+
+
+@pytest.fixture
+def console(app: Flask) -> Console:
+    return Console(app.test_client())
+
+
+def row_of(page: str, queue: str) -> str:
+    found = re.search(rf'<tr data-queue="{re.escape(queue)}">(.*?)</tr>', page, re.S)
+    assert found is not None, f"no row for queue {queue!r}"
+    return found.group(1)
+
+
+def cells(row: str) -> list[str]:
+    return [
+        " ".join(re.sub(r"<[^>]+>", " ", c).split())
+        for c in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+    ]
+
+
+def test_the_queues_page_shows_each_queues_jobs_last_hour_and_state(console: Console) -> None:
+    job_in(JobStatus.FAILED)  # a dead letter in the default queue (made first: see job_in)
+    old = datetime.now(UTC) - timedelta(minutes=3)
+    for _ in range(2):
+        ratchet.schedule_at(old, send_mail, "a@example.com").submit()
+    ratchet.enqueue(add, 1, 1).with_queue("reports").submit()
+    (claimed,) = ratchet.claim_due(1, "node-a", queues=["reports"])
+    ratchet.pause_queue("idle")
+    page = console.get("/ratchet/queues")
+    assert page.status_code == 200
+    assert re.findall(r'<tr data-queue="([^"]+)">', page.text) == [
+        "default",
+        "idle",
+        "mail",
+        "reports",
+    ]
+    mail = cells(row_of(page.text, "mail"))
+    assert mail[:4] == ["mail", "active", "2", "0"]
+    assert mail[4].startswith("3 m"), mail[4]  # the oldest due job waited 3 minutes
+    assert cells(row_of(page.text, "reports"))[:4] == ["reports", "active", "0", "1"]
+    assert cells(row_of(page.text, "default"))[6] == "1"  # the dead letter
+    idle = cells(row_of(page.text, "idle"))
+    assert idle[1].startswith("paused paused 20")  # paused through the API: by nobody named
+    assert 'href="/ratchet/jobs?queue=mail&amp;status=PENDING"' in page.text
+    assert claimed.queue == "reports"
+
+
+def test_pausing_and_resuming_from_the_console_is_audited(console: Console) -> None:
+    ratchet.enqueue(send_mail, "a@example.com").submit()
+    paused = console.post("/ratchet/queues/pause", {"name": "mail"})
+    assert paused.status_code == 200 and "<html" in paused.text  # without JS: a page
+    assert "Queue <code>mail</code> paused" in paused.text
+    assert ratchet.claim_due(10, "n") == []
+    page = console.get("/ratchet/queues")
+    assert 'data-action="resume"' in row_of(page.text, "mail")
+    again = console.post("/ratchet/queues/pause", {"name": "mail"}, htmx=True)
+    assert "<html" not in again.text and "was paused already" in again.text
+    resumed = console.post("/ratchet/queues/resume", {"name": "mail"}, htmx=True)
+    assert resumed.headers["HX-Trigger"] == "ratchet-changed" and "resumed" in resumed.text
+    assert [c.queue for c in ratchet.claim_due(10, "n")] == ["mail"]
+    rows = audit_rows()
+    assert [(r.action, r.scope, r.target, r.requested, r.changed) for r in rows] == [
+        ("pause-queue", "queue", "mail", 1, 1),
+        ("pause-queue", "queue", "mail", 1, 0),
+        ("resume-queue", "queue", "mail", 1, 1),
+    ]
+    assert rows[0].actor == "127.0.0.1" and rows[0].role == "admin"
+
+
+@pytest.mark.parametrize("name", ["", "a b", "<script>", "x" * 65, "mail,reports"])
+def test_a_bad_queue_name_is_400_and_changes_nothing(console: Console, name: str) -> None:
+    refused = console.post("/ratchet/queues/pause", {"name": name})
+    assert refused.status_code == 400 and "queue must be 1 to 64 letters" in refused.text
+    assert "<script>" not in refused.text
+    assert count("ratchet_queue") == 0 and count("ratchet_audit") == 0
+
+
+def test_the_queue_actions_need_admin_the_token_and_this_origin(
+    app: Flask, console: Console
+) -> None:
+    reader = Console(app.test_client(), role="read")
+    page = reader.get("/ratchet/queues")
+    assert page.status_code == 200 and "data-action" not in page.text
+    assert reader.post("/ratchet/queues/pause", {"name": "mail"}).status_code == 403
+    client = console.client
+    with client.application.app_context():
+        no_token = client.post("/ratchet/queues/pause", headers=ADMIN | ORIGIN, data={"name": "m"})
+    assert no_token.status_code == 403
+    assert console.post("/ratchet/queues/explode", {"name": "mail"}).status_code == 400
+    assert count("ratchet_queue") == 0 and count("ratchet_audit") == 0
+
+
+def test_the_job_list_filters_by_queue_and_shows_it(console: Console) -> None:
+    mail = ratchet.enqueue(send_mail, "a@example.com").submit().id
+    plain = ratchet.enqueue(add, 1, 1).submit().id
+    page = console.get("/ratchet/jobs?queue=mail")
+    assert page.status_code == 200
+    assert f'href="/ratchet/jobs/{mail}"' in page.text
+    assert f'href="/ratchet/jobs/{plain}"' not in page.text
+    assert '<td class="queue"><a href="/ratchet/jobs?queue=mail">mail</a></td>' in page.text
+    everything = console.get("/ratchet/jobs").text
+    assert (
+        f'href="/ratchet/jobs/{plain}"' in everything
+        and '<a href="/ratchet/jobs?queue=default">default</a>' in (everything)
+    )
+    bad = console.get("/ratchet/jobs?queue=a%20b")
+    assert bad.status_code == 400 and "queue must be" in bad.text
+
+
+def test_hostile_queue_names_in_rows_are_escaped_and_never_crash_a_page(
+    app: Flask, console: Console
+) -> None:
+    job_id = ratchet.enqueue(add, 1, 1).with_queue("odd").submit().id
+    hostile = '<img src=x onerror="alert(1)">'
+    with db.engine.begin() as conn:
+        for table in (job, job_queue):
+            conn.execute(sa.update(table).where(table.c.job_id == job_id).values(queue=hostile))
+    for url in ("/ratchet/queues", "/ratchet/jobs", f"/ratchet/jobs/{job_id}"):
+        page = console.get(url)
+        assert page.status_code == 200, url
+        assert hostile not in page.text and "<img" not in page.text, url
+    # The worker side: the claim hands it out like any other job of every queue.
+    assert [c.job_id for c in ratchet.claim_due(10, "n")] == [job_id]

@@ -102,12 +102,18 @@ class Jobs:
         boost_minutes: int,
         quotas: Mapping[str, int] | None = None,
         refused: Collection[str] = (),
+        paused: Collection[str] | None = None,
     ) -> list[ClaimedJob]:
         """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first:
         from the queues ``quotas`` names, at most ``quotas[queue]`` from each, or from every
         queue if it is ``None``; never from a paused queue, nor a job of the ``refused``
-        tasks."""
-        claimable = self.queues.claimable(conn, None if quotas is None else list(quotas))
+        tasks.
+
+        ``paused``: the paused queues as the caller read them a moment ago (read here if
+        ``None``). The claim itself reads them too, and never takes a paused queue's job: this
+        only keeps it from reading through a paused queue's backlog."""
+        named = None if quotas is None else list(quotas)
+        claimable = self.queues.claimable(conn, named, paused)
         if claimable is not None:
             quotas = {name: (quotas or {}).get(name, limit) for name in claimable}
             if not quotas:

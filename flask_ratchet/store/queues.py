@@ -14,6 +14,7 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql.elements import ColumnElement
 
 from ..job import QueueSummary
 from ..options import DEFAULT_QUEUE
@@ -22,18 +23,14 @@ from ..states import JobStatus
 from .dialect import Dialect
 
 _PAUSED = sa.select(queue_state.c.name).where(queue_state.c.paused)
-# The first queue after ``after`` with a PENDING job (queue names are never empty).
-_NEXT_QUEUE = sa.select(sa.func.min(job_queue.c.queue)).where(
-    job_queue.c.status == const(JobStatus.PENDING),
-    job_queue.c.queue > sa.bindparam("after", type_=sa.String()),
-)
+_QUEUE = sa.column("queue", sa.String())
+_AFTER = sa.bindparam("after", type_=sa.String())
 
 
-_NEXT_NAMED = sa.select(sa.func.min(job.c.queue)).where(
-    # Written out, so that the partial index's predicate is seen to hold.
-    job.c.queue != sa.literal_column(f"'{DEFAULT_QUEUE}'"),
-    job.c.queue > sa.bindparam("after", type_=sa.String()),
-)
+def _first_after(source: Any, where: ColumnElement[bool]) -> sa.Select[Any]:
+    """The first queue name after ``after`` (queue names are never empty) among the rows of
+    ``source`` where ``where`` holds: one probe of the index ``source`` is read through."""
+    return sa.select(sa.func.min(_QUEUE)).select_from(source).where(where, _QUEUE > _AFTER)
 
 
 def _skip_scan(conn: Connection, next_after: sa.Select[Any], limit: int | None) -> list[str]:
@@ -51,6 +48,17 @@ class Queues:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        # Through the per-queue indexes by name: SQLite, without statistics, would rather walk
+        # another index of the same rows end to end.
+        self._next_live = _first_after(
+            dialect.indexed(job_queue, "ix_ratchet_job_queue_queue_claim"),
+            sa.column("status") == const(JobStatus.PENDING),
+        )
+        self._next_named = _first_after(
+            dialect.indexed(job, "ix_ratchet_job_named_queue"),
+            # Written out, so that the partial index's predicate is seen to hold.
+            _QUEUE != sa.literal_column(f"'{DEFAULT_QUEUE}'"),
+        )
 
     def set_paused(self, conn: Connection, name: str, paused: bool, by: str | None) -> bool:
         """Pause (or resume) queue ``name``; whether its state changed (False: it already was)."""
@@ -76,19 +84,25 @@ class Queues:
     def live(self, conn: Connection, limit: int | None = None) -> list[str]:
         """The queues that hold PENDING jobs, in order (the first ``limit``): one probe of the
         per-queue claim index per queue (a skip scan), however many jobs each holds."""
-        return _skip_scan(conn, _NEXT_QUEUE, limit)
+        return _skip_scan(conn, self._next_live, limit)
 
     def named(self, conn: Connection, limit: int | None = None) -> list[str]:
         """The queues other than the default that any job names, live or ended (until
         retention archives it), in order (the first ``limit``): a skip scan of the cold
         table's partial index of those queues."""
-        return _skip_scan(conn, _NEXT_NAMED, limit)
+        return _skip_scan(conn, self._next_named, limit)
 
-    def claimable(self, conn: Connection, named: Collection[str] | None) -> list[str] | None:
+    def claimable(
+        self,
+        conn: Connection,
+        named: Collection[str] | None,
+        paused: Collection[str] | None = None,
+    ) -> list[str] | None:
         """The queues a worker taking ``named`` (``None``: every queue) may claim from now:
         ``None`` if that is every queue, as nothing is paused; else the names, paused ones left
-        out, so that no claim ever reads through a paused queue's backlog."""
-        paused = self.paused(conn)
+        out, so that no claim ever reads through a paused queue's backlog. ``paused``: the
+        paused queues, if the caller has read them."""
+        paused = self.paused(conn) if paused is None else paused
         if named is None:
             return [name for name in self.live(conn) if name not in paused] if paused else None
         return [name for name in named if name not in paused]

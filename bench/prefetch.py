@@ -80,7 +80,10 @@ def one_run(url: str, args: argparse.Namespace, prefetch: list[str]) -> dict[str
                     ratchet.enqueue(hold, args.seconds) for _ in range(args.jobs)
                 )
             ]
+            deadline = time.monotonic() + args.jobs * args.seconds + 60
             while not all(_ended(i) for i in ids):
+                if time.monotonic() > deadline:
+                    raise SystemExit("the jobs did not all succeed in time")
                 time.sleep(0.1)
             wall = time.time() - start
             runs = [ratchet.get_job(i).result for i in ids]  # type: ignore[union-attr]
@@ -104,6 +107,8 @@ def _nodes() -> int:
 
 def _ended(job_id: Any) -> bool:
     found = ratchet.get_job(job_id)
+    if found is not None and found.status == JobStatus.FAILED:
+        raise SystemExit(f"job {job_id} failed: {found.error}")
     return found is not None and found.status == JobStatus.SUCCEEDED
 
 
@@ -142,4 +147,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # Run as bench.prefetch, not __main__: the workers know the task as bench.prefetch:hold.
+    from bench.prefetch import main as run
+
+    run()

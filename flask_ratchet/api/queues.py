@@ -17,8 +17,12 @@ def pause_queue(runtime: Runtime, name: str, *, by: str | None = None) -> bool:
     :raises InvalidOption: for a name that is no queue name; nothing is written.
     """
     queue = validate_queue(name)
-    with runtime.connection() as conn:
-        return runtime.store.queues.set_paused(conn, queue, True, by)
+    # The workers are woken too: each reads the paused queues anew, and from then on claims
+    # around the queue instead of finding its jobs among its candidates.
+    return runtime.write_jobs(
+        lambda conn: runtime.store.queues.set_paused(conn, queue, True, by),
+        wake=lambda changed: changed,
+    )
 
 
 def resume_queue(runtime: Runtime, name: str, *, by: str | None = None) -> bool:

@@ -31,7 +31,7 @@ from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .dialect import Dialect
 from .flows import Flows
-from .queues import Queues
+from .queues import PAUSED_MAX_AGE, Queues
 from .submission import Submission
 from .terminal import finish
 from .types import ClaimedJob, Ended, Inserted, JobFilter, NewJob
@@ -109,15 +109,16 @@ class Jobs:
         queue if it is ``None``; never from a paused queue, nor a job of the ``refused``
         tasks.
 
-        ``paused``: the paused queues as the caller read them a moment ago (read here if
-        ``None``). The claim itself reads them too, and never takes a paused queue's job: this
-        only keeps it from reading through a paused queue's backlog."""
-        named = None if quotas is None else list(quotas)
-        claimable = self.queues.claimable(conn, named, paused)
-        if claimable is not None:
-            quotas = {name: (quotas or {}).get(name, limit) for name in claimable}
-            if not quotas:
-                return []
+        The claim reads the paused queues itself. A claim of every queue also looks at a read
+        of them at most a second old (``paused``, if the caller has one): while a queue is
+        paused it names the others instead, or a paused backlog would fill its candidates."""
+        if quotas is None:
+            if paused is None:
+                paused = self.queues.paused(conn, PAUSED_MAX_AGE)
+            if paused:
+                quotas = {name: limit for name in self.queues.live(conn) if name not in paused}
+                if not quotas:
+                    return []
         return self.dialect.claim_due(conn, limit, node_id, boost_minutes, quotas, refused)
 
     # -- status changes ------------------------------------------------------------------------

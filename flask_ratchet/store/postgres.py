@@ -86,7 +86,9 @@ WITH wanted AS (
         WHERE q.status = :pending AND q.queue = wanted.name AND q.priority = level.p
           AND q.scheduled_time <= now(){exclude}
         ORDER BY q.scheduled_time, q.job_id
-        LIMIT wanted.quota
+        -- Not the quota: a limit the planner cannot see makes it expect a tenth of the table,
+        -- and a plan that costly is compiled (JIT) before it runs. The pick applies quotas.
+        LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ) c
 ), ranked AS (
@@ -230,7 +232,8 @@ class PostgresDialect(Dialect):
             pool_size=1,
             max_overflow=0,
             isolation_level="AUTOCOMMIT",
-            connect_args={"options": "-c synchronous_commit=off"},
+            # JIT never pays for a claim: it costs more to compile than the claim takes.
+            connect_args={"options": "-c synchronous_commit=off -c jit=off"},
         )
 
     @contextmanager

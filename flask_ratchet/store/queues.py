@@ -8,6 +8,8 @@ worker, with nothing cached anywhere.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Collection
 from datetime import datetime
 from typing import Any
@@ -23,6 +25,8 @@ from ..states import JobStatus
 from .dialect import Dialect
 
 _PAUSED = sa.select(queue_state.c.name).where(queue_state.c.paused)
+#: How old a read of the paused queues a claim may go by (see :meth:`Queues.paused`).
+PAUSED_MAX_AGE = 1.0
 _QUEUE = sa.column("queue", sa.String())
 _AFTER = sa.bindparam("after", type_=sa.String())
 
@@ -48,6 +52,8 @@ class Queues:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        self._lock = threading.Lock()
+        self._paused: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
         # Through the per-queue indexes by name: SQLite, without statistics, would rather walk
         # another index of the same rows end to end.
         self._next_live = _first_after(
@@ -75,11 +81,30 @@ class Queues:
             where=lambda new: queue_state.c.paused != new.paused,
         )
         # RETURNING, not the row count: psycopg reports none for an upsert.
-        return conn.execute(stmt.returning(queue_state.c.name)).first() is not None
+        changed = conn.execute(stmt.returning(queue_state.c.name)).first() is not None
+        self.forget_paused()
+        return changed
 
-    def paused(self, conn: Connection) -> set[str]:
-        """The names of the paused queues."""
-        return set(conn.execute(_PAUSED).scalars())
+    def paused(self, conn: Connection, max_age: float = 0.0) -> set[str]:
+        """The names of the paused queues; a read of at most ``max_age`` seconds ago will do.
+
+        What a claim takes never depends on such a read (the claim reads the paused queues
+        itself): only which indexes it walks. Every claim in the process (its worker's, the
+        API's) shares the one read, so that claiming costs no second statement.
+        """
+        with self._lock:
+            read_at, names = self._paused
+        if max_age > 0 and time.monotonic() - read_at < max_age:
+            return set(names)
+        names = frozenset(conn.execute(_PAUSED).scalars())
+        with self._lock:
+            self._paused = (time.monotonic(), names)
+        return set(names)
+
+    def forget_paused(self) -> None:
+        """Read the paused queues anew next time (a queue was paused or resumed)."""
+        with self._lock:
+            self._paused = (float("-inf"), frozenset())
 
     def live(self, conn: Connection, limit: int | None = None) -> list[str]:
         """The queues that hold PENDING jobs, in order (the first ``limit``): one probe of the
@@ -102,7 +127,7 @@ class Queues:
         ``None`` if that is every queue, as nothing is paused; else the names, paused ones left
         out, so that no claim ever reads through a paused queue's backlog. ``paused``: the
         paused queues, if the caller has read them."""
-        paused = self.paused(conn) if paused is None else paused
+        paused = self.paused(conn, PAUSED_MAX_AGE) if paused is None else paused
         if named is None:
             return [name for name in self.live(conn) if name not in paused] if paused else None
         return [name for name in named if name not in paused]

@@ -44,16 +44,13 @@ from .polling import PollingStrategy
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
+    from ..store import Store
 
 log = logging.getLogger("flask_ratchet.worker")
 
 #: How long a worker leaves the jobs of a task it refused (it does not know it) to other workers
 #: before it claims them again, at most (a quarter of the grace if that is less).
 REFUSAL_WINDOW = 60.0
-
-#: How long the worker reuses its read of the paused queues. Only what the claim reads is
-#: steered by it: the claim itself never takes a paused queue's job.
-PAUSED_READ_EVERY = 1.0
 
 #: How often the watchdog looks for timeouts, and for jobs canceled while running.
 WATCH_EVERY = 0.2
@@ -92,7 +89,6 @@ class Worker:
         #: Tasks this worker handed jobs of back, not knowing them: until when it claims none.
         self._refused: dict[str, float] = {}
         self._refused_lock = threading.Lock()
-        self._paused: tuple[float, set[str]] = (float("-inf"), set())
         self.drain_timeout = config.drain_timeout if drain_timeout is None else drain_timeout
         self.stop_event = threading.Event()  # every helper thread ends when this is set
         self._wake = threading.Event()
@@ -110,7 +106,11 @@ class Worker:
     # -- wake-ups and signals ------------------------------------------------------------------
 
     def wake(self) -> None:
-        """New work was announced: poll now, then fast for a while."""
+        """New work was announced (or a queue paused or resumed): poll now, then fast for a
+        while."""
+        store: Store | None = getattr(self, "store", None)  # None until run() has begun
+        if store is not None:
+            store.queues.forget_paused()
         self.polling.wake()
         self._wake.set()
 
@@ -317,7 +317,6 @@ class Worker:
                             boost,
                             quotas,
                             self._refusing(),
-                            self._paused_queues(),
                         )
                 except SQLAlchemyError:
                     log.warning("claim failed; polling again later", exc_info=True)
@@ -340,16 +339,6 @@ class Worker:
             if free > 0 and len(claimed) < free and not self._refusing():
                 delay = min(delay, self._until_next_due())
             self._wake.wait(delay)
-
-    def _paused_queues(self) -> set[str]:
-        """The paused queues, read at most every :data:`PAUSED_READ_EVERY` seconds (outside
-        the claim's transaction: on SQLite, not under the write lock)."""
-        read_at, paused = self._paused
-        if time.monotonic() - read_at >= PAUSED_READ_EVERY:
-            with self.engine.connect() as conn:
-                paused = self.store.queues.paused(conn)
-            self._paused = (time.monotonic(), paused)
-        return paused
 
     def _quotas(self, free: int) -> dict[str, int] | None:
         """The most jobs to claim now from each of this worker's queues (``None``: every

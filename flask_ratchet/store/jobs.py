@@ -31,7 +31,7 @@ from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
 from .dialect import Dialect
 from .flows import Flows
-from .queues import PAUSED_MAX_AGE, Queues
+from .queues import Queues
 from .submission import Submission
 from .terminal import finish
 from .types import ClaimedJob, Ended, Inserted, JobFilter, NewJob
@@ -102,7 +102,6 @@ class Jobs:
         boost_minutes: int,
         quotas: Mapping[str, int] | None = None,
         refused: Collection[str] = (),
-        paused: Collection[str] | None = None,
     ) -> list[ClaimedJob]:
         """Mark up to ``limit`` due jobs RUNNING for ``node_id`` and return them, best first:
         from the queues ``quotas`` names, at most ``quotas[queue]`` from each, or from every
@@ -110,15 +109,14 @@ class Jobs:
         tasks.
 
         The claim reads the paused queues itself. A claim of every queue also looks at a read
-        of them at most a second old (``paused``, if the caller has one): while a queue is
-        paused it names the others instead, or a paused backlog would fill its candidates."""
+        of them at most a second old: while a queue is paused it names the others instead, or
+        a paused backlog would fill its candidates."""
         if quotas is None:
-            if paused is None:
-                paused = self.queues.paused(conn, PAUSED_MAX_AGE)
-            if paused:
-                quotas = {name: limit for name in self.queues.live(conn) if name not in paused}
-                if not quotas:
+            others = self.queues.claimable(conn, None)
+            if others is not None:
+                if not others:
                     return []
+                quotas = dict.fromkeys(others, limit)
         return self.dialect.claim_due(conn, limit, node_id, boost_minutes, quotas, refused)
 
     # -- status changes ------------------------------------------------------------------------

@@ -121,13 +121,12 @@ class Queues:
         self,
         conn: Connection,
         named: Collection[str] | None,
-        paused: Collection[str] | None = None,
     ) -> list[str] | None:
         """The queues a worker taking ``named`` (``None``: every queue) may claim from now:
         ``None`` if that is every queue, as nothing is paused; else the names, paused ones left
-        out, so that no claim ever reads through a paused queue's backlog. ``paused``: the
-        paused queues, if the caller has read them."""
-        paused = self.paused(conn, PAUSED_MAX_AGE) if paused is None else paused
+        out, so that no claim ever reads through a paused queue's backlog. Goes by a read of
+        the paused queues at most :data:`PAUSED_MAX_AGE` old."""
+        paused = self.paused(conn, PAUSED_MAX_AGE)
         if named is None:
             return [name for name in self.live(conn) if name not in paused] if paused else None
         return [name for name in named if name not in paused]

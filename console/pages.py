@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection
 from flask_ratchet import runtime
 from flask_ratchet.api import jobs as jobs_api
 from flask_ratchet.api import recurring as recurring_api
-from flask_ratchet.cron import CronError, next_fire_times
+from flask_ratchet.cron import DIALECT_LABELS, CronError, dialect, next_fire_times
 from flask_ratchet.flows import waits_for_parent
 from flask_ratchet.paging import Page
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
@@ -278,10 +278,12 @@ def nodes() -> str:
 
 @dataclass(frozen=True, slots=True)
 class MasterRow:
-    """One line of the recurring page: the master and its next fire times (UTC)."""
+    """One line of the recurring page: the master, its next fire times (UTC) and its cron's
+    dialect, as a person reads it ("Unix cron")."""
 
     master: RecurringJob
     upcoming: list[datetime]
+    dialect: str
 
 
 def recurring() -> str:
@@ -291,7 +293,7 @@ def recurring() -> str:
     masters = recurring_api.list_all(s, with_canceled)
     with s.connection() as conn:
         now = s.store.now(conn)
-    rows = [MasterRow(m, _upcoming(m)) for m in masters]
+    rows = [MasterRow(m, _upcoming(m), _dialect(m.cron)) for m in masters]
     return render_template(
         "ratchet/recurring.html",
         rows=rows,
@@ -299,6 +301,13 @@ def recurring() -> str:
         now=now,
         upcoming=UPCOMING,
     )
+
+
+def _dialect(expr: str) -> str:
+    try:
+        return DIALECT_LABELS[dialect(expr)]
+    except CronError:
+        return "not a valid cron expression"  # a stored value this version cannot read
 
 
 def _upcoming(master: RecurringJob) -> list[datetime]:

@@ -19,7 +19,7 @@ from flask.cli import AppGroup
 from . import migrate, runtime
 from .api import jobs, queues, recurring
 from .config import parse_queues
-from .cron import CronError, next_fire_times, zone_info
+from .cron import DIALECT_FIELDS, DIALECT_LABELS, CronError, dialect, next_fire_times, zone_info
 from .errors import InvalidOption, SchemaNotReady
 from .ids import job_id_of
 from .payload import Unreadable
@@ -321,11 +321,13 @@ def recurring_run_now(recurring_id: str) -> None:
 @click.option("--zone", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("-n", "count", type=click.IntRange(1, 100), default=5, show_default=True)
 def recurring_preview(cron: str, zone: str, count: int) -> None:
-    """Show the next fire times of a Quartz CRON expression."""
+    """Show the dialect and the next fire times of a CRON expression (Unix or Quartz)."""
     try:
         times = next_fire_times(cron, zone, datetime.now(UTC), count)
     except CronError as exc:
         raise click.ClickException(str(exc)) from None
+    spoken = dialect(cron)
+    click.echo(f"{DIALECT_LABELS[spoken]}: {DIALECT_FIELDS[spoken]}")
     tz = zone_info(zone)
     for t in times:
         click.echo(f"{t.isoformat()}  ({t.astimezone(tz).isoformat()} {zone})")

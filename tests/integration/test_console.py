@@ -1099,6 +1099,26 @@ def test_hostile_recurring_ids_names_tasks_and_crons_are_inert(console: Console)
     assert _refresh(evil_id) == RecurringStatus.ACTIVE  # resumed by its exact id
     children = console.get("/ratchet/jobs?recurring=" + quote(evil_id))
     assert len(_ids(children)) == 1
+    sneaky_row = listed.text[listed.text.index('data-recurring="sneaky"') :]
+    assert "not a valid cron expression · UTC" in sneaky_row[: sneaky_row.index("</tr>")]
+
+
+def test_recurring_page_says_which_cron_dialect_a_master_is_in(console: Console) -> None:
+    master("quartz-one", cron="0 0 2 * * ?", zone="Europe/Berlin")
+    master("unix-one", cron="*/5 * * * *")
+    master("macro-one", cron="@Daily")
+    page = console.get("/ratchet/recurring")
+    assert page.status_code == 200
+    for recurring_id, label in (
+        ("quartz-one", "Quartz cron · Europe/Berlin"),
+        ("unix-one", "Unix cron · UTC"),
+        ("macro-one", "Unix cron · UTC"),
+    ):
+        row = page.text[page.text.index(f'data-recurring="{recurring_id}"') :]
+        row = row[: row.index("</tr>")]
+        assert f'<span class="muted dialect">{label}</span>' in row, recurring_id
+    macro = page.text[page.text.index('data-recurring="macro-one"') :]
+    assert "<code>@daily</code>" in macro[: macro.index("</tr>")]  # stored normalised
 
 
 def test_an_action_whose_audit_row_fails_changes_nothing(

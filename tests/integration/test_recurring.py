@@ -118,7 +118,8 @@ def test_the_id_defaults_to_module_and_qualname(app: Flask) -> None:
 @pytest.mark.parametrize(
     ("cron", "zone", "names"),
     [
-        ("0 0 2 * *", "UTC", "needs 6 or 7"),
+        ("0 0 2 * * * * *", "UTC", "has 8 fields"),
+        ("0 0 L * *", "UTC", "belong to Quartz cron"),
         ("0 0 2 * * ? 1900", "UTC", "year field"),
         ("0 0 2 ? * 8", "UTC", "day-of-week field '8'"),
         ("0 0 2 * * MON", "UTC", "day-of-month and day-of-week"),
@@ -272,6 +273,21 @@ def test_a_due_master_fires_one_child_and_advances(app: Flask) -> None:
     assert after.next_fire is not None and after.next_fire > now
     assert after.next_fire == next_fire(MONTHLY, "UTC", result.now)
     assert firer().fire_pass().fired == []  # nothing is due any more
+
+
+def test_a_unix_cron_master_fires_and_advances_like_a_quartz_one(app: Flask) -> None:
+    m = ratchet.schedule_recurring("0 12 1 * *", "UTC", add, 1, 2).submit()
+    assert m.cron == "0 12 1 * *"
+    now = db_now()
+    due = monthly_before(now, 0)  # the same instants as MONTHLY, in Unix cron
+    set_next_fire(m.id, due)
+    result = firer().fire_pass()
+    assert [(f.recurring_id, f.fire_time) for f in result.fired] == [(m.id, due)]
+    assert master(m.id).next_fire == next_fire(MONTHLY, "UTC", result.now)
+    daily = ratchet.schedule_recurring(" @DAILY ", "Europe/Berlin", add, 1, 3)
+    stored = daily.with_business_key("daily").submit()
+    assert stored.cron == "@daily"
+    assert stored.next_fire == next_fire("0 0 0 * * ?", "Europe/Berlin", db_now())
 
 
 @pytest.mark.parametrize(
@@ -734,6 +750,12 @@ def test_the_recurring_commands(app: Flask) -> None:
     )
     assert preview.exit_code == 0
     assert preview.output.count("Europe/Berlin") == 5
+    assert preview.output.startswith("Quartz cron: second minute hour")
+    unix = runner.invoke(args=["ratchet", "recurring", "preview", "@weekly", "-n", "2"])
+    assert unix.exit_code == 0, unix.output
+    lines = unix.output.splitlines()
+    assert lines[0].startswith("Unix cron: minute hour day-of-month month day-of-week")
+    assert len(lines) == 3 and all("T00:00:00+00:00  (" in line for line in lines[1:])
     bad = runner.invoke(args=["ratchet", "recurring", "preview", "0 0 2 ? * 8"])
     assert bad.exit_code != 0
     assert "day-of-week field '8'" in bad.output

@@ -215,6 +215,17 @@ GOLDEN: list[tuple[str, str, list[str]]] = [
         "UTC",
         at("12:00", "2026-01-28", "2026-02-25", "2026-03-28", "2026-04-27", "2026-05-28"),
     ),
+    # -- L-nW: the weekday nearest n days before the last (Quartz supports it) --
+    (
+        "0 0 12 L-3W * ?",
+        "UTC",
+        at("12:00", "2026-01-28", "2026-02-25", "2026-03-27", "2026-04-27", "2026-05-28"),
+    ),  # 28 Mar is a Saturday
+    (
+        "0 0 12 L-1W * ?",
+        "UTC",
+        at("12:00", "2026-01-30", "2026-02-27", "2026-03-30", "2026-04-29", "2026-05-29"),
+    ),  # 30 May is a Saturday
     # -- W: the nearest weekday, never leaving the month; LW: the last weekday --
     (
         "0 0 12 LW * ?",
@@ -488,9 +499,54 @@ def test_a_transition_day_has_no_duplicates_and_no_invented_fires(
 @pytest.mark.parametrize(
     ("expr", "names"),
     [
-        ("0 0 12 * *", "6 or 7"),
+        # Quartz refuses a reversed year range; the other fields may wrap (22-2), years do not.
+        ("0 0 12 * * ? 2030-2025", "year field '2030-2025': the range '2030-2025' runs backwards"),
+        # A step as long as the field's span: "every 60 seconds" would fire at second 0 only.
+        ("*/60 * * * * ?", "second field '*/60': step '60' must be a number from 1 to 59"),
+        ("0 0/60 * * * ?", "minute field '0/60': step '60' must be a number from 1 to 59"),
+        ("0 0 */24 * * ?", "hour field '*/24': step '24' must be a number from 1 to 23"),
+        # Digits and spaces outside ASCII read as numbers and gaps to a person, not to cron.
+        ("\uff10 0 12 * * ?", "second field '\uff10': use ASCII digits"),  # full-width zero
+        ("0 \u0663\u0660 12 * * ?", "minute field '\u0663\u0660': use ASCII"),  # Arabic-Indic 30
+        ("0 0 \u00b2 * * ?", "hour field '\u00b2': use ASCII"),  # a superscript two
+        ("0 0 12\u00a0* * ? 2030", "hour field '12\\xa0*': use ASCII"),  # a no-break space
+        ("0 0 12 * * ? \u0662\u0660\u0663\u0660", "year field"),
+        ("0 0 12 ? * 6#\uff13", "day-of-week field '6#\uff13'"),
+        ("0 0 12 L-\uff13 * ?", "day-of-month field 'L-\uff13'"),
+    ],
+)
+def test_quartz_findings_are_refused_as_quartz_refuses_them(expr: str, names: str) -> None:
+    """Where a comparison with Quartz 2.3.2 found this module too lenient."""
+    with pytest.raises(CronError, match=re.escape(names)):
+        validate(expr)
+
+
+def test_l_minus_n_w_is_supported_and_its_bounds_are_named() -> None:
+    assert parse("0 0 12 L-0W * ?") == parse("0 0 12 LW * ?")
+    with pytest.raises(CronError, match="L-n and L-nW need n from 0 to 30"):
+        validate("0 0 12 L-31W * ?")
+    with pytest.raises(CronError, match="day-of-month field 'L-3WW'"):
+        validate("0 0 12 L-3WW * ?")
+
+
+def test_steps_up_to_the_span_stay_valid_where_quartz_allows_them() -> None:
+    for expr in (
+        "*/59 * * * * ?",
+        "0 0 */23 * * ?",
+        "0 0 0 */31 * ?",
+        "0 0 0 ? */12 *",
+        "0 0 0 ? * */7",
+        "0 0 0 * * ? 2020-2030/100",
+    ):
+        validate(expr)
+
+
+@pytest.mark.parametrize(
+    ("expr", "names"),
+    [
+        ("0 0 12 *", "has 4 fields"),
         ("0 0 12 * * ? 2026 1", "6 or 7"),
-        ("", "6 or 7"),
+        ("", "has 0 fields"),
         ("60 * * * * ?", "second field '60'"),
         ("*/0 * * * * ?", "second field"),
         ("*/61 * * * * ?", "second field"),

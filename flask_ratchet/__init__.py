@@ -5,8 +5,10 @@ from __future__ import annotations
 from . import events
 from .api.batches import BatchBuilder, BatchHandle, StreamingBatchBuilder
 from .api.chains import FlowBuilder, FlowHandle
+from .api.handles import JobHandle
 from .api.recurring import RecurringJobBuilder
 from .api.submit import JobBuilder
+from .api.tasks import TaskFunction
 from .breaker import BreakerSettings
 from .context import JobContext
 from .cron import CronError
@@ -23,9 +25,11 @@ from .errors import (
     SchemaNotReady,
     TaskNotAllowed,
     UnknownTask,
+    WaitInTransaction,
+    WaitTimeout,
 )
 from .extension import Ratchet
-from .job import BatchProgress, Job, JobHandle, Progress, QueueSummary
+from .job import BatchProgress, Job, Progress, QueueSummary
 from .options import Backoff, Priority
 from .paging import Page
 from .recurring import Misfire, RecurringJob, RecurringStatus
@@ -67,8 +71,11 @@ __all__ = [
     "RecurringStatus",
     "SchemaNotReady",
     "StreamingBatchBuilder",
+    "TaskFunction",
     "TaskNotAllowed",
     "UnknownTask",
+    "WaitInTransaction",
+    "WaitTimeout",
     "__version__",
     "events",
 ]

@@ -70,6 +70,15 @@ class JobNotFound(RatchetError, LookupError):
     """No job has the given id."""
 
 
+class WaitTimeout(RatchetError, TimeoutError):
+    """A job did not end within the time ``wait`` was given."""
+
+
+class WaitInTransaction(RatchetError, RuntimeError):
+    """``wait`` was called inside an open transaction, which the job's end could never be seen
+    from (or, for a job enqueued in it, could never happen before)."""
+
+
 class IllegalTransition(RatchetError):
     """The requested state change is not allowed from the job's current status."""
 

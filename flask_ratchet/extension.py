@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, overload
 
 from flask import Flask, current_app
 from flask_sqlalchemy import SQLAlchemy
@@ -24,13 +24,17 @@ from .api import queues as queues_api
 from .api import recurring as recurring_api
 from .api import resources as resources_api
 from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
+from .api.handles import JobHandle
+from .api.handles import wait as wait_for_job
 from .api.recurring import RecurringJobBuilder, make_recurring_builder
 from .api.submit import JobBuilder, make_builder, submit_jobs
+from .api.tasks import TaskFunction
+from .api.tasks import unwrap as unwrap_task
 from .breaker import BreakerSettings
 from .config import RatchetConfig
 from .errors import ConfigError
 from .forks import fresh_pool_after_fork
-from .job import BatchProgress, Job, JobHandle, QueueSummary
+from .job import BatchProgress, Job, QueueSummary
 from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from .paging import Page
 from .recurring import Misfire, RecurringDefinition, RecurringJob
@@ -41,7 +45,8 @@ from .states import JobStatus
 from .store import check_driver
 from .store.types import ClaimedJob
 
-F = TypeVar("F", bound=Callable[..., Any])
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class Ratchet:
@@ -123,7 +128,7 @@ class Ratchet:
     # -- tasks ---------------------------------------------------------------------------------
 
     @overload
-    def task(self, func: F) -> F: ...
+    def task(self, func: Callable[P, R], /) -> TaskFunction[P, R]: ...
     @overload
     def task(
         self,
@@ -139,10 +144,11 @@ class Ratchet:
         tags: Iterable[str] = ...,
         service: str | None = ...,
         circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = ...,
-    ) -> Callable[[F], F]: ...
+    ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, func: Any = None, **options: Any) -> Any:
-        """Register a function as a task; the function is returned unchanged.
+        """Register a function as a task; returns a :class:`~flask_ratchet.TaskFunction`,
+        callable as the function and with typed ``enqueue``, ``schedule`` and ``builder``.
 
         ::
 
@@ -155,6 +161,8 @@ class Ratchet:
             @ratchet.task(queue="mail")  # run by workers started with --queues mail
             def send_reset_link(user_id: int) -> None: ...
 
+            send_welcome.enqueue(42)      # a job; a type checker checks the arguments
+
         ``circuit_breaker`` (a preset name, settings, or a dict of them) gives the task a
         breaker, shared by every task with the same ``service`` (default: the task's name).
         """
@@ -163,9 +171,14 @@ class Ratchet:
         breaker = options.pop("circuit_breaker", None)
         defaults = JobOptions(**validate_options(**options))
 
-        def register(f: F) -> F:
-            self.registry.register(f, name, defaults, service=service, circuit_breaker=breaker)
-            return f
+        def register(f: Callable[P, R]) -> TaskFunction[P, R]:
+            plain = unwrap_task(f)
+            task = self.registry.register(
+                plain, name, defaults, service=service, circuit_breaker=breaker
+            )
+            if f is not plain:  # another instance's task object: it stands for this one too
+                self.registry.register_handle(f, task)
+            return TaskFunction(plain, task, self.registry)
 
         return register(func) if func is not None else register
 
@@ -203,6 +216,17 @@ class Ratchet:
         """
         run_at = due_time("schedule_at()", when)
         return make_builder(self.state, fn, args, kwargs, run_at=run_at)
+
+    def wait(self, job_id: uuid.UUID | str, timeout: timedelta | float | None = 30.0) -> Job:
+        """Wait up to ``timeout`` seconds (``None``: no limit) for a job to end, and return it
+        with its ``result`` or ``error``. ``JobHandle.wait()`` does the same.
+
+        Never inside an open transaction (``WaitInTransaction``): commit first.
+
+        :raises WaitTimeout: if the job has not ended in time (it goes on).
+        :raises JobNotFound: if there is no such job.
+        """
+        return wait_for_job(self.state, job_id, timeout)
 
     def enqueue_many(self, builders: Iterable[JobBuilder]) -> list[JobHandle]:
         """Submit many jobs in one transaction with multi-row inserts; all or nothing."""
@@ -329,8 +353,9 @@ class Ratchet:
         id: str | None = None,
         misfire: Misfire | str = Misfire.FIRE_ONCE,
         **options: Any,
-    ) -> Callable[[F], F]:
-        """Declare a recurring job: ``func`` runs at every occurrence of the Quartz ``cron``.
+    ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]:
+        """Declare a recurring job: ``func`` runs at every occurrence of ``cron`` (Unix cron,
+        5 fields or a macro, or Quartz cron, 6 or 7 fields).
 
         ::
 
@@ -346,9 +371,18 @@ class Ratchet:
 
         :raises CronError: for a bad expression or zone, naming the field.
         """
-        return recurring_api.declare(
+        declare = recurring_api.declare(
             self.registry, self.recurring_definitions, cron, zone, name, id, misfire, options
         )
+
+        def register(f: Callable[P, R]) -> TaskFunction[P, R]:
+            plain = unwrap_task(f)
+            task = declare(plain)
+            if f is not plain:
+                self.registry.register_handle(f, task)
+            return TaskFunction(plain, task, self.registry)
+
+        return register
 
     def schedule_recurring(
         self, cron: str, zone: str, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any

@@ -1,4 +1,5 @@
-"""What callers get back: :class:`JobHandle`, read-only :class:`Job` snapshots and :class:`Page`."""
+"""What callers read back: :class:`Job` snapshots, :class:`BatchProgress`, :class:`Progress` and
+:class:`QueueSummary` (a submitted job's handle is :mod:`flask_ratchet.api.handles`)."""
 
 from __future__ import annotations
 
@@ -13,14 +14,6 @@ from .payload import Unreadable, decode_stored
 from .states import JobStatus
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class JobHandle:
-    """A submitted job's id. ``created`` is False when an idempotency key matched an earlier job."""
-
-    id: uuid.UUID
-    created: bool = True
 
 
 @dataclass(frozen=True, slots=True)

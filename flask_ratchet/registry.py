@@ -77,7 +77,7 @@ class TaskRegistry:
 
     def __init__(self) -> None:
         self._by_name: dict[str, Task] = {}
-        self._by_func: dict[Callable[..., Any], Task] = {}
+        self._by_func: dict[object, Task] = {}  # functions, and the handles standing for them
         self._lock = threading.Lock()
 
     def register(
@@ -114,6 +114,12 @@ class TaskRegistry:
             self._by_name[name] = task
             self._by_func[func] = task
         return task
+
+    def register_handle(self, handle: object, task: Task) -> None:
+        """Let ``handle`` (what ``@ratchet.task`` returned for ``task``) stand for the task
+        wherever a function is accepted (``ratchet.enqueue(handle, ...)``, ``on_success``)."""
+        with self._lock:
+            self._by_func[handle] = task
 
     def __iter__(self) -> Iterator[Task]:
         return iter(list(self._by_name.values()))

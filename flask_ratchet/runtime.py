@@ -171,6 +171,11 @@ class Runtime:
             return session.connection()
         return None
 
+    def in_transaction(self) -> bool:
+        """Whether a transaction is open that operations here would join: the block of
+        ``ratchet.transaction()``, or one the app's ``db.session`` has begun."""
+        return _transaction.get() is not None or self.db.session().in_transaction()
+
     @contextmanager
     def connection(
         self,

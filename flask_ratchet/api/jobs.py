@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import IllegalTransition, JobNotFound
 from ..ids import job_id_of
-from ..job import Job, JobHandle
+from ..job import Job
 from ..options import seconds, validate_queue
 from ..paging import Page
 from ..runtime import Runtime
@@ -24,6 +24,7 @@ from ..states import Action, JobStatus, allowed
 from ..store import health
 from ..store.jobs import Jobs
 from ..store.types import ClaimedJob, JobFilter
+from .handles import JobHandle
 from .submit import replacement_builder
 
 #: The largest page ``find_jobs`` returns.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 from .. import payload
 from ..context import required_arguments
@@ -23,8 +23,6 @@ from ..runtime import Runtime
 from ..store.recurring import Recurring
 from .submit import OptionsBuilder
 
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 def declare(
     registry: TaskRegistry,
@@ -35,9 +33,10 @@ def declare(
     master_id: str | None,
     misfire: Misfire | str,
     options: dict[str, Any],
-) -> Callable[[F], F]:
-    """The decorator ``@ratchet.recurring(...)`` returns: registers the function as a task and
-    remembers its master in ``definitions``. Validates everything before it returns.
+) -> Callable[[Callable[..., Any]], Task]:
+    """What ``@ratchet.recurring(...)`` registers a function with: it registers the function as a
+    task, remembers its master in ``definitions`` and returns the task. Validates everything
+    before it returns.
 
     :raises CronError: for a bad expression or zone, naming the field.
     """
@@ -49,7 +48,7 @@ def declare(
     if name is not None:
         validate_key("recurring name", name)
 
-    def decorate(func: F) -> F:
+    def decorate(func: Callable[..., Any]) -> Task:
         _refuse_arguments(func)
         key = master_id or default_name(func)
         existing = definitions.get(key)
@@ -69,7 +68,7 @@ def declare(
             options=defaults,
             misfire=policy,
         )
-        return func
+        return task
 
     return decorate
 

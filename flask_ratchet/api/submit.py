@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any, Self
 
 from .. import payload
 from ..ids import uuid7
-from ..job import JobHandle
 from ..options import Backoff, JobOptions, Priority, validate_key
 from ..registry import Task
 from ..runtime import Runtime
 from ..store.types import NewJob
+from .handles import JobHandle
 
 if TYPE_CHECKING:
     from .chains import FlowBuilder

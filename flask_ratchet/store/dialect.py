@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -39,6 +39,14 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
     """Yield ``items`` in slices of at most ``size``."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
+
+
+class EndWatch(Protocol):
+    """See :meth:`Dialect.end_watch`."""
+
+    def wait(self, seconds: float) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Dialect:
@@ -140,6 +148,16 @@ class Dialect:
     ) -> threading.Thread:
         """A worker's thread (not started) that calls ``on_wake`` when another process has
         committed due jobs, until ``stop`` is set."""
+        raise NotImplementedError
+
+    def ended_notifier(self, url: sa.URL) -> Callable[[], None] | None:
+        """What a worker calls after writing outcomes, to tell waiters in other processes that
+        jobs ended; ``None`` where waiters see the commits by themselves."""
+        return None
+
+    def end_watch(self, url: sa.URL) -> EndWatch:
+        """What a waiter waits on between reads of a job: it returns early when jobs may have
+        ended (the caller closes it)."""
         raise NotImplementedError
 
     # -- inserts -------------------------------------------------------------------------------

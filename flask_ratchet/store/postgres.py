@@ -42,7 +42,7 @@ from .postgres_completion import COMPLETE_STMT, complete_params
 from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
 from .submission import delete_jobs, job_values, match_duplicates, refuse_repeated_business_keys
 from .types import ClaimedJob, Finished, Inserted, NewJob
-from .wakeup import Notifier, PgListener
+from .wakeup import ENDED_CHANNEL, Notifier, PgEndWatch, PgListener
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
 
@@ -317,6 +317,12 @@ class PostgresDialect(Dialect):
         self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
     ) -> threading.Thread:
         return PgListener(url, on_wake, stop)
+
+    def ended_notifier(self, url: sa.URL) -> Callable[[], None]:
+        return Notifier(url, channel=ENDED_CHANNEL).request
+
+    def end_watch(self, url: sa.URL) -> PgEndWatch:
+        return PgEndWatch(url)
 
     def status_estimates(self, conn: Connection) -> dict[JobStatus, int]:
         """``reltuples`` times the value's frequency in ``pg_stats``: live statuses from the hot

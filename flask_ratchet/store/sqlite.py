@@ -27,7 +27,7 @@ from ..states import Action, sources, target
 from .dialect import Dialect
 from .driver import driver_statement
 from .types import ClaimedJob, NewJob
-from .wakeup import SqliteWatcher
+from .wakeup import SqliteEndWatch, SqliteWatcher
 
 # Every write transaction starts with it: run on the driver's cursor (see .driver).
 _BEGIN_IMMEDIATE = sa.text("BEGIN IMMEDIATE")
@@ -98,6 +98,9 @@ class SqliteDialect(Dialect):
         self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
     ) -> threading.Thread:
         return SqliteWatcher(str(url.database), on_wake, stop)
+
+    def end_watch(self, url: sa.URL) -> SqliteEndWatch:
+        return SqliteEndWatch(str(url.database or ""))
 
     def indexed(self, table: sa.Table, index: str) -> Any:
         # Without ANALYZE statistics SQLite may prefer another index and sort what it read;

@@ -1,4 +1,5 @@
-"""Wake-ups: telling idle pollers that work was committed, so they need not wait for their poll.
+"""Wake-ups: telling idle pollers that work was committed, so they need not wait for their poll;
+and telling whoever waits for a job's end (``JobHandle.wait``) that jobs have ended.
 
 Polling stays the correctness floor; wake-ups only shorten the wait.
 
@@ -6,8 +7,10 @@ Polling stays the correctness floor; wake-ups only shorten the wait.
   background sender per process that coalesces requests (a NOTIFY inside every enqueuing
   transaction serialises commits on the server's notification queue; see bench/notify.py).
   Workers ``LISTEN`` on a dedicated autocommit connection that reconnects with backoff.
+  Ends are told the same way on ``ratchet_ended``: a worker asks its second notifier after each
+  batch of outcomes is written, and a waiter LISTENs on a connection of its own while it waits.
 - SQLite: ``PRAGMA data_version`` changes whenever another connection commits to the file; a
-  worker checks it every few milliseconds on a connection of its own.
+  worker (or a waiter) checks it every few milliseconds on a connection of its own.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ if TYPE_CHECKING:  # imported where used: psycopg is the postgresql extra
     import psycopg
 
 CHANNEL = "ratchet_wakeup"
+#: Where workers say that jobs ended (after the outcomes committed), for waiters.
+ENDED_CHANNEL = "ratchet_ended"
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -39,8 +44,11 @@ class Notifier:
     ``idle`` seconds without requests.
     """
 
-    def __init__(self, url: sa.URL, idle: float = 10.0, gap: float = 0.01) -> None:
+    def __init__(
+        self, url: sa.URL, idle: float = 10.0, gap: float = 0.01, channel: str = CHANNEL
+    ) -> None:
         self._conninfo = conninfo(url)
+        self._channel = channel
         self._idle = idle
         self._gap = gap
         self._wanted = threading.Event()
@@ -75,7 +83,7 @@ class Notifier:
                 try:
                     if conn is None or conn.closed:
                         conn = psycopg.connect(self._conninfo, autocommit=True)
-                    conn.execute(f"NOTIFY {CHANNEL}")
+                    conn.execute(f"NOTIFY {self._channel}")
                     self.sent += 1
                     # A short gap lets requests pile up into one NOTIFY under load; a request
                     # made meanwhile is still answered by the next one.
@@ -159,3 +167,66 @@ class SqliteWatcher(threading.Thread):
                     self._on_wake()
         finally:
             conn.close()
+
+
+class PgEndWatch:
+    """LISTENs for ends while a waiter waits: :meth:`wait` returns at a notification or after
+    ``seconds``, whichever comes first. A lost connection falls back to sleeping (the waiter
+    reads the job again either way)."""
+
+    def __init__(self, url: sa.URL) -> None:
+        import psycopg
+
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = psycopg.connect(
+            conninfo(url), autocommit=True
+        )
+        self._conn.execute(f"LISTEN {ENDED_CHANNEL}")
+
+    def wait(self, seconds: float) -> None:
+        import psycopg
+
+        if self._conn is None:
+            time.sleep(seconds)
+            return
+        try:
+            for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                break
+        except psycopg.Error:
+            self.close()
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class SqliteEndWatch:
+    """Waits for any commit to the SQLite file (``PRAGMA data_version``), checked every 10 ms."""
+
+    def __init__(self, path: str, every: float = 0.01) -> None:
+        # An in-memory database is private to its connection: nothing to watch, poll instead.
+        memory = path in ("", ":memory:") or path.startswith("file::memory:")
+        self._conn = None if memory else sqlite3.connect(path, check_same_thread=False)
+        self._every = every
+        self._last = self._version()
+
+    def _version(self) -> int | None:
+        return (
+            None if self._conn is None else self._conn.execute("PRAGMA data_version").fetchone()[0]
+        )
+
+    def wait(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(self._every if self._conn is not None else 0.05, left))
+            version = self._version()
+            if version != self._last:
+                self._last = version
+                return
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()

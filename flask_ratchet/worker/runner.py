@@ -190,6 +190,7 @@ class Worker:
             self.store = self.state.store
             url = self.state.engine.url
         self.engine = self.store.dialect.worker_engine(url, self.concurrency)
+        self._tell_ended = self.store.dialect.ended_notifier(url)
         self.claim_engine = self.store.claim_engine(self.engine)
         for engine in (self.engine, self.claim_engine):
             fresh_pool_after_fork(engine)  # a job may fork (multiprocessing, subprocess helpers)
@@ -202,7 +203,7 @@ class Worker:
             self.store,
             self.engine,
             self.node_id,
-            on_written=self._freed,
+            on_written=self._written,
             predicate=predicate_evaluator(self.app),
             on_events=self.announcer.put,
             # The job whose outcome is being written may still count as busy: more than one.
@@ -379,6 +380,12 @@ class Worker:
         (at most two capacities' worth are claimed and unwritten at any time)."""
         unwritten = max(0, self.completer.backlog - self.executor.capacity)
         return max(0, self.executor.free - unwritten)
+
+    def _written(self) -> None:
+        """Outcomes were written: room was made, and whoever waits for a job's end may look."""
+        self._freed()
+        if self._tell_ended is not None:
+            self._tell_ended()
 
     def _freed(self) -> None:
         """Room was made (a job ended, or outcomes were written). After a full claim there is

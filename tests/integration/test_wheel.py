@@ -21,8 +21,8 @@ TEMPLATES = ROOT / "templates" / "ratchet"
 SCRIPT = textwrap.dedent(
     """
     import importlib.util, sys, flask_ratchet
-    # What SQLite users do not need: no PostgreSQL driver, no web server, no cron library.
-    for absent in ("psycopg", "psycopg2", "gunicorn", "croniter"):
+    # What SQLite users do not need: no PostgreSQL driver, no web server.
+    for absent in ("psycopg", "psycopg2", "gunicorn"):
         assert importlib.util.find_spec(absent) is None, absent
     from flask import Flask
     from flask_sqlalchemy import SQLAlchemy

@@ -1,0 +1,83 @@
+"""A submitted job's handle, and waiting for a job to end.
+
+::
+
+    handle = report.enqueue(month)
+    db.session.commit()                      # the job exists once this commits
+    job = handle.wait(timeout=60)            # the ended Job: job.result, or job.error
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+
+from .. import runtime
+from ..errors import JobNotFound, WaitInTransaction, WaitTimeout
+from ..ids import job_id_of
+from ..job import Job
+from ..options import seconds
+from ..runtime import Runtime
+
+#: The longest a waiter goes without reading the job: the floor under the notifications.
+READ_AT_LEAST_EVERY = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobHandle:
+    """A submitted job's id. ``created`` is False when an idempotency key matched an earlier job."""
+
+    id: uuid.UUID
+    created: bool = True
+
+    def wait(self, timeout: timedelta | float | None = 30.0) -> Job:
+        """Wait for the job to end (SUCCEEDED, FAILED or CANCELED) and return it, with its
+        ``result`` or ``error``. See :func:`wait`."""
+        return wait(runtime.current(), self.id, timeout)
+
+
+def wait(state: Runtime, job_id: uuid.UUID | str, timeout: timedelta | float | None) -> Job:
+    """Wait up to ``timeout`` (seconds or a ``timedelta``; ``None``: no limit) for a job to end.
+
+    On PostgreSQL the waiter LISTENs for the workers' notice that outcomes were written (and
+    reads the job at least every second besides); on SQLite it watches the file for commits.
+
+    :raises WaitInTransaction: inside an open transaction (a request's ``db.session`` that has
+        not committed, or ``ratchet.transaction()``): a job enqueued in it does not exist for
+        the workers until it commits. Commit first, then wait.
+    :raises WaitTimeout: if the job has not ended by then (it goes on; wait again, or cancel).
+    :raises JobNotFound: if there is no such job (or it was deleted meanwhile).
+    """
+    key = job_id_of(job_id)
+    limit = math.inf if timeout is None else seconds("timeout", timeout)
+    if state.in_transaction():
+        raise WaitInTransaction(
+            f"cannot wait for job {key} inside an open transaction: the job's end cannot be "
+            "seen from it, and a job enqueued in it does not exist for the workers until it "
+            "commits. Call db.session.commit() (or leave ratchet.transaction()) first"
+        )
+    state.ensure_schema()
+    engine, store = state.engine, state.store
+    deadline = time.monotonic() + limit
+    # Listen before the first read, so that an end between the read and the wait is not lost.
+    watch = store.dialect.end_watch(engine.url)
+    try:
+        while True:
+            with engine.connect() as conn:
+                job = store.jobs.get_job(conn, key)
+            if job is None:
+                raise JobNotFound(f"no job has id {key}")
+            if job.is_terminal:
+                return job
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WaitTimeout(
+                    f"job {key} ({job.task}) did not end within {limit:g}s; it is "
+                    f"{job.status}. Wait again, or cancel it with ratchet.cancel_job()"
+                )
+            watch.wait(min(left, READ_AT_LEAST_EVERY))
+    finally:
+        watch.close()

@@ -1,0 +1,99 @@
+"""What ``@ratchet.task`` returns: the function, still callable as itself, with typed ways to
+enqueue it.
+
+::
+
+    @ratchet.task(queue="mail")
+    def send_welcome(user_id: int, *, locale: str = "en") -> None: ...
+
+    send_welcome(3)                                  # a plain call, in this process
+    send_welcome.enqueue(3, locale="de")             # -> JobHandle: submitted
+    send_welcome.schedule(timedelta(hours=1), 3)     # -> JobHandle: due in an hour
+    send_welcome.builder(3).with_priority(Priority.HIGH).submit()   # options first
+
+The methods take the function's own parameters (``ParamSpec``), so a type checker refuses
+``send_welcome.enqueue("three")`` or a missing argument at the call site, as it would a call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, Generic, ParamSpec, TypeVar
+
+from .. import runtime
+from ..options import due_time, seconds
+from ..registry import Task, TaskRegistry
+from ..runtime import Runtime
+from .handles import JobHandle
+from .submit import JobBuilder, make_builder
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class TaskFunction(Generic[P, R]):
+    """A registered task: call it as the function, or enqueue it as a job.
+
+    ``enqueue`` and ``schedule`` submit at once (joining the current transaction, like
+    :meth:`JobBuilder.submit`); ``builder`` returns the :class:`JobBuilder` to set options on
+    first. ``ratchet.enqueue(task, ...)`` still works and is the same job.
+    """
+
+    __wrapped__: Callable[P, R]
+
+    def __init__(self, func: Callable[P, R], task: Task, registry: TaskRegistry) -> None:
+        functools.update_wrapper(self, func)
+        self._task = task
+        self._registry = registry
+        registry.register_handle(self, task)
+
+    @property
+    def name(self) -> str:
+        """The name jobs of this task are stored under (default ``module:qualname``)."""
+        return self._task.name
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.__wrapped__(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<task {self._task.name}>"
+
+    def builder(self, *args: P.args, **kwargs: P.kwargs) -> JobBuilder:
+        """A job of this task with these arguments, to set options on; nothing is written
+        until ``submit()``."""
+        return make_builder(self._state(), self._task.name, args, kwargs)
+
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Submit a job of this task, due now, with the task's default options."""
+        return self.builder(*args, **kwargs).submit()
+
+    def schedule(self, delay: timedelta | float, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Submit a job of this task due ``delay`` (a ``timedelta`` or seconds) after now.
+
+        :raises InvalidOption: for a negative or too long ``delay``.
+        """
+        wait = seconds("delay", delay)
+        return make_builder(self._state(), self._task.name, args, kwargs, delay=wait).submit()
+
+    def schedule_at(self, when: datetime, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """Submit a job of this task due at ``when`` (an aware datetime).
+
+        :raises InvalidOption: for a naive datetime or one out of range.
+        """
+        run_at = due_time("schedule_at()", when)
+        return make_builder(self._state(), self._task.name, args, kwargs, run_at=run_at).submit()
+
+    def _state(self) -> Runtime:
+        state = runtime.current()
+        if state.registry is not self._registry:
+            raise RuntimeError(
+                f"task {self._task.name!r} belongs to another Ratchet instance than this app's"
+            )
+        return state
+
+
+def unwrap(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The plain function behind a :class:`TaskFunction` (for stacked decorators)."""
+    return func.__wrapped__ if isinstance(func, TaskFunction) else func

@@ -1,0 +1,86 @@
+"""Waiting for a job's end without a worker: refusals, timeouts, unknown ids, ended jobs."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from flask import Flask
+
+from flask_ratchet import (
+    InvalidOption,
+    JobNotFound,
+    JobStatus,
+    WaitInTransaction,
+    WaitTimeout,
+)
+from tests.apps import Order, add, create_app, db, ratchet
+from tests.integration.helpers import count
+
+
+def test_an_ended_job_is_returned_at_once(app: Flask) -> None:
+    handle = add.enqueue(1, 2)
+    assert ratchet.cancel_job(handle.id)
+    ended = handle.wait(timeout=5)
+    assert (ended.id, ended.status) == (handle.id, JobStatus.CANCELED)
+    assert ratchet.wait(str(handle.id), timeout=5) == ended
+
+
+def test_a_job_that_does_not_end_in_time_raises_and_goes_on(app: Flask) -> None:
+    handle = add.enqueue(1, 2)
+    with pytest.raises(WaitTimeout, match=rf"job {handle.id} \(tests.apps:add\) did not end "):
+        handle.wait(timeout=0.3)
+    job = ratchet.get_job(handle.id)
+    assert job is not None and job.status == JobStatus.PENDING
+
+
+def test_an_unknown_job_and_bad_timeouts_are_refused(app: Flask) -> None:
+    with pytest.raises(JobNotFound):
+        ratchet.wait(uuid.uuid4(), timeout=1)
+    with pytest.raises(ValueError, match="is not a job id"):
+        ratchet.wait("nope", timeout=1)
+    handle = add.enqueue(1, 2)
+    for bad in (-1, float("nan"), True, "10"):
+        with pytest.raises(InvalidOption, match="timeout"):
+            handle.wait(timeout=bad)  # type: ignore[arg-type]
+
+
+def test_waiting_inside_a_transaction_is_refused_and_leaves_it_usable(app: Flask) -> None:
+    with ratchet.transaction():
+        handle = add.enqueue(1, 2)
+        with pytest.raises(WaitInTransaction, match="commit"):
+            handle.wait(timeout=1)
+        add.enqueue(3, 4)  # the transaction goes on
+    assert count("ratchet_job") == 2
+
+
+def test_a_request_waits_only_after_it_commits(database_url: str) -> None:
+    app = create_app(database_url)
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+
+    @app.post("/uncommitted")
+    def uncommitted() -> str:
+        db.session.add(Order(item="book"))
+        handle = add.enqueue(1, 2)
+        try:
+            handle.wait(timeout=1)
+        except WaitInTransaction as exc:
+            db.session.commit()  # the request's transaction is still usable
+            return str(exc)
+        return "waited"
+
+    @app.post("/committed")
+    def committed() -> str:
+        handle = add.enqueue(1, 2)
+        ratchet.cancel_job(handle.id)
+        db.session.commit()
+        return handle.wait(timeout=5).status.value
+
+    client = app.test_client()
+    refused = client.post("/uncommitted")
+    assert refused.status_code == 200 and "cannot wait for job" in refused.text
+    assert client.post("/committed").text == "CANCELED"
+    with app.app_context():
+        assert count("ratchet_job") == 2
+        assert db.session.query(Order).count() == 1

@@ -1,0 +1,34 @@
+"""Typed tasks: ``mypy --strict`` judges calls to ``.enqueue``, ``.schedule`` and ``.builder``
+as it judges calls to the function itself (tests/typing/task_calls.py)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CALLS = ROOT / "tests" / "typing" / "task_calls.py"
+
+
+@pytest.mark.timeout(600)
+def test_mypy_refuses_exactly_the_wrong_calls(tmp_path: Path) -> None:
+    lines = CALLS.read_text().splitlines()
+    wrong = {n for n, line in enumerate(lines, 1) if "# wrong:" in line}
+    assert len(wrong) == 10  # the file is what this test thinks it is
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path), str(CALLS)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    flagged = {
+        int(found.group(1))
+        for found in re.finditer(r"task_calls\.py:(\d+): error:", checked.stdout)
+    }
+    assert flagged == wrong, checked.stdout

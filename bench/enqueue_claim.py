@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 from flask import Flask
@@ -36,6 +37,11 @@ ratchet = Ratchet()
 @ratchet.task
 def noop(i: int) -> None:
     """The job every benchmark enqueues."""
+
+
+@ratchet.task
+async def async_noop(i: int) -> None:
+    """The ``async def`` twin of :func:`noop` (``bench.worker --task async``)."""
 
 
 def make_app(url: str) -> Flask:
@@ -71,10 +77,10 @@ def single(n: int) -> None:
         ratchet.enqueue_now(noop, i)
 
 
-def bulk(n: int, chunk: int = 5000, queue: str = "default") -> None:
+def bulk(n: int, chunk: int = 5000, queue: str = "default", task: Any = noop) -> None:
     for start in range(0, n, chunk):
         ratchet.enqueue_many(
-            ratchet.enqueue(noop, i).with_queue(queue) for i in range(start, min(n, start + chunk))
+            ratchet.enqueue(task, i).with_queue(queue) for i in range(start, min(n, start + chunk))
         )
 
 

@@ -1,11 +1,13 @@
 """Worker throughput and latency, with a real ``flask ratchet worker`` process.
 
     python -m bench.worker [--pg URL] [--jobs 20000] [--store postgresql|sqlite|both]
+                           [--task sync|async]
 
-- drain: ``--jobs`` no-op jobs enqueued in bulk, then one worker with ``--burst`` at concurrency
-  1 and at the default. Reported end to end: jobs over the worker process's whole wall time
-  (start-up and every outcome written included), and, for reference, over the span from the
-  first job's start to the last job's end;
+- drain: ``--jobs`` no-op jobs (``def``, or ``async def`` with ``--task async``) enqueued in
+  bulk, then one worker with ``--burst`` at concurrency 1 and at the default. Reported end to
+  end: jobs over the worker process's whole wall time (start-up and every outcome written
+  included), and, for reference, over the span from the first job's start to the last job's
+  end;
 - pickup latency: an idle worker, 200 jobs enqueued 20 ms apart; each job's latency is its
   execution's start minus its creation; p50/p95/p99;
 - with ``--backlog N`` (PostgreSQL), the worker's resident memory with N pending jobs: one
@@ -28,7 +30,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import bulk, db, fresh_pg, make_app, noop, ratchet
+from bench.enqueue_claim import async_noop, bulk, db, fresh_pg, make_app, noop, ratchet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,17 +76,17 @@ def reset(url: str) -> None:
     engine.dispose()
 
 
-def fill(url: str, jobs: int) -> None:
+def fill(url: str, jobs: int, task: object = noop) -> None:
     """Empty the tables, then enqueue ``jobs`` no-op jobs in bulk, 5,000 per transaction."""
     reset(url)
     app = make_app(url)
     with app.app_context():
-        bulk(jobs)
+        bulk(jobs, task=task)
         db.engine.dispose()
 
 
-def drain(url: str, jobs: int, concurrency: int) -> tuple[float, float]:
-    fill(url, jobs)
+def drain(url: str, jobs: int, concurrency: int, task: object = noop) -> tuple[float, float]:
+    fill(url, jobs, task)
     began = time.perf_counter()
     proc = worker(url, "--burst", "--concurrency", str(concurrency))
     assert proc.wait(timeout=1800) == 0
@@ -194,17 +196,19 @@ def main() -> None:
     parser.add_argument("--store", choices=["postgresql", "sqlite", "both"], default="both")
     parser.add_argument("--backlog", type=int, default=0, help="pending jobs for the RSS figure")
     parser.add_argument("--backlog-seconds", type=float, default=20.0)
+    parser.add_argument("--task", choices=["sync", "async"], default="sync")
     args = parser.parse_args()
+    task = async_noop if args.task == "async" else noop
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         stores = bench_stores(args.store, args.pg, "ratchet_bench_worker", Path(tmp))
         for label, url in stores:
             for concurrency in (1, 10):
-                rate, wall = drain(url, args.jobs, concurrency)
+                rate, wall = drain(url, args.jobs, concurrency, task)
                 rows.append(
                     (
                         label,
-                        f"drain {args.jobs:,} no-op jobs, concurrency {concurrency}",
+                        f"drain {args.jobs:,} {args.task} no-op jobs, concurrency {concurrency}",
                         f"{args.jobs / wall:,.0f} jobs/s end to end ({wall:.1f} s wall; "
                         f"{rate:,.0f} jobs/s over the execution span)",
                     )

@@ -75,6 +75,8 @@ class JobContext:
     _last_check: float = field(default=0.0, repr=False)
     _last_progress: float = field(default=0.0, repr=False)
     _previous: Any = field(default=_UNREAD, repr=False)
+    #: Called once when the job is stopped: an ``async def`` task's cancellation.
+    _on_stop: Callable[[], None] | None = field(default=None, repr=False)
 
     @staticmethod
     def current() -> JobContext:
@@ -128,8 +130,18 @@ class JobContext:
         return self._stopped
 
     def stop(self) -> None:
-        """Ask the job to stop (the worker calls this on cancel or timeout)."""
+        """Ask the job to stop (the worker calls this on cancel or timeout). An ``async def``
+        task is cancelled: ``asyncio.CancelledError`` is raised at its next ``await``."""
         self._stopped = True
+        if self._on_stop is not None:
+            self._on_stop()
+
+    def on_stop(self, callback: Callable[[], None] | None) -> None:
+        """Call ``callback`` when the job is stopped (at once if it already was); ``None``
+        forgets it. For the worker's event loop."""
+        self._on_stop = callback
+        if callback is not None and self._stopped:
+            callback()
 
     def record(self, record: logging.LogRecord) -> None:
         """Keep one log line for storage: cut, with its secrets masked like an error's, while

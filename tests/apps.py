@@ -224,7 +224,7 @@ def log_lines(count: int, size: int) -> int:
     return count
 
 
-from tests import flow_tasks  # noqa: E402,F401  (registers the flow tests' tasks on import)
+from tests import async_tasks, flow_tasks  # noqa: E402,F401  (register their tasks on import)
 
 # -- tasks the queue tests run (tests/acceptance/test_queues.py) ---------------------------------
 

@@ -19,7 +19,9 @@ raised; then the breaker learns the outcome. Jobs with neither pay nothing for t
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import inspect
 import logging
 import queue
 import threading
@@ -43,6 +45,7 @@ from ..retry import Decision, describe, format_traceback
 from ..runtime import send
 from ..store.types import ClaimedJob, Finished, Outcome, Permit
 from .claimed import read_claimed, retry_decision
+from .coroutines import run_coroutine
 from .permits import PERMIT_ERROR_DELAY, PermitGate, WorkerSide
 
 if TYPE_CHECKING:
@@ -79,6 +82,9 @@ class Run:
     started_at: datetime | None = None
     thread_id: int | None = None
     in_user_code: bool = False
+    #: Running an ``async def`` task's coroutine: stopped by cancelling it, never by raising
+    #: into the thread (which would land inside the event loop's own code).
+    on_loop: bool = False
     reported: bool = False  # an outcome was handed to the completer: later ones are discarded
     expired: bool = False  # ended by the watchdog (timeout, drain): its thread may still be busy
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -332,6 +338,10 @@ class Executor:
         if failure is not None:
             if isinstance(failure, KeyboardInterrupt | SystemExit):
                 raise failure
+            if isinstance(failure, asyncio.CancelledError) and run.ctx.is_canceled():
+                # Stopped from outside: a timeout was reported already, a cancel has no outcome.
+                _not_mine(claimed, "its coroutine was cancelled")
+                return None
             return self._failed(run, failure)
         if run.ctx.is_canceled():
             _not_mine(claimed, "its result is discarded")
@@ -357,7 +367,12 @@ class Executor:
         with run.lock:
             run.in_user_code = True
         try:
-            return task.func(*args, **kwargs)
+            value = task.func(*args, **kwargs)
+            if inspect.iscoroutine(value):  # an async def task: run it on this thread's loop
+                with run.lock:
+                    run.on_loop = True
+                return run_coroutine(value, run.ctx)
+            return value
         finally:
             self._leave_user_code(run)
 
@@ -471,8 +486,9 @@ class Executor:
                     continue
                 run.reported = run.expired = True
                 run.ctx.stop()
-                if run.in_user_code and run.thread_id is not None:
+                if run.in_user_code and run.thread_id is not None and not run.on_loop:
                     # Only while the job's own code runs: never inside ratchet's bookkeeping.
+                    # (ctx.stop() above has cancelled a coroutine instead.)
                     ctypes.pythonapi.PyThreadState_SetAsyncExc(
                         ctypes.c_ulong(run.thread_id), ctypes.py_object(JobTimeout)
                     )

@@ -101,6 +101,11 @@ class RatchetConfig:
     #: Circuit breakers by service name (a task's name or its ``service=``); they take
     #: precedence over a task's ``circuit_breaker=``.
     circuit_breakers: dict[str, BreakerSettings] = field(default_factory=dict)
+    #: Tests only (``flask_ratchet.testing``): run jobs in the enqueuing process as soon as the
+    #: transaction that made them due commits. Allows an in-memory SQLite database.
+    eager: bool = False
+    #: In eager mode, raise a job's final error to whoever committed it (else only record it).
+    eager_raise: bool = True
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> RatchetConfig:
@@ -374,4 +379,6 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "recurring_misfire_threshold": _seconds,
     "resources": _resources,
     "circuit_breakers": _circuit_breakers,
+    "eager": _bool,
+    "eager_raise": _bool,
 }

@@ -8,6 +8,7 @@ module of its noun in :mod:`flask_ratchet.api`.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,6 +45,7 @@ from .runtime import Runtime
 from .states import JobStatus
 from .store import check_driver
 from .store.types import ClaimedJob
+from .worker.inline import inline_runner
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -92,7 +94,8 @@ class Ratchet:
                 "ratchet.init_app(app), or pass db=..."
             )
         config = RatchetConfig.from_mapping(app.config)
-        app.extensions["ratchet"] = Runtime(db, config, self.registry, self.recurring_definitions)
+        state = Runtime(db, config, self.registry, self.recurring_definitions)
+        app.extensions["ratchet"] = state
         if "sqlalchemy" in app.extensions:
             # Now, not at ratchet's first use: an app factory may query the database before
             # gunicorn --preload forks its web workers, which must not share that connection.
@@ -112,6 +115,11 @@ class Ratchet:
         # Tables are created at first use; in a web app, before any handler can take the
         # write lock that creating them needs.
         app.before_request(_ensure_schema)
+        if config.eager:  # tests only: jobs run in this process when their enqueue commits
+            runner = inline_runner(app)
+            state.run_inline = functools.partial(
+                runner.run, raise_errors=config.eager_raise, retry_delays=False
+            )
         if config.console_url_prefix is not None:
             from .console import blueprint
 

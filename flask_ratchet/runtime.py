@@ -33,7 +33,7 @@ from .forks import fresh_pool_after_fork
 from .job import BatchProgress
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
-from .store import Store, store_for
+from .store import Store, check_shared, store_for
 
 T = TypeVar("T")
 
@@ -88,6 +88,9 @@ class Runtime:
         self.wake_listeners: list[Callable[[], None]] = []
         #: The dialect's notifier, once asked for (``False``: not yet).
         self._notify: Callable[[], None] | bool | None = False
+        #: Eager mode (``flask_ratchet.testing``): runs the jobs a commit made due, in this
+        #: process, right after the commit; its errors reach whoever committed.
+        self.run_inline: Callable[[], object] | None = None
 
     @property
     def engine(self) -> Engine:
@@ -100,6 +103,7 @@ class Runtime:
         engine = self.engine
         store = self._stores.get(id(engine))
         if store is None:
+            check_shared(engine, self.config)
             store = self._stores[id(engine)] = store_for(engine, self.config)
             fresh_pool_after_fork(engine)
         return store
@@ -249,9 +253,12 @@ class Runtime:
     # -- after commit --------------------------------------------------------------------------
 
     def announce(self, recorded: list[Event]) -> None:
-        """Send committed events in this thread (see :func:`announce`)."""
+        """Send committed events in this thread (see :func:`announce`); in eager mode, then run
+        the jobs they made due."""
         if recorded:
             announce(current_app._get_current_object(), recorded, self.wake)  # type: ignore[attr-defined]
+            if self.run_inline is not None and any(e.kind == facts.WAKE for e in recorded):
+                self.run_inline()
 
     def _announce_after_commit(self, recorded: list[Event]) -> None:
         """Keep events for the request's session; send them once it commits."""

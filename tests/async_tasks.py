@@ -22,7 +22,7 @@ async def async_add(a: int, b: int) -> dict[str, Any]:
     return {
         "sum": a + b,
         "app": current_app.name,
-        "setting": current_app.config["RATCHET_HEARTBEAT_INTERVAL"],
+        "setting": current_app.config.get("RATCHET_HEARTBEAT_INTERVAL"),
         "job_id": str(ctx.job_id),
         "attempt": ctx.attempt,
     }

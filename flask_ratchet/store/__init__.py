@@ -90,13 +90,24 @@ def store_for(engine: Engine, config: RatchetConfig | None = None) -> Store:
         check_driver(engine)
         return Store(PostgresDialect())
     if name == "sqlite":
-        if engine.url.database in (None, "", ":memory:"):
-            raise ValueError(
-                "flask-ratchet needs a SQLite file shared by the app and its workers, not an "
-                "in-memory database; use a URL like 'sqlite:///instance/app.db'"
-            )
-        return Store(SqliteDialect(synchronous=(config or RatchetConfig()).sqlite_synchronous))
+        config = config or RatchetConfig()
+        return Store(SqliteDialect(synchronous=config.sqlite_synchronous))
     raise ValueError(f"flask-ratchet does not support {name!r} yet; use PostgreSQL or SQLite")
+
+
+def check_shared(engine: Engine, config: RatchetConfig) -> None:
+    """Refuse a database the app's workers could not see: an in-memory SQLite database, unless
+    jobs run in the app's own process (eager mode, for tests).
+
+    :raises ValueError: saying what to use instead.
+    """
+    memory = engine.dialect.name == "sqlite" and engine.url.database in (None, "", ":memory:")
+    if memory and not config.eager:
+        raise ValueError(
+            "flask-ratchet needs a SQLite file shared by the app and its workers, not an "
+            "in-memory database; use a URL like 'sqlite:///instance/app.db' (an in-memory "
+            "database works in tests that run jobs in-process: RATCHET_EAGER = True)"
+        )
 
 
 def check_driver(engine: Engine) -> None:
@@ -120,4 +131,4 @@ def check_driver(engine: Engine) -> None:
         )
 
 
-__all__ = ["Store", "check_driver", "store_for"]
+__all__ = ["Store", "check_driver", "check_shared", "store_for"]

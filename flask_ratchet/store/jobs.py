@@ -234,6 +234,16 @@ class Jobs:
                 return True
         return False
 
+    def make_due(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        """Bring a PENDING job's next run forward to now (a retry's backoff skipped by the
+        testing kit); its status does not change. False if it is not PENDING."""
+        stmt = (
+            sa.update(job_queue)
+            .where(job_queue.c.job_id == job_id, job_queue.c.status == JobStatus.PENDING)
+            .values(scheduled_time=self.dialect.now_sql(), updated_at=self.dialect.now_sql())
+        )
+        return conn.execute(stmt).rowcount == 1
+
     def retry(self, conn: Connection, job_id: uuid.UUID) -> bool:
         self.flows.batches.lock_of(conn, [job_id])  # a retried child is uncounted
         if not self._recreate_hot_row(

@@ -113,6 +113,12 @@ class Completer(threading.Thread):
                 batch.append(item)
             self._write(batch)
 
+    def write(self, batch: list[Finished]) -> None:
+        """Write ``batch`` in the calling thread, as the thread writes what is ``put``."""
+        with self._count_lock:
+            self._backlog += len(batch)
+        self._write(batch)
+
     def _write(self, batch: list[Finished]) -> None:
         try:
             self._write_with_retries(batch)

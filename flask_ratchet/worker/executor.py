@@ -88,6 +88,8 @@ class Run:
     reported: bool = False  # an outcome was handed to the completer: later ones are discarded
     expired: bool = False  # ended by the watchdog (timeout, drain): its thread may still be busy
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: What the attempt raised, if it failed (for the testing kit, which may raise it again).
+    failure: BaseException | None = None
     #: The breaker that let this attempt through and has not heard how it went.
     breaker: CircuitBreaker | None = None
     breaker_epoch: int | None = None  # the breaker state that let the attempt through
@@ -226,6 +228,18 @@ class Executor:
 
     def submit(self, claimed: Sequence[ClaimedJob]) -> None:
         """Queue a claimed batch for the job threads (one lock for the batch, not one a job)."""
+        for run in self._take(claimed):
+            self._inbox.put(run)
+
+    def run_here(self, claimed: ClaimedJob) -> Run:
+        """Run one claimed job in the calling thread (the testing kit's in-process runs) and
+        return its attempt; the outcome goes to ``report`` as from a job thread."""
+        (run,) = self._take([claimed])
+        self._execute(run)
+        return run
+
+    def _take(self, claimed: Sequence[ClaimedJob]) -> list[Run]:
+        """Count claimed jobs as taken and make their runs."""
         now = time.monotonic()
         runs = [
             Run(
@@ -252,8 +266,7 @@ class Executor:
             for run in runs:
                 self._busy_in[run.claimed.queue] += 1
                 self._runs[run.claimed.job_id] = run
-        for run in runs:
-            self._inbox.put(run)
+        return runs
 
     def _execute(self, run: Run) -> None:
         began = time.monotonic()
@@ -431,6 +444,7 @@ class Executor:
 
     def _failed(self, run: Run, exc: BaseException, *, permanent: bool = False) -> Finished:
         claimed = run.claimed
+        run.failure = exc
         error, trace = describe(exc), format_traceback(exc)
         if isinstance(exc, JobTimeout):
             error = f"JobTimeout: ran longer than its timeout of {claimed.timeout:g}s"

@@ -13,18 +13,16 @@ jobs up.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Mapping
 from importlib.metadata import version
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from flask import Flask
@@ -36,21 +34,18 @@ from ..context import CaptureHandler, job_logger
 from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
-from ..store.types import ClaimedJob, Finished, NodeInfo, Outcome, Refused
+from ..store.types import Finished, NodeInfo, Outcome
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
 from .executor import Executor, Run
 from .polling import PollingStrategy
+from .supervision import Supervision
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
     from ..store import Store
 
 log = logging.getLogger("flask_ratchet.worker")
-
-#: How long a worker leaves the jobs of a task it refused (it does not know it) to other workers
-#: before it claims them again, at most (a quarter of the grace if that is less).
-REFUSAL_WINDOW = 60.0
 
 #: How often the watchdog looks for timeouts, and for jobs canceled while running.
 WATCH_EVERY = 0.2
@@ -61,7 +56,7 @@ def default_node_id() -> str:
     return f"{socket.gethostname()[:48]}:{os.getpid()}"
 
 
-class Worker:
+class Worker(Supervision):
     """A worker process for ``app``. :meth:`run` blocks until it is told to stop."""
 
     def __init__(
@@ -75,6 +70,7 @@ class Worker:
         queues: Mapping[str, int | None] | None = None,
         prefetch: int | None = None,
     ) -> None:
+        super().__init__()
         self.app = app
         self.state: Runtime = app.extensions["ratchet"]
         config: RatchetConfig = self.state.config
@@ -86,9 +82,6 @@ class Worker:
         chosen = config.queues if queues is None else queues
         self.queues = None if chosen is None else dict(chosen)
         self.prefetch = config.prefetch if prefetch is None else prefetch
-        #: Tasks this worker handed jobs of back, not knowing them: until when it claims none.
-        self._refused: dict[str, float] = {}
-        self._refused_lock = threading.Lock()
         self.drain_timeout = config.drain_timeout if drain_timeout is None else drain_timeout
         self.stop_event = threading.Event()  # every helper thread ends when this is set
         self._wake = threading.Event()
@@ -126,57 +119,6 @@ class Worker:
             os._exit(1)
         log.info("signal %s: draining (a second signal stops at once)", signal.Signals(signum).name)
         self.request_stop()
-
-    # -- the supervisor side of JobContext -----------------------------------------------------
-
-    def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None:
-        try:
-            with self.store.begin(self.engine) as conn:
-                self.store.executions.report_progress(
-                    conn, self.node_id, job_id, json.dumps(progress)
-                )
-        except SQLAlchemyError:
-            log.warning("could not store progress of job %s", job_id, exc_info=True)
-
-    def refuse(self, claimed: ClaimedJob, reason: str) -> Refused | None:
-        grace = self.config.unknown_task_grace
-        try:
-            with self.store.begin(self.engine) as conn:
-                refused = self.store.executions.refuse(conn, self.node_id, claimed, reason, grace)
-        except SQLAlchemyError:
-            log.warning("could not hand back job %s", claimed.job_id, exc_info=True)
-            return None
-        if refused.handed_back:
-            with self._refused_lock:
-                self._refused[claimed.task] = time.monotonic() + min(REFUSAL_WINDOW, grace / 4)
-            log.warning(
-                "job %s (%s) handed back without spending an attempt, for a worker that knows "
-                "its task: %s (it goes to the dead-letter queue if none runs it within %gs)",
-                claimed.job_id,
-                claimed.task,
-                reason,
-                grace,
-            )
-        return refused
-
-    def _refusing(self) -> list[str]:
-        """The tasks whose jobs this worker leaves to others for now."""
-        now = time.monotonic()
-        with self._refused_lock:
-            for task in [t for t, until in self._refused.items() if until <= now]:
-                del self._refused[task]
-            return list(self._refused)
-
-    def result_of(self, job_id: uuid.UUID) -> Any:
-        with self.engine.connect() as conn:
-            return self.store.jobs.result_of(conn, job_id)
-
-    def still_running(self, job_id: uuid.UUID) -> bool:
-        try:
-            with self.engine.connect() as conn:
-                return job_id in self.store.executions.still_running(conn, self.node_id, [job_id])
-        except SQLAlchemyError:
-            return True  # cannot tell: let the job go on; the completion is fenced anyway
 
     # -- running -------------------------------------------------------------------------------
 

@@ -6,7 +6,6 @@ and GETs that never write."""
 from __future__ import annotations
 
 import re
-import threading
 import uuid
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
@@ -21,11 +20,11 @@ from werkzeug.test import TestResponse
 
 from flask_ratchet.job import BatchProgress
 from flask_ratchet.schema import batch, job, workflow_condition
-from flask_ratchet.worker.runner import Worker
 from tests.apps import add, create_app, db, ratchet
 from tests.flow_tasks import batch_item, broken, follow_up, predicate_raises, produce, step
 from tests.integration.helpers import count
 from tests.integration.test_console import ADMIN, ORIGIN, Console
+from tests.integration.test_flows import work
 
 HOSTILE = '<script>alert(1)</script><div hx-get="/ratchet/jobs" hx-trigger="load">x</div>'
 
@@ -33,15 +32,6 @@ HOSTILE = '<script>alert(1)</script><div hx-get="/ratchet/jobs" hx-trigger="load
 @pytest.fixture
 def console(app: Flask) -> Console:
     return Console(app.test_client())
-
-
-def work(app: Flask) -> None:
-    """Run an in-process burst worker until nothing is due."""
-    worker = Worker(app, concurrency=4, burst=True)
-    thread = threading.Thread(target=worker.run, name="test-worker")
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the burst worker did not finish"
 
 
 def make_batch(name: str, n: int, *, fail_every: int = 0) -> uuid.UUID:

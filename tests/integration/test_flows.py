@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from flask_ratchet import JobStatus, events
 from flask_ratchet.flows import NOT_YET
 from flask_ratchet.schema import batch, job, job_queue, workflow_condition
-from flask_ratchet.worker.runner import Worker
+from flask_ratchet.testing import run_jobs
 from tests.acceptance.conftest import wait_until
 from tests.apps import add, db, ratchet
 from tests.flow_tasks import (
@@ -45,12 +45,9 @@ def notes(app: Flask) -> None:
 
 
 def work(app: Flask) -> None:
-    """Run an in-process worker until nothing is due."""
-    worker = Worker(app, concurrency=4, burst=True)
-    thread = threading.Thread(target=worker.run, name="test-worker")
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the burst worker did not finish"
+    """Run what is due in-process until nothing is, as a burst worker does (retries wait for
+    their backoff)."""
+    run_jobs(app, retry_delays=True)
 
 
 def status(job_id: uuid.UUID) -> JobStatus:

@@ -1,0 +1,154 @@
+"""Running jobs in the calling process, one at a time: the testing kit's engine.
+
+:class:`InlineRunner` is a burst worker without a subprocess or threads of its own. It claims one
+due job at a time on the app's own engine (so an in-memory SQLite database works), runs it through
+the worker's executor in the calling thread (gates, timeouts aside, the app context, the
+``JobContext``, ``async def`` tasks) and writes the outcome through the worker's completer (retries,
+callbacks, chains, batches and events, as a worker writes them), until nothing is due.
+
+What a worker process does and this does not: poll, heartbeat, recover orphans, fire recurring
+jobs, and enforce timeouts (there is no watchdog thread: a job that never returns never returns).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from flask import Flask
+
+from ..api.jobs import claim_due
+from ..context import CaptureHandler, job_logger
+from ..runtime import Runtime, announce
+from ..store.types import ClaimedJob, Finished, Outcome
+from .announcer import predicate_evaluator
+from .completer import Completer
+from .executor import Executor
+from .supervision import Supervision
+
+#: The node id in-process runs are claimed under (shown as ``picked_by``).
+NODE_ID = "inline"
+
+
+class JobFailed(Exception):
+    """A job run in-process failed for good; raised by ``run_jobs(..., raise_errors=True)`` for
+    an error that is no exception of this process (a timeout, an unreadable row)."""
+
+
+@dataclass
+class Ran:
+    """What one in-process run did: the job's id, its outcome, and what it raised (if it did)."""
+
+    job_id: uuid.UUID
+    outcome: Outcome | None  # None: nothing was written (canceled meanwhile)
+    failure: BaseException | None = None
+    finished: list[Finished] = field(default_factory=list)
+
+
+class InlineRunner(Supervision):
+    """Runs an app's due jobs in the calling thread. One per app (its circuit breakers and
+    executor live as long as it does); safe to call from several threads, one run at a time."""
+
+    def __init__(self, app: Flask) -> None:
+        super().__init__()
+        self.app = app
+        self.state: Runtime = app.extensions["ratchet"]
+        self.config = self.state.config
+        self.node_id = NODE_ID
+        self._lock = threading.RLock()
+        self._running = threading.local()
+        self._written: list[Finished] = []
+        self._executor: Executor | None = None
+        self._completer: Completer | None = None
+
+    def run(
+        self,
+        *,
+        queues: Mapping[str, int] | list[str] | None = None,
+        limit: int | None = None,
+        retry_delays: bool = True,
+        raise_errors: bool = False,
+    ) -> list[uuid.UUID]:
+        """Run due jobs until none is due (or ``limit`` have run); return their ids in the order
+        they ran. Jobs a run makes due (follow-ups, retries) run too; with ``retry_delays=False``
+        a retry is due at once instead of after its backoff.
+
+        :raises: with ``raise_errors``, the error of the first job that failed for good, after
+            its outcome is written (the jobs after it stay due).
+        """
+        if getattr(self._running, "active", False):
+            return []  # a job run here enqueued more: the loop below picks them up
+        self._running.active = True
+        try:
+            with self._lock, self.app.app_context():
+                return self._drain(queues, limit, retry_delays, raise_errors)
+        finally:
+            self._running.active = False
+
+    def _drain(
+        self,
+        queues: Mapping[str, int] | list[str] | None,
+        limit: int | None,
+        retry_delays: bool,
+        raise_errors: bool,
+    ) -> list[uuid.UUID]:
+        self._start()
+        ran: list[uuid.UUID] = []
+        while limit is None or len(ran) < limit:
+            claimed = claim_due(self.state, 1, self.node_id, queues)
+            if not claimed:
+                return ran
+            done = self._run_one(claimed[0])
+            ran.append(done.job_id)
+            if done.outcome is Outcome.RETRY and not retry_delays:
+                with self.store.begin(self.engine) as conn:
+                    self.store.jobs.make_due(conn, done.job_id)
+            if raise_errors and done.outcome is Outcome.FAILED:
+                if done.failure is not None:
+                    raise done.failure
+                error = done.finished[0].error if done.finished else None
+                raise JobFailed(f"job {done.job_id} failed: {error}")
+        return ran
+
+    def _start(self) -> None:
+        if self._executor is not None:
+            return
+        self.store = self.state.store
+        self.engine = self.state.engine
+        self._completer = Completer(
+            self.store,
+            self.engine,
+            self.node_id,
+            predicate=predicate_evaluator(self.app),
+            on_events=lambda events: announce(self.app, events, self.state.wake),
+            more_coming=lambda: False,
+        )
+        # No job threads: run_here runs each job in the calling thread.
+        self._executor = Executor(self.app, self.state, self, self._written.append, 0, lambda: None)
+        if job_logger.level == logging.NOTSET:
+            job_logger.setLevel(logging.INFO)  # as a worker does: the job's info lines are kept
+
+    def _run_one(self, claimed: ClaimedJob) -> Ran:
+        assert self._executor is not None and self._completer is not None
+        capture = CaptureHandler()  # the job's log lines are stored with its attempt
+        logging.getLogger().addHandler(capture)
+        try:
+            run = self._executor.run_here(claimed)
+        finally:
+            logging.getLogger().removeHandler(capture)
+        finished, self._written[:] = list(self._written), []
+        if finished:
+            self._completer.write(finished)
+        outcome = finished[0].outcome if finished else None
+        return Ran(claimed.job_id, outcome, run.failure, finished)
+
+
+def inline_runner(app: Flask) -> InlineRunner:
+    """The app's one :class:`InlineRunner`, made at first use."""
+    runner: InlineRunner | None = app.extensions.get("ratchet_inline")
+    if runner is None:
+        runner = app.extensions["ratchet_inline"] = InlineRunner(app)
+    return runner

@@ -1,0 +1,91 @@
+"""The supervisor side of running jobs, shared by a worker process and the testing kit's
+in-process runner: what a running job's :class:`~flask_ratchet.JobContext` asks of whoever runs it
+(progress, "still mine?", the previous step's result), and handing back jobs of unknown tasks."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..config import RatchetConfig
+from ..store.types import ClaimedJob, Refused
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+log = logging.getLogger("flask_ratchet.worker")
+
+#: How long a worker leaves the jobs of a task it refused (it does not know it) to other workers
+#: before it claims them again, at most (a quarter of the grace if that is less).
+REFUSAL_WINDOW = 60.0
+
+
+class Supervision:
+    """Implements :class:`~flask_ratchet.worker.permits.WorkerSide` over ``store``, ``engine``
+    and ``node_id``, which the subclass sets before any job runs."""
+
+    node_id: str
+    engine: Engine
+    store: Store
+    config: RatchetConfig
+
+    def __init__(self) -> None:
+        #: Tasks this worker handed jobs of back, not knowing them: until when it claims none.
+        self._refused: dict[str, float] = {}
+        self._refused_lock = threading.Lock()
+
+    def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None:
+        try:
+            with self.store.begin(self.engine) as conn:
+                self.store.executions.report_progress(
+                    conn, self.node_id, job_id, json.dumps(progress)
+                )
+        except SQLAlchemyError:
+            log.warning("could not store progress of job %s", job_id, exc_info=True)
+
+    def refuse(self, claimed: ClaimedJob, reason: str) -> Refused | None:
+        grace = self.config.unknown_task_grace
+        try:
+            with self.store.begin(self.engine) as conn:
+                refused = self.store.executions.refuse(conn, self.node_id, claimed, reason, grace)
+        except SQLAlchemyError:
+            log.warning("could not hand back job %s", claimed.job_id, exc_info=True)
+            return None
+        if refused.handed_back:
+            with self._refused_lock:
+                self._refused[claimed.task] = time.monotonic() + min(REFUSAL_WINDOW, grace / 4)
+            log.warning(
+                "job %s (%s) handed back without spending an attempt, for a worker that knows "
+                "its task: %s (it goes to the dead-letter queue if none runs it within %gs)",
+                claimed.job_id,
+                claimed.task,
+                reason,
+                grace,
+            )
+        return refused
+
+    def _refusing(self) -> list[str]:
+        """The tasks whose jobs this worker leaves to others for now."""
+        now = time.monotonic()
+        with self._refused_lock:
+            for task in [t for t, until in self._refused.items() if until <= now]:
+                del self._refused[task]
+            return list(self._refused)
+
+    def result_of(self, job_id: uuid.UUID) -> Any:
+        with self.engine.connect() as conn:
+            return self.store.jobs.result_of(conn, job_id)
+
+    def still_running(self, job_id: uuid.UUID) -> bool:
+        try:
+            with self.engine.connect() as conn:
+                return job_id in self.store.executions.still_running(conn, self.node_id, [job_id])
+        except SQLAlchemyError:
+            return True  # cannot tell: let the job go on; the completion is fenced anyway

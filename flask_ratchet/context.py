@@ -133,8 +133,9 @@ class JobContext:
         """Ask the job to stop (the worker calls this on cancel or timeout). An ``async def``
         task is cancelled: ``asyncio.CancelledError`` is raised at its next ``await``."""
         self._stopped = True
-        if self._on_stop is not None:
-            self._on_stop()
+        callback = self._on_stop  # read once: the job's thread may clear it meanwhile
+        if callback is not None:
+            callback()
 
     def on_stop(self, callback: Callable[[], None] | None) -> None:
         """Call ``callback`` when the job is stopped (at once if it already was); ``None``

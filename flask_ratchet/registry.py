@@ -144,20 +144,21 @@ class TaskRegistry:
         task = self._by_func.get(target)
         if task is not None:
             return task
-        check_importable(target)
-        module, qualname = target.__module__, target.__qualname__
+        func: Callable[..., Any] = _plain(target)  # another Ratchet's task: its function
+        check_importable(func)
+        module, qualname = func.__module__, func.__qualname__
         if not module_allowed(module, allowed):
             raise TaskNotAllowed(
                 f"{module}:{qualname} is not a registered task; decorate it with @ratchet.task "
                 f"or add {module!r} to RATCHET_ALLOWED_MODULES"
             )
-        name = default_name(target)
-        if _allowed_function(module, qualname, allowed) is not target:
+        name = default_name(func)
+        if _allowed_function(module, qualname, allowed) is not func:
             raise TaskNotAllowed(
                 f"{name} cannot be found again by name in its module; enqueue a function "
                 "defined at the top level of its module"
             )
-        return Task(validate_text("task name", name, NAME_MAX_LENGTH), target, JobOptions())
+        return Task(validate_text("task name", name, NAME_MAX_LENGTH), func, JobOptions())
 
     def for_run(self, name: str, allowed: tuple[str, ...]) -> Task:
         """Return the task a stored job names, re-checking the allow-list.
@@ -177,6 +178,9 @@ class TaskRegistry:
                 "RATCHET_ALLOWED_MODULES; import the module that defines it in the worker's app"
             )
         func = _allowed_function(module, qualname, allowed)
+        task = self._by_name.get(name)  # importing the module may have registered it
+        if task is not None:
+            return task
         if func is None:
             raise TaskNotAllowed(
                 f"task {name!r} names no function defined at the top level of module "
@@ -203,7 +207,7 @@ def _allowed_function(module: str, name: str, allowed: tuple[str, ...]) -> Any:
         raise UnknownTask(f"module {module!r} cannot be imported here: {exc}") from None
     if name not in vars(namespace):
         raise UnknownTask(f"module {module!r} has no {name!r} here")
-    func = vars(namespace).get(name)
+    func = _plain(vars(namespace).get(name))
     if (
         not inspect.isfunction(func)
         or func.__qualname__ != name  # an alias, or a function made elsewhere and bound here
@@ -211,3 +215,11 @@ def _allowed_function(module: str, name: str, allowed: tuple[str, ...]) -> Any:
     ):
         return None
     return func
+
+
+def _plain(candidate: Any) -> Any:
+    """The function behind a task object (what ``@ratchet.task`` leaves in a module), else
+    ``candidate`` itself."""
+    if getattr(type(candidate), "__ratchet_task__", False):
+        return candidate.__wrapped__
+    return candidate

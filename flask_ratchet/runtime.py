@@ -41,6 +41,8 @@ T = TypeVar("T")
 _transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar(
     "ratchet_transaction", default=None
 )
+#: Set while jobs run in this process (the testing kit), for the code they call.
+_inline: contextvars.ContextVar[bool] = contextvars.ContextVar("ratchet_inline", default=False)
 
 log = logging.getLogger("flask_ratchet.events")
 
@@ -174,6 +176,20 @@ class Runtime:
         if has_request_context() or session.in_transaction():
             return session.connection()
         return None
+
+    @contextmanager
+    def running_inline(self) -> Iterator[None]:
+        """Mark the block as running jobs in this process (see :meth:`in_inline_run`)."""
+        token = _inline.set(True)
+        try:
+            yield
+        finally:
+            _inline.reset(token)
+
+    def in_inline_run(self) -> bool:
+        """Whether this code runs inside a job run in-process (``run_jobs``, eager mode), where
+        no other job can run until it returns."""
+        return _inline.get()
 
     def in_transaction(self) -> bool:
         """Whether a transaction is open that operations here would join: the block of

@@ -48,3 +48,19 @@ async def async_sleep(seconds: float, marker: str) -> str:
         path.write_text("cancelled")
         raise
     return "slept"
+
+
+@ratchet.task(max_retries=0)
+async def async_leaves_a_stubborn_task() -> str:
+    """Starts a task that ignores cancellation, and returns without awaiting it."""
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                continue
+
+    asyncio.get_running_loop().create_task(stubborn())
+    await asyncio.sleep(0)
+    return "returned"

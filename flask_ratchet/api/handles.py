@@ -50,9 +50,16 @@ def wait(state: Runtime, job_id: uuid.UUID | str, timeout: timedelta | float | N
         the workers until it commits. Commit first, then wait.
     :raises WaitTimeout: if the job has not ended by then (it goes on; wait again, or cancel).
     :raises JobNotFound: if there is no such job (or it was deleted meanwhile).
+    :raises RuntimeError: from a job run in-process by the testing kit, where the awaited job
+        could not run before this one returns.
     """
     key = job_id_of(job_id)
     limit = math.inf if timeout is None else seconds("timeout", timeout)
+    if state.in_inline_run():
+        raise RuntimeError(
+            f"cannot wait for job {key} from a job run in-process (run_jobs, eager mode): "
+            "no other job runs until this one returns. Chain the work instead (.then())"
+        )
     if state.in_transaction():
         raise WaitInTransaction(
             f"cannot wait for job {key} inside an open transaction: the job's end cannot be "

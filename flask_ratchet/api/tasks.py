@@ -42,6 +42,8 @@ class TaskFunction(Generic[P, R]):
     """
 
     __wrapped__: Callable[P, R]
+    #: Marks a task object standing for ``__wrapped__`` (read by the registry, a layer below).
+    __ratchet_task__ = True
 
     def __init__(self, func: Callable[P, R], task: Task, registry: TaskRegistry) -> None:
         functools.update_wrapper(self, func)

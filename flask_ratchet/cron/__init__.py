@@ -97,7 +97,7 @@ def normalize(expr: str) -> str:
     parts = split(expr)
     if len(parts) == 1 and parts[0].startswith("@"):
         return parts[0].lower()
-    return " ".join(parts)
+    return " ".join(parts).upper()
 
 
 def validate(expr: str, zone: str = "UTC") -> None:

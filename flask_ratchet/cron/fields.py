@@ -23,19 +23,20 @@ def fail(field: str, text: str, problem: str) -> CronError:
 
 
 def split(expr: str) -> list[str]:
-    """The fields of ``expr``, upper case.
-
-    :raises CronError: naming the first field with a character outside ASCII (a full-width or
-        Arabic-Indic digit, a no-break space): such text reads like a number or a gap to a
-        person, but is neither to cron.
-    """
+    """The fields of ``expr``, as written (upper-case them after :func:`check_ascii`: some
+    letters outside ASCII upper-case into ASCII ones, a dotless i upper-cases to ``I``)."""
     if not isinstance(expr, str):
         raise CronError(f"a cron expression is a string, got {expr!r}")
-    return [part.upper() for part in _SEPARATORS.split(expr.strip(_ENDS)) if part]
+    return [part for part in _SEPARATORS.split(expr.strip(_ENDS)) if part]
 
 
-def check_ascii(names: tuple[str, ...], parts: list[str]) -> None:
-    """Refuse a field holding anything but ASCII, naming the field (see :func:`split`)."""
+def check_ascii(names: tuple[str, ...], parts: list[str]) -> list[str]:
+    """The fields upper-cased, once none holds anything but printable ASCII.
+
+    :raises CronError: naming the first field with a character outside ASCII (a full-width or
+        Arabic-Indic digit, a no-break space, a dotless i): such text reads like a number, a
+        gap or a name to a person, but is none of them to cron.
+    """
     for name, text in zip(names, parts, strict=False):
         if not text.isascii() or not text.isprintable():
             raise fail(
@@ -45,6 +46,7 @@ def check_ascii(names: tuple[str, ...], parts: list[str]) -> None:
                 "spaces (this one holds a non-ASCII character such as a full-width digit or a "
                 "no-break space)",
             )
+    return [part.upper() for part in parts]
 
 
 def is_number(token: str) -> bool:

@@ -222,11 +222,11 @@ def _day_of_week(text: str) -> DayOfWeek:
 
 
 def parse_quartz(parts: list[str]) -> QuartzSchedule:
-    """Parse the 6 or 7 upper-case fields of a Quartz expression.
+    """Parse the 6 or 7 fields of a Quartz expression.
 
     :raises CronError: naming the first bad field and how to fix it.
     """
-    check_ascii(FIELDS, parts)
+    parts = check_ascii(FIELDS, parts)
     for name, text in zip(FIELDS, parts, strict=False):
         if "?" in text and (name not in ("day-of-month", "day-of-week") or text != "?"):
             raise fail(name, text, "'?' is allowed only alone, in day-of-month or day-of-week")

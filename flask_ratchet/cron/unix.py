@@ -86,17 +86,17 @@ class UnixSchedule:
 
 
 def parse_unix(parts: list[str]) -> UnixSchedule:
-    """Check the 5 upper-case fields of a Unix expression, or one macro.
+    """Check the 5 fields of a Unix expression, or one macro.
 
     :raises CronError: naming the first bad field (or the unknown macro) and how to fix it.
     """
     if len(parts) == 1:
-        expansion = MACROS.get(parts[0])
+        expansion = MACROS.get(parts[0].upper()) if parts[0].isascii() else None
         if expansion is None:
             known = ", ".join(m.lower() for m in MACROS)
-            raise CronError(f"cron macro {parts[0].lower()!r} is not one of {known}")
+            raise CronError(f"cron macro {parts[0]!r} is not one of {known}")
         return parse_unix(expansion.split())
-    check_ascii(FIELDS, parts)
+    parts = check_ascii(FIELDS, parts)
     fields: list[str] = []
     every_day = False
     for name, text in zip(FIELDS, parts, strict=True):

@@ -177,10 +177,13 @@ class PgEndWatch:
     def __init__(self, url: sa.URL) -> None:
         import psycopg
 
-        self._conn: psycopg.Connection[tuple[object, ...]] | None = psycopg.connect(
-            conninfo(url), autocommit=True
-        )
-        self._conn.execute(f"LISTEN {ENDED_CHANNEL}")
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        try:
+            self._conn = psycopg.connect(conninfo(url), autocommit=True, connect_timeout=5)
+            self._conn.execute(f"LISTEN {ENDED_CHANNEL}")
+        except psycopg.Error:
+            log.warning("could not listen for job ends; waiting by reading the job instead")
+            self.close()
 
     def wait(self, seconds: float) -> None:
         import psycopg

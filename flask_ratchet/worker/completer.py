@@ -52,6 +52,7 @@ class Completer(threading.Thread):
         predicate: Callable[[str, Any], bool] | None = None,
         on_events: Callable[[list[Event]], None] = lambda _: None,
         more_coming: Callable[[], bool] = lambda: True,
+        give_up_after: float | None = None,
     ) -> None:
         super().__init__(name="ratchet-completer", daemon=True)
         self._store = store
@@ -63,6 +64,8 @@ class Completer(threading.Thread):
         self._predicate = predicate
         self._on_events = on_events
         self._more_coming = more_coming
+        #: Seconds of failed tries after which a write raises (``None``: it never gives up).
+        self._give_up_after = give_up_after
         self._backlog = 0
         self._count_lock = threading.Lock()
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
@@ -133,6 +136,7 @@ class Completer(threading.Thread):
         """Write ``batch``; ``alone``: set off each job's follow-ups in a savepoint of its own
         (after a first try failed on what a job's end sets off)."""
         delay = 0.05
+        began = time.monotonic()
         while True:
             try:
                 # User code (WHEN predicates) runs before the transaction, never inside it,
@@ -161,6 +165,11 @@ class Completer(threading.Thread):
                         len(batch),
                     )
                     return
+                if (
+                    self._give_up_after is not None
+                    and time.monotonic() - began > self._give_up_after
+                ):
+                    raise
                 log.warning("writing %d outcomes failed; retrying", len(batch), exc_info=True)
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)

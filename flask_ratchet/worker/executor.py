@@ -235,7 +235,7 @@ class Executor:
         """Run one claimed job in the calling thread (the testing kit's in-process runs) and
         return its attempt; the outcome goes to ``report`` as from a job thread."""
         (run,) = self._take([claimed])
-        self._execute(run)
+        self._execute(run, in_caller=True)
         return run
 
     def _take(self, claimed: Sequence[ClaimedJob]) -> list[Run]:
@@ -268,7 +268,7 @@ class Executor:
                 self._runs[run.claimed.job_id] = run
         return runs
 
-    def _execute(self, run: Run) -> None:
+    def _execute(self, run: Run, *, in_caller: bool = False) -> None:
         began = time.monotonic()
         try:
             with self._app.app_context(), run.ctx.bound():
@@ -279,6 +279,8 @@ class Executor:
             self._fail_unexpectedly(run, exc)
         except BaseException:  # never let a pool thread die silently
             log.exception("ratchet worker failed while running job %s", run.claimed.job_id)
+            if in_caller:  # Ctrl-C or exit() in the caller's own thread: theirs to handle
+                raise
         finally:
             took = time.monotonic() - began
             with self._lock:

@@ -23,7 +23,7 @@ from flask import Flask
 from ..api.jobs import claim_due
 from ..context import CaptureHandler, job_logger
 from ..runtime import Runtime, announce
-from ..store.types import ClaimedJob, Finished, Outcome
+from ..store.types import ClaimedJob, Finished, Outcome, Refused
 from .announcer import predicate_evaluator
 from .completer import Completer
 from .executor import Executor
@@ -31,6 +31,8 @@ from .supervision import Supervision
 
 #: The node id in-process runs are claimed under (shown as ``picked_by``).
 NODE_ID = "inline"
+#: How long writing an outcome is retried (the database locked or away) before it raises.
+GIVE_UP_AFTER = 10.0
 
 
 class JobFailed(Exception):
@@ -64,6 +66,11 @@ class InlineRunner(Supervision):
         self._executor: Executor | None = None
         self._completer: Completer | None = None
 
+    def refuse(self, claimed: ClaimedJob, reason: str) -> Refused:
+        """A job of a task this process does not know fails for good at once: there is no
+        other worker here to hand it to."""
+        return Refused(handed_back=False, dead_letter=f"{reason} (run in-process)")
+
     def run(
         self,
         *,
@@ -83,7 +90,7 @@ class InlineRunner(Supervision):
             return []  # a job run here enqueued more: the loop below picks them up
         self._running.active = True
         try:
-            with self._lock, self.app.app_context():
+            with self._lock, self.app.app_context(), self.state.running_inline():
                 return self._drain(queues, limit, retry_delays, raise_errors)
         finally:
             self._running.active = False
@@ -125,6 +132,7 @@ class InlineRunner(Supervision):
             predicate=predicate_evaluator(self.app),
             on_events=lambda events: announce(self.app, events, self.state.wake),
             more_coming=lambda: False,
+            give_up_after=GIVE_UP_AFTER,  # a test fails, rather than hang on a lost database
         )
         # No job threads: run_here runs each job in the calling thread.
         self._executor = Executor(self.app, self.state, self, self._written.append, 0, lambda: None)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus, Priority, events
@@ -17,8 +20,9 @@ from flask_ratchet.testing import (
     refute_enqueued,
     run_jobs,
 )
+from flask_ratchet.worker import coroutines
 from tests.apps import Order, add, charge, create_app, db, fail_until, ratchet, send_mail
-from tests.async_tasks import async_add
+from tests.async_tasks import async_add, async_leaves_a_stubborn_task
 from tests.flow_tasks import broken, step
 from tests.integration.helpers import count
 
@@ -171,3 +175,61 @@ def test_assert_enqueued_matches_arguments_queue_and_options(app: Flask) -> None
     assert [j.args for j in enqueued_jobs(charge)] == [[7], [8]]  # oldest first
     run_jobs(app)
     refute_enqueued(charge)  # ran: no longer PENDING
+
+
+@ratchet.task
+def waits_for_another() -> str:
+    """Waits for a job it enqueued: which can never run while this one runs in-process."""
+    handle = add.enqueue(1, 1)
+    try:
+        handle.wait(timeout=30)
+    except RuntimeError as exc:
+        return str(exc)
+    return "waited"
+
+
+def test_waiting_inside_a_job_run_in_process_is_refused_at_once(app: Flask) -> None:
+    waiter = waits_for_another.enqueue()
+    first, second = run_jobs(app)
+    assert first.id == waiter.id
+    assert first.result.startswith("cannot wait for job") and "run in-process" in first.result
+    assert second.result == 2  # the job it enqueued ran after it
+
+
+def test_an_unknown_task_fails_at_once_in_process(app: Flask) -> None:
+    handle = add.enqueue(1, 2)
+    with db.engine.begin() as conn:
+        key = handle.id if db.engine.dialect.name == "postgresql" else handle.id.hex
+        conn.execute(
+            sa.text("UPDATE ratchet_job SET task = 'gone.module:task' WHERE job_id = :id"),
+            {"id": key},
+        )
+    (ran,) = run_jobs(app)
+    assert ran.status == JobStatus.FAILED and ran.attempts == 1
+    assert "task 'gone.module:task' is not registered" in (ran.error or "")
+    assert "(run in-process)" in (ran.error or "")
+
+
+def test_a_coroutines_stubborn_leftover_task_is_abandoned_with_its_loop(
+    app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(coroutines, "LEFTOVER_GRACE", 0.2)
+    stubborn = async_leaves_a_stubborn_task.enqueue()
+    after = async_add.enqueue(1, 1)
+    with caplog.at_level(logging.WARNING, "flask_ratchet.worker"):
+        ran = run_jobs(app)
+    assert [(j.id, j.status) for j in ran] == [
+        (stubborn.id, JobStatus.SUCCEEDED),
+        (after.id, JobStatus.SUCCEEDED),  # on a new loop
+    ]
+    assert any("did not end 0.2s after they were cancelled" in r.message for r in caplog.records)
+
+
+def test_async_tasks_run_from_code_that_runs_an_event_loop(app: Flask) -> None:
+    handle = async_add.enqueue(3, 4)
+
+    async def an_async_test() -> list[Any]:
+        return run_jobs(app)  # this thread runs a loop: the job's coroutine gets its own
+
+    (ran,) = asyncio.run(an_async_test())
+    assert (ran.id, ran.result["sum"]) == (handle.id, 7)

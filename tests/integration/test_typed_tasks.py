@@ -110,3 +110,12 @@ OTHER = Ratchet()
 
 @OTHER.task
 def elsewhere() -> None: ...
+
+
+def test_another_instances_task_runs_from_an_allowed_module(app: Flask) -> None:
+    # `elsewhere` is a task object of OTHER in this module's namespace, not a plain function.
+    allowed = ("tests.integration.test_typed_tasks",)
+    name = "tests.integration.test_typed_tasks:elsewhere"
+    task = ratchet.registry.for_run(name, allowed)
+    assert task.func is elsewhere.__wrapped__
+    assert ratchet.registry.for_submit(elsewhere, allowed).name == name

@@ -513,6 +513,7 @@ def test_a_transition_day_has_no_duplicates_and_no_invented_fires(
         ("0 0 12 * * ? \u0662\u0660\u0663\u0660", "year field"),
         ("0 0 12 ? * 6#\uff13", "day-of-week field '6#\uff13'"),
         ("0 0 12 L-\uff13 * ?", "day-of-month field 'L-\uff13'"),
+        ("0 0 12 ? * FR\u0131", "day-of-week field 'FR\u0131'"),  # a dotless i upper-cases to I
     ],
 )
 def test_quartz_findings_are_refused_as_quartz_refuses_them(expr: str, names: str) -> None:

@@ -66,6 +66,9 @@ class JobContext:
     params: dict[str, Any]
     #: The job this one ran after (a chain step's previous step), whose result it may read.
     depends_on: uuid.UUID | None = None
+    #: The queue it was submitted to, and the node (worker) running it.
+    queue: str = "default"
+    node: str | None = None
     _supervisor: Supervisor | None = field(default=None, repr=False)
     # A plain flag, not an Event: nothing waits on it, and an Event per job is costly.
     _stopped: bool = field(default=False, repr=False)
@@ -103,7 +106,14 @@ class JobContext:
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
         """A logger whose lines are stored with this attempt (and shown in the console)."""
-        return logging.LoggerAdapter(job_logger, {"job_id": str(self.job_id), "task": self.task})
+        fields = {
+            "job_id": str(self.job_id),
+            "task": self.task,
+            "queue": self.queue,
+            "attempt": self.attempt,
+            "node": self.node,
+        }
+        return logging.LoggerAdapter(job_logger, fields)
 
     def set_progress(
         self, done: float, total: float | None = None, message: str | None = None

@@ -139,6 +139,8 @@ class Finished:
     #: The job's end sets off more work (see :mod:`.flow`); a batch child's batch.
     follow_up: bool = False
     batch_id: uuid.UUID | None = None
+    #: The job's queue (for the worker's log lines about the outcome).
+    queue: str = "default"
 
     @property
     def execution_status(self) -> str | None:

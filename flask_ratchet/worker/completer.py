@@ -33,6 +33,7 @@ from ..facts import Event
 from ..retry import first_line
 from ..store import Store
 from ..store.types import Evaluator, Finished, Outcome, no_predicates
+from .logs import job_fields
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -276,7 +277,7 @@ class Completer(threading.Thread):
         self._announce([reduced], applied, recorded)
 
     def _count(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
-        _log_failures(batch, applied)
+        _log_failures(batch, applied, self._node_id)
         self.written += len(applied)
         lost = [i.job_id for i in batch if i.job_id not in applied]
         if lost:
@@ -288,10 +289,13 @@ class Completer(threading.Thread):
             )
 
 
-def _log_failures(batch: list[Finished], applied: set[uuid.UUID]) -> None:
+def _log_failures(batch: list[Finished], applied: set[uuid.UUID], node: str) -> None:
     """One line per failed attempt written: a retry with its due time, or a job failed for good
-    (the dead-letter queue). Successes stay quiet."""
+    (the dead-letter queue), each with the job's fields. Successes stay quiet."""
     for item in batch:
+        if item.outcome is Outcome.SUCCEEDED:
+            continue  # the common case: no line, no fields to build
+        fields = job_fields(item.job_id, item.task, item.queue, item.attempt, node)
         if item.outcome is Outcome.RETRY and item.job_id in applied:
             due = datetime.now(UTC) + timedelta(seconds=item.delay)
             log.warning(
@@ -301,6 +305,7 @@ def _log_failures(batch: list[Finished], applied: set[uuid.UUID]) -> None:
                 item.attempt,
                 due.isoformat(timespec="seconds"),
                 _headline(item.error),
+                extra=fields,
             )
         elif item.outcome is Outcome.FAILED and item.job_id in applied:
             log.error(
@@ -309,6 +314,7 @@ def _log_failures(batch: list[Finished], applied: set[uuid.UUID]) -> None:
                 item.task,
                 item.attempt,
                 _headline(item.error),
+                extra=fields,
             )
 
 

@@ -46,6 +46,7 @@ from ..runtime import send
 from ..store.types import ClaimedJob, Finished, Outcome, Permit
 from .claimed import read_claimed, retry_decision
 from .coroutines import run_coroutine
+from .logs import job_fields
 from .permits import PERMIT_ERROR_DELAY, PermitGate, WorkerSide
 
 if TYPE_CHECKING:
@@ -252,6 +253,8 @@ class Executor:
                     # fail the poller, which has the rest of the claim in hand.
                     params={},
                     depends_on=job.depends_on,
+                    queue=job.queue,
+                    node=self._supervisor.node_id,
                     _supervisor=self._supervisor,
                     # The claim a moment ago was the first "still mine?" check; the next is due
                     # in a second (so a job that waited long for a thread is checked first).
@@ -410,6 +413,7 @@ class Executor:
             run.claimed.task,
             delay,
             why,
+            extra=claimed_fields(run.claimed, self._supervisor.node_id),
         )
         # Not stored with the job (the context captures the line): a job may be deferred many
         # times over, and the worker's own log has it.
@@ -470,6 +474,7 @@ class Executor:
             logs=run.ctx.take_lines(),
             follow_up=claimed.follow_up,
             batch_id=claimed.batch_id,
+            queue=claimed.queue,
             **fields,
         )
 
@@ -573,4 +578,10 @@ def _not_mine(claimed: ClaimedJob, what: str) -> None:
         "job %s is no longer this worker's (canceled or recovered elsewhere): %s",
         claimed.job_id,
         what,
+        extra=claimed_fields(claimed, None),
     )
+
+
+def claimed_fields(claimed: ClaimedJob, node: str | None) -> dict[str, object]:
+    """The log fields of a claimed job's attempt."""
+    return job_fields(claimed.job_id, claimed.task, claimed.queue, claimed.attempt, node)

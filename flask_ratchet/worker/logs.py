@@ -8,15 +8,23 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-#: Attributes of a record the JSON lines carry when set (a job's logger adds ``job_id`` and
-#: ``task``).
-_EXTRAS = ("job_id", "task")
+#: Attributes of a record the JSON lines carry when set: a job's logger, and the worker's own
+#: lines about a job, add them (see :func:`job_fields`).
+_EXTRAS = ("job_id", "task", "queue", "attempt", "node")
+
+
+def job_fields(
+    job_id: object, task: str, queue: str, attempt: int, node: str | None
+) -> dict[str, object]:
+    """The fields a log line about one job carries (``extra=`` of a logging call)."""
+    return {"job_id": str(job_id), "task": task, "queue": queue, "attempt": attempt, "node": node}
 
 
 class JsonFormatter(logging.Formatter):
     """One JSON object per record: ``time`` (UTC, ISO 8601), ``level``, ``logger``,
-    ``message``, a job's ``job_id`` and ``task`` when the record has them, and ``exception``
-    (the formatted traceback) when there is one."""
+    ``message``; a job's ``job_id``, ``task``, ``queue``, ``attempt`` and ``node`` when the
+    record has them (``attempt`` as a number); and ``exception`` (the formatted traceback)
+    when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -28,7 +36,7 @@ class JsonFormatter(logging.Formatter):
         for name in _EXTRAS:
             value = getattr(record, name, None)
             if value is not None:
-                line[name] = str(value)
+                line[name] = value if isinstance(value, int) else str(value)
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
         return json.dumps(line, ensure_ascii=False)

@@ -37,7 +37,7 @@ from ..maintenance.recurring import start_recurring
 from ..store.types import Finished, NodeInfo, Outcome
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
-from .executor import Executor, Run
+from .executor import Executor, Run, claimed_fields
 from .polling import PollingStrategy
 from .supervision import Supervision
 
@@ -346,6 +346,7 @@ class Worker(Supervision):
                         run.claimed.job_id,
                         run.claimed.task,
                         run.claimed.timeout,
+                        extra=claimed_fields(run.claimed, self.node_id),
                     )
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + CANCEL_SWEEP_EVERY
@@ -369,6 +370,7 @@ class Worker(Supervision):
             log.info(
                 "job %s was canceled while running; its result will be discarded",
                 run.claimed.job_id,
+                extra=claimed_fields(run.claimed, self.node_id),
             )
 
     def _release(self, runs: list[Run]) -> None:

@@ -35,9 +35,23 @@ def test_failures_are_logged_one_json_line_each(app: Flask, workers: Workers) ->
         "RuntimeError: could not process"
     ) in messages
     assert not any(str(quiet) in m for m in messages)  # a success says nothing
-    # A job's own lines carry its id and task.
+    # A job's own lines, and the worker's lines about it, carry the job's fields.
+    node = next(line["node"] for line in lines if "node" in line)
+    assert node.endswith(f":{proc.pid}")
     own = [line for line in lines if line["message"] == "attempt 1"]
-    assert own and own[0]["job_id"] == str(retried) and own[0]["task"] == "tests.apps:fail_until"
+    failed = [line for line in lines if line["message"].startswith(f"job {retried} ")]
+    for line in (*own, *failed):
+        fields = {k: line.get(k) for k in ("job_id", "task", "queue", "attempt", "node")}
+        assert fields == {
+            "job_id": str(retried),
+            "task": "tests.apps:fail_until",
+            "queue": "default",
+            "attempt": 1,
+            "node": node,
+        }, line
+    assert own and failed
+    dead_line = next(line for line in lines if line["message"].startswith(f"job {dead} "))
+    assert (dead_line["attempt"], dead_line["queue"], dead_line["node"]) == (1, "default", node)
 
 
 def test_log_level_warning_hides_the_workers_info_lines(app: Flask, workers: Workers) -> None:

@@ -1,7 +1,7 @@
 """Worker throughput and latency, with a real ``flask ratchet worker`` process.
 
     python -m bench.worker [--pg URL] [--jobs 20000] [--store postgresql|sqlite|both]
-                           [--task sync|async]
+                           [--task sync|async] [--metrics]
 
 - drain: ``--jobs`` no-op jobs (``def``, or ``async def`` with ``--task async``) enqueued in
   bulk, then one worker with ``--burst`` at concurrency 1 and at the default. Reported end to
@@ -85,10 +85,12 @@ def fill(url: str, jobs: int, task: object = noop) -> None:
         db.engine.dispose()
 
 
-def drain(url: str, jobs: int, concurrency: int, task: object = noop) -> tuple[float, float]:
+def drain(
+    url: str, jobs: int, concurrency: int, task: object = noop, extra: tuple[str, ...] = ()
+) -> tuple[float, float]:
     fill(url, jobs, task)
     began = time.perf_counter()
-    proc = worker(url, "--burst", "--concurrency", str(concurrency))
+    proc = worker(url, "--burst", "--concurrency", str(concurrency), *extra)
     assert proc.wait(timeout=1800) == 0
     wall = time.perf_counter() - began
     engine = sa.create_engine(url)
@@ -197,18 +199,23 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=0, help="pending jobs for the RSS figure")
     parser.add_argument("--backlog-seconds", type=float, default=20.0)
     parser.add_argument("--task", choices=["sync", "async"], default="sync")
+    parser.add_argument(
+        "--metrics", action="store_true", help="workers serve Prometheus metrics (port 9464)"
+    )
     args = parser.parse_args()
+    extra = ("--metrics-port", "127.0.0.1:9464") if args.metrics else ()
     task = async_noop if args.task == "async" else noop
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         stores = bench_stores(args.store, args.pg, "ratchet_bench_worker", Path(tmp))
         for label, url in stores:
             for concurrency in (1, 10):
-                rate, wall = drain(url, args.jobs, concurrency, task)
+                rate, wall = drain(url, args.jobs, concurrency, task, extra)
                 rows.append(
                     (
                         label,
-                        f"drain {args.jobs:,} {args.task} no-op jobs, concurrency {concurrency}",
+                        f"drain {args.jobs:,} {args.task} no-op jobs, concurrency {concurrency}"
+                        + (", metrics on" if args.metrics else ""),
                         f"{args.jobs / wall:,.0f} jobs/s end to end ({wall:.1f} s wall; "
                         f"{rate:,.0f} jobs/s over the execution span)",
                     )

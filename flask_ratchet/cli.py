@@ -18,7 +18,7 @@ from flask.cli import AppGroup
 
 from . import migrate, runtime
 from .api import jobs, queues, recurring
-from .config import parse_queues
+from .config import parse_metrics_address, parse_queues
 from .cron import DIALECT_FIELDS, DIALECT_LABELS, CronError, dialect, next_fire_times, zone_info
 from .errors import InvalidOption, SchemaNotReady
 from .ids import job_id_of
@@ -72,6 +72,13 @@ ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.
     show_default=True,
     help="json: one object per line, for log shippers (when the app configured no logging).",
 )
+@click.option(
+    "--metrics-port",
+    default=None,
+    callback=lambda ctx, param, value: _metrics_option(value),
+    help="Serve Prometheus metrics on this port ('9100', or '127.0.0.1:9100'); needs "
+    "flask-ratchet[prometheus] (default RATCHET_METRICS_PORT, else none).",
+)
 def worker(
     concurrency: int | None,
     queues: dict[str, int | None] | None,
@@ -81,6 +88,7 @@ def worker(
     drain_timeout: float | None,
     log_level: str | None,
     log_format: str,
+    metrics_port: tuple[str, int] | None,
 ) -> None:
     """Run jobs until SIGTERM/SIGINT (then drain) or, with --burst, until nothing is due."""
     from .worker import logs
@@ -97,10 +105,18 @@ def worker(
             drain_timeout=drain_timeout,
             queues=queues,
             prefetch=prefetch,
+            metrics_port=metrics_port,
         ).run()
     except SchemaNotReady as exc:
         raise click.ClickException(str(exc)) from None  # one line, exit code 1: no traceback
     sys.exit(code)
+
+
+def _metrics_option(value: str | None) -> tuple[str, int] | None:
+    try:
+        return None if value is None else parse_metrics_address(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _queues_option(value: str | None) -> dict[str, int | None] | None:

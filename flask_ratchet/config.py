@@ -101,6 +101,9 @@ class RatchetConfig:
     #: Circuit breakers by service name (a task's name or its ``service=``); they take
     #: precedence over a task's ``circuit_breaker=``.
     circuit_breakers: dict[str, BreakerSettings] = field(default_factory=dict)
+    #: Where each worker serves Prometheus metrics (``--metrics-port``): ``(host, port)``, from
+    #: ``9100`` or ``"127.0.0.1:9100"``; ``None``: no metrics. Needs the ``prometheus`` extra.
+    metrics_port: tuple[str, int] | None = None
     #: Tests only (``flask_ratchet.testing``): run jobs in the enqueuing process as soon as the
     #: transaction that made them due commits. Allows an in-memory SQLite database.
     eager: bool = False
@@ -153,6 +156,32 @@ def _non_negative_int(key: str, value: Any) -> int:
 
 def _optional_non_negative_int(key: str, value: Any) -> int | None:
     return None if value is None else _non_negative_int(key, value)
+
+
+def parse_metrics_address(value: str | int) -> tuple[str, int]:
+    """Where a worker serves ``/metrics``: ``9100`` (every interface) or ``"127.0.0.1:9100"``.
+
+    :raises ValueError: saying what is wrong and how to write it.
+    """
+    text = str(value).strip() if not isinstance(value, bool) else ""
+    host, colon, port = text.rpartition(":")
+    if not colon:
+        host = ""
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise ValueError(
+            f"{value!r} is not a metrics port: write a port from 1 to 65535 ('9100') or an "
+            "address and a port ('127.0.0.1:9100')"
+        )
+    return host or "0.0.0.0", int(port)
+
+
+def _metrics_address(key: str, value: Any) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    try:
+        return parse_metrics_address(value)
+    except ValueError as exc:
+        raise ConfigError(f"{key}: {exc}") from None
 
 
 def parse_queues(text: str) -> dict[str, int | None]:
@@ -379,6 +408,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "recurring_misfire_threshold": _seconds,
     "resources": _resources,
     "circuit_breakers": _circuit_breakers,
+    "metrics_port": _metrics_address,
     "eager": _bool,
     "eager_raise": _bool,
 }

@@ -22,9 +22,11 @@ ARCHIVE_BATCH = 1000
 def orphan_recovery(
     config: RatchetConfig,
     on_events: Callable[[list[facts.Event]], None] = lambda _: None,
+    on_recovered: Callable[[list[str]], None] = lambda _: None,
 ) -> PeriodicTask:
     """Requeue (or fail) RUNNING jobs of silent nodes; forget nodes silent for long; settle
-    batches left unsettled. ``on_events`` gets the events of what it changed, once committed."""
+    batches left unsettled. ``on_events`` gets the events of what it changed, once committed;
+    ``on_recovered`` the task of each job it took back."""
 
     def run(store: Store, engine: Engine) -> None:
         with store.begin(engine) as conn:
@@ -34,6 +36,9 @@ def orphan_recovery(
             recorded = facts.take(conn)
         if recorded:
             on_events(recorded)
+        taken = [*recovered.requeued, *recovered.failed]
+        if taken:
+            on_recovered([recovered.tasks.get(job_id, "?") for job_id in taken])
         if settled:
             log.warning("settled %d batches whose last child had ended unseen", settled)
         for job_id in recovered.requeued:

@@ -54,6 +54,7 @@ class Completer(threading.Thread):
         on_events: Callable[[list[Event]], None] = lambda _: None,
         more_coming: Callable[[], bool] = lambda: True,
         give_up_after: float | None = None,
+        on_counted: Callable[[list[Finished], set[uuid.UUID]], None] | None = None,
     ) -> None:
         super().__init__(name="ratchet-completer", daemon=True)
         self._store = store
@@ -67,6 +68,8 @@ class Completer(threading.Thread):
         self._more_coming = more_coming
         #: Seconds of failed tries after which a write raises (``None``: it never gives up).
         self._give_up_after = give_up_after
+        #: Told of every batch written, with the ids whose write took effect (metrics).
+        self._on_counted = on_counted
         self._backlog = 0
         self._count_lock = threading.Lock()
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
@@ -278,6 +281,8 @@ class Completer(threading.Thread):
 
     def _count(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
         _log_failures(batch, applied, self._node_id)
+        if self._on_counted is not None:
+            self._on_counted(batch, applied)
         self.written += len(applied)
         lost = [i.job_id for i in batch if i.job_id not in applied]
         if lost:

@@ -19,6 +19,7 @@ import signal
 import socket
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from importlib.metadata import version
 from types import FrameType
@@ -38,6 +39,7 @@ from ..store.types import Finished, NodeInfo, Outcome
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
 from .executor import Executor, Run, claimed_fields
+from .metrics import WorkerMetrics
 from .polling import PollingStrategy
 from .supervision import Supervision
 
@@ -69,6 +71,7 @@ class Worker(Supervision):
         drain_timeout: float | None = None,
         queues: Mapping[str, int | None] | None = None,
         prefetch: int | None = None,
+        metrics_port: tuple[str, int] | None = None,
     ) -> None:
         super().__init__()
         self.app = app
@@ -82,6 +85,9 @@ class Worker(Supervision):
         chosen = config.queues if queues is None else queues
         self.queues = None if chosen is None else dict(chosen)
         self.prefetch = config.prefetch if prefetch is None else prefetch
+        #: Where this worker serves Prometheus metrics; ``None``: it has none.
+        self.metrics_port = config.metrics_port if metrics_port is None else metrics_port
+        self.metrics: WorkerMetrics | None = None
         self.drain_timeout = config.drain_timeout if drain_timeout is None else drain_timeout
         self.stop_event = threading.Event()  # every helper thread ends when this is set
         self._wake = threading.Event()
@@ -150,6 +156,7 @@ class Worker(Supervision):
             on_events=self.announcer.put,
             # The job whose outcome is being written may still count as busy: more than one.
             more_coming=lambda: self.executor.busy > 1,
+            on_counted=self._counted,
         )
         self.executor = Executor(
             self.app,
@@ -160,6 +167,12 @@ class Worker(Supervision):
             self._freed,
             prefetch=self.prefetch,
         )
+        if self.metrics_port is not None:
+            self.metrics = WorkerMetrics(
+                running=lambda: self.executor.busy,
+                capacity=lambda: self.executor.capacity,
+                threads_busy=lambda: self.executor.utilization,
+            )
         info = NodeInfo(
             self.node_id,
             socket.gethostname()[:255],
@@ -202,7 +215,12 @@ class Worker(Supervision):
         self.announcer.start()
         self.completer.start()
         self.heartbeat.start()
-        tasks = [orphan_recovery(self.config, self.announcer.put), retention(self.config)]
+        if self.metrics is not None and self.metrics_port is not None:
+            host, port = self.metrics_port
+            self.metrics.serve(port, host)
+            log.info("metrics served on %s:%d/metrics", host, port)
+        recovery = orphan_recovery(self.config, self.announcer.put, self._recovered)
+        tasks = [recovery, retention(self.config)]
         self.maintenance = Maintenance(
             self.store, self.engine, self.node_id, tasks, self.stop_event
         )
@@ -267,6 +285,9 @@ class Worker(Supervision):
                     # Not the database: most likely a row holding what ratchet never writes.
                     # The worker must go on polling, not end with it.
                     log.exception("claim failed on what it read; polling again later")
+                else:
+                    if self.metrics is not None:
+                        self.metrics.polled(claimed)
                 if claimed:
                     self.executor.submit(claimed)
                     # Hand the GIL to a job thread now: the jobs start before this thread's
@@ -322,6 +343,14 @@ class Worker(Supervision):
         (at most two capacities' worth are claimed and unwritten at any time)."""
         unwritten = max(0, self.completer.backlog - self.executor.capacity)
         return max(0, self.executor.free - unwritten)
+
+    def _counted(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
+        if self.metrics is not None:
+            self.metrics.written(batch, applied)
+
+    def _recovered(self, tasks: list[str]) -> None:
+        if self.metrics is not None:
+            self.metrics.recovered(tasks)
 
     def _written(self) -> None:
         """Outcomes were written: room was made, and whoever waits for a job's end may look."""

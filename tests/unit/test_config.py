@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import sys
 from datetime import timedelta
 
 import pytest
@@ -59,3 +60,23 @@ def test_unknown_key_warns_with_the_closest_one() -> None:
 def test_boost_zero_disables() -> None:
     config = RatchetConfig.from_mapping({"RATCHET_PRIORITY_BOOST_MINUTES": 0})
     assert config.priority_boost_minutes == 0
+
+
+def test_the_metrics_port_takes_a_port_or_an_address() -> None:
+    read = RatchetConfig.from_mapping
+    assert read({}).metrics_port is None
+    assert read({"RATCHET_METRICS_PORT": 9100}).metrics_port == ("0.0.0.0", 9100)
+    assert read({"RATCHET_METRICS_PORT": "127.0.0.1:9100"}).metrics_port == ("127.0.0.1", 9100)
+    for bad in (0, 70000, "abc", "host:", True, "\uff19\uff11\uff10\uff10"):  # full-width
+        with pytest.raises(ConfigError, match=r"RATCHET_METRICS_PORT: .* is not a metrics port"):
+            read({"RATCHET_METRICS_PORT": bad})
+
+
+def test_worker_metrics_without_prometheus_client_say_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from flask_ratchet.worker.metrics import WorkerMetrics
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r'pip install "flask-ratchet\[prometheus\]"'):
+        WorkerMetrics(lambda: 0, lambda: 0, lambda: 0)

@@ -1,0 +1,144 @@
+"""A worker's Prometheus metrics, served on ``--metrics-port`` (``RATCHET_METRICS_PORT``).
+
+Needs ``prometheus_client`` (``pip install "flask-ratchet[prometheus]"``). A worker without a
+port builds none of this: the hooks below are skipped where they are called (``metrics is
+None``), so a worker without metrics pays nothing.
+
+Every series is labelled by task and queue only (never by job id), so their number is bounded by
+the app's tasks and queues. The registry is the worker's own, with the standard process, platform
+and garbage-collector collectors, so a scrape sees this process only.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Collection, Iterable
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigError
+from ..store.types import ClaimedJob, Finished, Outcome
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+#: Run times and queue waits, in seconds: from a millisecond to an hour.
+BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+
+
+class WorkerMetrics:
+    """The counters, histograms and gauges of one worker process."""
+
+    def __init__(
+        self,
+        running: Callable[[], float],
+        capacity: Callable[[], float],
+        threads_busy: Callable[[], float],
+    ) -> None:
+        try:
+            import prometheus_client as prom
+        except ImportError:
+            raise ConfigError(
+                "worker metrics need prometheus_client: pip install "
+                '"flask-ratchet[prometheus]" (or leave RATCHET_METRICS_PORT unset)'
+            ) from None
+        self.registry: CollectorRegistry = prom.CollectorRegistry()
+        prom.ProcessCollector(registry=self.registry)
+        prom.PlatformCollector(registry=self.registry)
+        prom.GCCollector(registry=self.registry)
+        labels = ("task", "queue")
+
+        def counter(name: str, doc: str) -> prom.Counter:
+            return prom.Counter(name, doc, labels, registry=self.registry)
+
+        self._claimed = counter("ratchet_jobs_claimed", "Jobs this worker claimed.")
+        self._succeeded = counter("ratchet_jobs_succeeded", "Attempts that succeeded.")
+        self._failed = counter("ratchet_jobs_failed", "Attempts that failed (retried or not).")
+        self._retried = counter("ratchet_jobs_retried", "Failed attempts that will be retried.")
+        self._dead = counter(
+            "ratchet_jobs_dead_lettered", "Jobs that failed for good (the dead-letter queue)."
+        )
+        self._deferred = counter(
+            "ratchet_jobs_deferred",
+            "Jobs handed back without spending an attempt (breaker, resource, unknown task).",
+        )
+        self._recovered = prom.Counter(
+            "ratchet_jobs_recovered",
+            "RUNNING jobs of silent workers this worker's maintenance took back.",
+            ("task",),
+            registry=self.registry,
+        )
+        self._run_seconds = prom.Histogram(
+            "ratchet_job_run_seconds",
+            "How long attempts ran.",
+            labels,
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self._wait_seconds = prom.Histogram(
+            "ratchet_job_queue_wait_seconds",
+            "From when a job was due to when its attempt started.",
+            labels,
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        prom.Gauge(
+            "ratchet_worker_running_jobs",
+            "Jobs this worker holds: running, or claimed and waiting for a thread.",
+            registry=self.registry,
+        ).set_function(running)
+        prom.Gauge(
+            "ratchet_worker_capacity", "Jobs this worker takes at once.", registry=self.registry
+        ).set_function(capacity)
+        prom.Gauge(
+            "ratchet_worker_threads_busy",
+            "Share of job threads busy (0 to 1).",
+            registry=self.registry,
+        ).set_function(threads_busy)
+        self._last_poll = prom.Gauge(
+            "ratchet_worker_last_poll_timestamp_seconds",
+            "Unix time of this worker's last claim that reached the database.",
+            registry=self.registry,
+        )
+
+    def serve(self, port: int, host: str = "0.0.0.0") -> None:
+        """Serve ``/metrics`` on ``port`` from a daemon thread of prometheus_client's."""
+        from prometheus_client import start_http_server
+
+        start_http_server(port, host, registry=self.registry)
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def polled(self, claimed: Iterable[ClaimedJob]) -> None:
+        """A claim reached the database (``claimed`` may be empty)."""
+        self._last_poll.set(time.time())
+        for job in claimed:
+            self._claimed.labels(job.task, job.queue).inc()
+
+    def written(self, batch: Iterable[Finished], applied: Collection[uuid.UUID]) -> None:
+        """Outcomes were written; ``applied``: the ids whose write took effect."""
+        for item in batch:
+            if item.job_id not in applied:
+                continue
+            labels = (item.task, item.queue)
+            outcome = item.outcome
+            if outcome is Outcome.RELEASE:
+                self._deferred.labels(*labels).inc()
+                continue
+            if item.duration_ms is not None:
+                self._run_seconds.labels(*labels).observe(item.duration_ms / 1000)
+            if item.queue_wait_ms is not None:
+                self._wait_seconds.labels(*labels).observe(item.queue_wait_ms / 1000)
+            if outcome is Outcome.SUCCEEDED:
+                self._succeeded.labels(*labels).inc()
+            elif outcome is Outcome.RETRY:
+                self._failed.labels(*labels).inc()
+                self._retried.labels(*labels).inc()
+            elif outcome is Outcome.FAILED:
+                self._failed.labels(*labels).inc()
+                self._dead.labels(*labels).inc()
+
+    def recovered(self, tasks: Iterable[str]) -> None:
+        """Maintenance took back jobs of silent workers (their tasks, one per job)."""
+        for task in tasks:
+            self._recovered.labels(task).inc()

@@ -8,7 +8,6 @@ module of its noun in :mod:`flask_ratchet.api`.
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -29,8 +28,7 @@ from .api.handles import JobHandle
 from .api.handles import wait as wait_for_job
 from .api.recurring import RecurringJobBuilder, make_recurring_builder
 from .api.submit import JobBuilder, make_builder, submit_jobs
-from .api.tasks import TaskFunction
-from .api.tasks import unwrap as unwrap_task
+from .api.tasks import TaskFunction, task_function
 from .breaker import BreakerSettings
 from .config import RatchetConfig
 from .errors import ConfigError
@@ -45,7 +43,7 @@ from .runtime import Runtime
 from .states import JobStatus
 from .store import check_driver
 from .store.types import ClaimedJob
-from .worker.inline import inline_runner
+from .worker.inline import eager_hook
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -116,10 +114,7 @@ class Ratchet:
         # write lock that creating them needs.
         app.before_request(_ensure_schema)
         if config.eager:  # tests only: jobs run in this process when their enqueue commits
-            runner = inline_runner(app)
-            state.run_inline = functools.partial(
-                runner.run, raise_errors=config.eager_raise, retry_delays=False
-            )
+            state.run_inline = eager_hook(app, raise_errors=config.eager_raise)
         if config.console_url_prefix is not None:
             from .console import blueprint
 
@@ -128,10 +123,7 @@ class Ratchet:
     @property
     def state(self) -> Runtime:
         """The current app's :class:`~flask_ratchet.runtime.Runtime` (needs an app context)."""
-        state = runtime.current()
-        if state.registry is not self.registry:
-            raise RuntimeError("this app was initialised with another Ratchet instance")
-        return state
+        return runtime.current(self.registry)
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -180,13 +172,13 @@ class Ratchet:
         defaults = JobOptions(**validate_options(**options))
 
         def register(f: Callable[P, R]) -> TaskFunction[P, R]:
-            plain = unwrap_task(f)
-            task = self.registry.register(
-                plain, name, defaults, service=service, circuit_breaker=breaker
+            return task_function(
+                self.registry,
+                f,
+                lambda plain: self.registry.register(
+                    plain, name, defaults, service=service, circuit_breaker=breaker
+                ),
             )
-            if f is not plain:  # another instance's task object: it stands for this one too
-                self.registry.register_handle(f, task)
-            return TaskFunction(plain, task, self.registry)
 
         return register(func) if func is not None else register
 
@@ -384,11 +376,7 @@ class Ratchet:
         )
 
         def register(f: Callable[P, R]) -> TaskFunction[P, R]:
-            plain = unwrap_task(f)
-            task = declare(plain)
-            if f is not plain:
-                self.registry.register_handle(f, task)
-            return TaskFunction(plain, task, self.registry)
+            return task_function(self.registry, f, declare)
 
         return register
 

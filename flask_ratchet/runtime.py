@@ -47,10 +47,12 @@ _inline: contextvars.ContextVar[bool] = contextvars.ContextVar("ratchet_inline",
 log = logging.getLogger("flask_ratchet.events")
 
 
-def current() -> Runtime:
-    """The current app's :class:`Runtime`.
+def current(registry: TaskRegistry | None = None, owner: str = "this Ratchet object") -> Runtime:
+    """The current app's :class:`Runtime`; with ``registry``, it must be that registry's (the
+    app was initialised by the ``Ratchet`` object that owns it; ``owner`` names the asker).
 
-    :raises RuntimeError: outside an app context, or in an app ratchet was not registered on.
+    :raises RuntimeError: outside an app context, in an app ratchet was not registered on, or
+        in one another ``Ratchet`` object was registered on.
     """
     try:
         runtime = current_app.extensions["ratchet"]
@@ -60,6 +62,8 @@ def current() -> Runtime:
         ) from None
     except KeyError:
         raise RuntimeError("ratchet.init_app(app) was not called for this app") from None
+    if registry is not None and runtime.registry is not registry:
+        raise RuntimeError(f"{owner} belongs to another Ratchet instance than this app's")
     return runtime  # type: ignore[no-any-return]
 
 

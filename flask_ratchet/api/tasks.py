@@ -88,14 +88,17 @@ class TaskFunction(Generic[P, R]):
         return make_builder(self._state(), self._task.name, args, kwargs, run_at=run_at).submit()
 
     def _state(self) -> Runtime:
-        state = runtime.current()
-        if state.registry is not self._registry:
-            raise RuntimeError(
-                f"task {self._task.name!r} belongs to another Ratchet instance than this app's"
-            )
-        return state
+        return runtime.current(self._registry, f"task {self._task.name!r}")
 
 
-def unwrap(func: Callable[..., Any]) -> Callable[..., Any]:
-    """The plain function behind a :class:`TaskFunction` (for stacked decorators)."""
-    return func.__wrapped__ if isinstance(func, TaskFunction) else func
+def task_function(
+    registry: TaskRegistry, func: Callable[P, R], register: Callable[[Callable[..., Any]], Task]
+) -> TaskFunction[P, R]:
+    """What a task decorator returns: ``register`` is given the plain function (the one behind
+    ``func`` if ``func`` is already a task object, when decorators are stacked or another
+    ``Ratchet`` object registered it first, which then stands for the task here too)."""
+    plain = func.__wrapped__ if isinstance(func, TaskFunction) else func
+    task = register(plain)
+    if func is not plain:
+        registry.register_handle(func, task)
+    return TaskFunction(plain, task, registry)

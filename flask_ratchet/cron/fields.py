@@ -7,6 +7,10 @@ import re
 
 from ..errors import RatchetError
 
+#: The names month and day-of-week fields take, in order (both dialects count from them).
+MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
+DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
+
 #: The separators between fields: ASCII spaces and tabs only. Other Unicode spaces (a no-break
 #: space pasted from a document) stay inside a field, which then names itself as the bad one.
 _SEPARATORS = re.compile(r"[ \t]+")

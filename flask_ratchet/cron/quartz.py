@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import date, datetime
 
-from .fields import check_ascii, fail, is_number, number, values
+from .fields import DAYS, MONTHS, check_ascii, fail, is_number, number, values
 
 __all__ = ["QuartzSchedule", "parse_quartz", "quartz_weekday"]
 
@@ -38,8 +38,6 @@ YEAR_MIN, YEAR_MAX = 1970, 2099
 #: The Gregorian calendar repeats every 400 years: a schedule without a match in that span has none.
 SEARCH_YEARS = 400
 
-MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
-DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 FIELDS = ("second", "minute", "hour", "day-of-month", "month", "day-of-week", "year")
 
 

@@ -32,7 +32,7 @@ from datetime import datetime
 
 from croniter import croniter
 
-from .fields import CronError, check_ascii, fail, values
+from .fields import DAYS, MONTHS, CronError, check_ascii, fail, values
 
 __all__ = ["MACROS", "UnixSchedule", "parse_unix"]
 
@@ -47,8 +47,6 @@ MACROS = {
 }
 
 FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
-MONTHS = ("JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC")
-DAYS = ("SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT")
 #: Each field's range, names and largest step. A step of a whole hour or day (``*/60``,
 #: ``*/24``) is refused, as in Quartz: it reads like "every hour" and means "at minute 0".
 _RANGES: dict[str, tuple[int, int, tuple[str, ...], int]] = {

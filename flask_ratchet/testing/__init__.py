@@ -30,7 +30,6 @@ The pytest plugin (``flask_ratchet.testing.plugin``, registered by the package) 
 
 from __future__ import annotations
 
-import functools
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -43,7 +42,7 @@ from ..errors import JobNotFound
 from ..job import Job
 from ..runtime import Runtime
 from ..states import JobStatus
-from ..worker.inline import InlineRunner, JobFailed, inline_runner
+from ..worker.inline import InlineRunner, JobFailed, eager_hook, inline_runner
 
 __all__ = [
     "JobFailed",
@@ -107,11 +106,10 @@ def eager(app: Flask | None = None, *, raise_errors: bool = True) -> Iterator[In
     """
     target = _app(app)
     state = _state(target)
-    runner = inline_runner(target)
     previous = state.run_inline
-    state.run_inline = functools.partial(runner.run, raise_errors=raise_errors, retry_delays=False)
+    state.run_inline = eager_hook(target, raise_errors=raise_errors)
     try:
-        yield runner
+        yield inline_runner(target)
     finally:
         state.run_inline = previous
 

@@ -46,7 +46,7 @@ from ..runtime import send
 from ..store.types import ClaimedJob, Finished, Outcome, Permit
 from .claimed import read_claimed, retry_decision
 from .coroutines import run_coroutine
-from .logs import job_fields
+from .logs import claimed_fields
 from .permits import PERMIT_ERROR_DELAY, PermitGate, WorkerSide
 
 if TYPE_CHECKING:
@@ -580,8 +580,3 @@ def _not_mine(claimed: ClaimedJob, what: str) -> None:
         what,
         extra=claimed_fields(claimed, None),
     )
-
-
-def claimed_fields(claimed: ClaimedJob, node: str | None) -> dict[str, object]:
-    """The log fields of a claimed job's attempt."""
-    return job_fields(claimed.job_id, claimed.task, claimed.queue, claimed.attempt, node)

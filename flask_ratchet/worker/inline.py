@@ -12,11 +12,12 @@ jobs, and enforce timeouts (there is no watchdog thread: a job that never return
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from flask import Flask
 
@@ -40,14 +41,18 @@ class JobFailed(Exception):
     an error that is no exception of this process (a timeout, an unreadable row)."""
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Ran:
-    """What one in-process run did: the job's id, its outcome, and what it raised (if it did)."""
+    """What one in-process run did: the job's id, the outcome written (``None``: none, it was
+    canceled meanwhile), and what it raised (if it did)."""
 
     job_id: uuid.UUID
-    outcome: Outcome | None  # None: nothing was written (canceled meanwhile)
+    finished: Finished | None
     failure: BaseException | None = None
-    finished: list[Finished] = field(default_factory=list)
+
+    @property
+    def outcome(self) -> Outcome | None:
+        return None if self.finished is None else self.finished.outcome
 
 
 class InlineRunner(Supervision):
@@ -61,7 +66,6 @@ class InlineRunner(Supervision):
         self.config = self.state.config
         self.node_id = NODE_ID
         self._lock = threading.RLock()
-        self._running = threading.local()
         self._written: list[Finished] = []
         self._executor: Executor | None = None
         self._completer: Completer | None = None
@@ -86,14 +90,10 @@ class InlineRunner(Supervision):
         :raises: with ``raise_errors``, the error of the first job that failed for good, after
             its outcome is written (the jobs after it stay due).
         """
-        if getattr(self._running, "active", False):
+        if self.state.in_inline_run():
             return []  # a job run here enqueued more: the loop below picks them up
-        self._running.active = True
-        try:
-            with self._lock, self.app.app_context(), self.state.running_inline():
-                return self._drain(queues, limit, retry_delays, raise_errors)
-        finally:
-            self._running.active = False
+        with self._lock, self.app.app_context(), self.state.running_inline():
+            return self._drain(queues, limit, retry_delays, raise_errors)
 
     def _drain(
         self,
@@ -116,7 +116,7 @@ class InlineRunner(Supervision):
             if raise_errors and done.outcome is Outcome.FAILED:
                 if done.failure is not None:
                     raise done.failure
-                error = done.finished[0].error if done.finished else None
+                error = done.finished.error if done.finished else None
                 raise JobFailed(f"job {done.job_id} failed: {error}")
         return ran
 
@@ -150,8 +150,12 @@ class InlineRunner(Supervision):
         finished, self._written[:] = list(self._written), []
         if finished:
             self._completer.write(finished)
-        outcome = finished[0].outcome if finished else None
-        return Ran(claimed.job_id, outcome, run.failure, finished)
+        return Ran(claimed.job_id, finished[0] if finished else None, run.failure)
+
+
+def eager_hook(app: Flask, *, raise_errors: bool) -> Callable[[], object]:
+    """What eager mode sets as ``Runtime.run_inline``: run what is due now, retries at once."""
+    return functools.partial(inline_runner(app).run, raise_errors=raise_errors, retry_delays=False)
 
 
 def inline_runner(app: Flask) -> InlineRunner:

@@ -8,6 +8,8 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from ..store.types import ClaimedJob
+
 #: Attributes of a record the JSON lines carry when set: a job's logger, and the worker's own
 #: lines about a job, add them (see :func:`job_fields`).
 _EXTRAS = ("job_id", "task", "queue", "attempt", "node")
@@ -18,6 +20,11 @@ def job_fields(
 ) -> dict[str, object]:
     """The fields a log line about one job carries (``extra=`` of a logging call)."""
     return {"job_id": str(job_id), "task": task, "queue": queue, "attempt": attempt, "node": node}
+
+
+def claimed_fields(claimed: ClaimedJob, node: str | None) -> dict[str, object]:
+    """The log fields of a claimed job's attempt."""
+    return job_fields(claimed.job_id, claimed.task, claimed.queue, claimed.attempt, node)
 
 
 class JsonFormatter(logging.Formatter):

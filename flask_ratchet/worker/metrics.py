@@ -68,19 +68,13 @@ class WorkerMetrics:
             ("task",),
             registry=self.registry,
         )
-        self._run_seconds = prom.Histogram(
-            "ratchet_job_run_seconds",
-            "How long attempts ran.",
-            labels,
-            buckets=BUCKETS,
-            registry=self.registry,
-        )
-        self._wait_seconds = prom.Histogram(
-            "ratchet_job_queue_wait_seconds",
-            "From when a job was due to when its attempt started.",
-            labels,
-            buckets=BUCKETS,
-            registry=self.registry,
+
+        def histogram(name: str, doc: str) -> prom.Histogram:
+            return prom.Histogram(name, doc, labels, buckets=BUCKETS, registry=self.registry)
+
+        self._run_seconds = histogram("ratchet_job_run_seconds", "How long attempts ran.")
+        self._wait_seconds = histogram(
+            "ratchet_job_queue_wait_seconds", "From when a job was due to when its attempt started."
         )
         prom.Gauge(
             "ratchet_worker_running_jobs",

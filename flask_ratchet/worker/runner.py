@@ -38,7 +38,8 @@ from ..maintenance.recurring import start_recurring
 from ..store.types import Finished, NodeInfo, Outcome
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
-from .executor import Executor, Run, claimed_fields
+from .executor import Executor, Run
+from .logs import claimed_fields
 from .metrics import WorkerMetrics
 from .polling import PollingStrategy
 from .supervision import Supervision

@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import RatchetConfig
 from ..store.types import ClaimedJob, Refused
-from .logs import job_fields
+from .logs import claimed_fields
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -69,9 +69,7 @@ class Supervision:
                 claimed.task,
                 reason,
                 grace,
-                extra=job_fields(
-                    claimed.job_id, claimed.task, claimed.queue, claimed.attempt, self.node_id
-                ),
+                extra=claimed_fields(claimed, self.node_id),
             )
         return refused
 

@@ -340,6 +340,7 @@ def pages(url: str) -> list[tuple[str, str]]:
         ("dead letters", "/ratchet/dead-letters"),
         ("nodes", "/ratchet/nodes"),
         ("queues", "/ratchet/queues"),
+        ("cluster metrics (Prometheus)", "/ratchet/metrics"),
         ("jobs, queue", "/ratchet/jobs?queue=reports"),
         ("jobs, queue default (primary key)", "/ratchet/jobs?queue=default"),
         ("jobs, FAILED, queue", "/ratchet/jobs?status=FAILED&queue=mail"),

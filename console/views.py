@@ -20,6 +20,7 @@ from . import (
     actions,
     error_pages,
     filters,
+    metrics,
     pages,
     present,
     queue_actions,
@@ -144,6 +145,7 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/jobs/<job_id>", "job", pages.job_detail)
     bp.add_url_rule("/dead-letters", "dead_letters", pages.dead_letters)
     bp.add_url_rule("/nodes", "nodes", pages.nodes)
+    bp.add_url_rule("/metrics", "metrics", metrics.metrics)
     bp.add_url_rule("/queues", "queues", queue_pages.queues)
     bp.add_url_rule("/recurring", "recurring", pages.recurring)
     bp.add_url_rule("/recurring/cancel", "confirm_recurring_cancel", pages.recurring_cancel)

@@ -71,9 +71,9 @@ def queues(conn: Connection, store: Queues, now: datetime) -> QueuesReport:
             QueueRow(
                 name=name,
                 paused=bool(state is not None and state.paused),
-                pending=_capped(conn, _live(name, JobStatus.PENDING)),
-                running=_count(conn, _live(name, JobStatus.RUNNING)),
-                dead_letters=_capped(conn, _dead_letters(name)),
+                pending=capped(conn, live_jobs(name, JobStatus.PENDING)),
+                running=_count(conn, live_jobs(name, JobStatus.RUNNING)),
+                dead_letters=capped(conn, _dead_letters(name)),
                 succeeded_last_hour=ok,
                 failed_last_hour=failed,
                 oldest_due_wait=oldest_due_age(conn, now, name),
@@ -95,7 +95,8 @@ def queue_names(conn: Connection, store: Queues, states: Collection[str]) -> tup
     return ordered[:MAX_QUEUES], len(ordered) > MAX_QUEUES
 
 
-def _live(name: str, status: JobStatus) -> sa.Select[Any]:
+def live_jobs(name: str, status: JobStatus) -> sa.Select[Any]:
+    """Queue ``name``'s hot rows in ``status``, to count."""
     return sa.select(sa.literal(1)).where(
         job_queue.c.status == const(status), job_queue.c.queue == name
     )
@@ -114,7 +115,8 @@ def _count(conn: Connection, rows: sa.Select[Any]) -> int:
     return int(conn.execute(sa.select(sa.func.count()).select_from(rows.subquery())).scalar_one())
 
 
-def _capped(conn: Connection, rows: sa.Select[Any]) -> Count:
+def capped(conn: Connection, rows: sa.Select[Any]) -> Count:
+    """How many ``rows`` there are, counting no further than :data:`COUNT_CAP` + 1."""
     n = _count(conn, rows.limit(COUNT_CAP + 1))
     return Count(n) if n <= COUNT_CAP else Count(COUNT_CAP, exact=False)
 

@@ -1,0 +1,101 @@
+"""The whole cluster's figures for a metrics scrape: jobs per status, per queue its pending and
+due jobs, oldest due job and pause, the dead letters, the live nodes and the running batches.
+
+One scrape sees every worker and every queue however many processes run, because it reads the
+database, not a process. Every figure is bounded like the console's pages: counts are exact up
+to :data:`~.jobs.COUNT_CAP` (past it, PostgreSQL's estimate for a status, the cap for a queue),
+queue names come from index probes (at most :data:`~.queues.MAX_QUEUES`), the oldest due job is
+one index probe per priority, and running batches are looked for among the newest
+:data:`~.batches.BATCH_WINDOW`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from flask_ratchet.schema import batch, job_queue, node
+from flask_ratchet.states import JobStatus
+from flask_ratchet.store.dialect import Dialect
+from flask_ratchet.store.health import oldest_due_age
+from flask_ratchet.store.queues import Queues
+
+from .batches import BATCH_WINDOW
+from .jobs import Count
+from .overview import status_counts
+from .queues import capped, live_jobs, queue_names
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFigures:
+    """One queue's live figures."""
+
+    name: str
+    pending: Count
+    due: Count
+    #: Seconds the oldest due job has waited; 0 when none is due.
+    oldest_due_age: float
+    paused: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterFigures:
+    """Everything one scrape reports."""
+
+    jobs: dict[JobStatus, Count]
+    queues: list[QueueFigures]
+    #: More queues exist than the scrape lists.
+    queues_truncated: bool
+    live_nodes: int
+    running_batches: int
+
+
+def cluster_figures(
+    conn: Connection, dialect: Dialect, queues: Queues, now: datetime, live_after: float
+) -> ClusterFigures:
+    """The cluster's figures; ``now`` is the database's time, ``live_after`` the seconds since
+    its last heartbeat within which a node counts as live."""
+    states = queues.states(conn)
+    names, truncated = queue_names(conn, queues, states)
+    rows = []
+    for name in names:
+        state = states.get(name)
+        pending = live_jobs(name, JobStatus.PENDING)
+        rows.append(
+            QueueFigures(
+                name=name,
+                pending=capped(conn, pending),
+                due=capped(conn, pending.where(job_queue.c.scheduled_time <= now)),
+                oldest_due_age=oldest_due_age(conn, now, name) or 0.0,
+                paused=bool(state is not None and state.paused),
+            )
+        )
+    return ClusterFigures(
+        jobs=status_counts(conn, dialect),
+        queues=rows,
+        queues_truncated=truncated,
+        live_nodes=_live_nodes(conn, now, live_after),
+        running_batches=_running_batches(conn),
+    )
+
+
+def _live_nodes(conn: Connection, now: datetime, live_after: float) -> int:
+    since = now - timedelta(seconds=live_after)
+    stmt = sa.select(sa.func.count()).where(node.c.last_heartbeat >= since)
+    return int(conn.execute(stmt).scalar_one())
+
+
+def _running_batches(conn: Connection) -> int:
+    """Batches not finished among the newest :data:`BATCH_WINDOW` (as the batches page walks
+    them): a batch older than that still running is not counted."""
+    newest = (
+        sa.select(batch.c.finished_at)
+        .order_by(batch.c.batch_id.desc())
+        .limit(BATCH_WINDOW)
+        .subquery()
+    )
+    stmt = sa.select(sa.func.count()).select_from(newest).where(newest.c.finished_at.is_(None))
+    return int(conn.execute(stmt).scalar_one())

@@ -310,6 +310,9 @@ def pages(url: str) -> list[tuple[str, str]]:
     engine.dispose()
     return [
         ("overview", "/ratchet/"),
+        ("overview, last 15 minutes", "/ratchet/?window=15m"),
+        ("overview, last 24 hours", "/ratchet/?window=24h"),
+        ("alarms (every page's header)", "/ratchet/alarms"),
         ("jobs", "/ratchet/jobs"),
         ("jobs, page after a cursor", f"/ratchet/jobs?cursor=n.{old}"),
         ("jobs, 200 a page", "/ratchet/jobs?size=200"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from flask import abort, render_template, request, url_for
+from flask import abort, g, render_template, request, url_for
 from sqlalchemy.engine import Connection
 
 from flask_ratchet import runtime
@@ -27,6 +27,7 @@ from flask_ratchet.store import health
 
 from . import filters
 from .present import chart
+from .reads import alarms as alarm_reads
 from .reads import batches as flows
 from .reads import dead_letters as dead_letter_reads
 from .reads import job_detail as job_reads
@@ -52,12 +53,15 @@ def live_after(s: Runtime) -> float:
 
 
 def overview() -> str:
-    """Counts per status, the last hour's throughput, queue health, nodes and recent actions."""
+    """Counts per status, executions over the chosen window (``?window=15m|1h|24h``, default
+    the last hour), queue health, nodes and recent actions."""
+    chosen = filters.one_of("window", request.args.get("window"), tuple(overview_reads.WINDOWS))
+    window = overview_reads.WINDOWS[chosen] if chosen else overview_reads.DEFAULT_WINDOW
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
         counts = overview_reads.status_counts(conn, s.store.dialect)
-        minutes = overview_reads.throughput(conn, s.store.dialect, now)
+        buckets = overview_reads.throughput(conn, s.store.dialect, now, window)
         oldest = health.oldest_due_age(conn, now)
         p95 = health.p95_queue_wait(conn, now)
         nodes = node_rows.nodes(conn, now)
@@ -65,13 +69,33 @@ def overview() -> str:
     return render_template(
         "ratchet/overview.html",
         counts=counts,
-        chart=chart(minutes),
+        chart=chart(buckets, window),
+        window=window,
+        windows=overview_reads.WINDOWS,
+        # The default window keeps the plain URL, so the refresh asks for what is on screen.
+        window_arg=None if window == overview_reads.DEFAULT_WINDOW else window.key,
         oldest=oldest,
         p95=p95,
         nodes=[n for n in nodes if n.heartbeat_age <= live_after(s)],
         audit=audit,
         now=now,
     )
+
+
+def alarms() -> str:
+    """The header's alarms alone: what every page's alarm strip refreshes itself from."""
+    return render_template("ratchet/_alarms.html", alarms=header_alarms())
+
+
+def header_alarms() -> alarm_reads.Alarms | None:
+    """The alarms of the page being drawn, for the layout's header; None for a request the
+    guard has not let in (its error page reads nothing)."""
+    if g.get("ratchet_role") is None:
+        return None
+    s = state()
+    with s.connection() as conn:
+        now = s.store.now(conn)
+        return alarm_reads.alarms(conn, now, live_after(s), s.config.alarm_due_after)
 
 
 def jobs() -> str:

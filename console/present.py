@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -25,7 +25,7 @@ from flask_ratchet.retry import sanitize
 
 from .reads.batches import WaitsOn
 from .reads.jobs import Count
-from .reads.overview import Minute
+from .reads.overview import Bucket, Window
 from .reads.resources import WAITING_CAP, Waiting
 
 # The masking rules (MASK, masked, mentions_secret, secret_key, imported above) live in the
@@ -120,7 +120,7 @@ def first_line(text: str | None, limit: int = 120) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Bar:
-    """One minute of the throughput chart, in SVG user units."""
+    """One bar of the throughput chart, in SVG user units."""
 
     x: float
     width: float
@@ -132,49 +132,126 @@ class Bar:
 
 
 @dataclass(frozen=True, slots=True)
+class Tick:
+    """A value on the chart's y axis, with its gridline's height in SVG user units."""
+
+    value: int
+    y: float
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLabel:
+    """A time under the bars, at the left edge of the bar that starts then."""
+
+    x: float
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class Chart:
-    """A stacked bar chart of executions per minute, drawn by ``_chart.html`` as SVG."""
+    """Stacked bars of executions over a window, drawn by ``overview.html`` as SVG: a y axis of
+    round values with gridlines on the left, the plot from :attr:`left` to :attr:`width` and
+    from :attr:`top` to :attr:`bottom`, times under it."""
 
     width: int
     height: int
+    left: int
+    top: int
     bars: list[Bar]
+    ticks: list[Tick]
+    times: list[TimeLabel]
     peak: int
     total_ok: int
     total_failed: int
-    first: str
-    last: str
+    #: What one bar covers: "minute", "30 minutes".
+    per: str
+
+    @property
+    def bottom(self) -> int:
+        return self.top + self.height
 
 
-def chart(minutes: list[Minute], width: int = 720, height: int = 140) -> Chart:
-    """Lay out ``minutes`` as stacked bars (succeeded below, failed on top), scaled to the peak."""
-    peak = max((m.succeeded + m.failed for m in minutes), default=0)
-    scale = (height - 4) / peak if peak else 0.0
-    step = width / max(len(minutes), 1)
+#: Room left of the plot for the y axis's labels, and above it for half of the top one.
+CHART_LEFT = 36
+CHART_TOP = 6
+
+
+def chart(buckets: list[Bucket], window: Window, width: int = 720, height: int = 140) -> Chart:
+    """Lay out ``buckets`` as stacked bars (succeeded below, failed on top), scaled to the top
+    of a y axis of round values (:func:`axis`), with a time under every bar that starts on a
+    multiple of ``window.label_every`` minutes since midnight UTC."""
+    peak = max((b.succeeded + b.failed for b in buckets), default=0)
+    ticks_at = axis(peak)
+    scale = height / ticks_at[-1]
+    bottom = CHART_TOP + height
+    step = (width - CHART_LEFT) / max(len(buckets), 1)
     bars = []
-    for i, m in enumerate(minutes):
-        ok_h = m.succeeded * scale
-        bad_h = m.failed * scale
+    times = []
+    for i, b in enumerate(buckets):
+        ok_h = b.succeeded * scale
+        bad_h = b.failed * scale
+        x = CHART_LEFT + i * step
         bars.append(
             Bar(
-                x=round(i * step + 1, 2),
+                x=round(x + 1, 2),
                 width=round(max(step - 2, 1), 2),
-                ok_y=round(height - ok_h, 2),
+                ok_y=round(bottom - ok_h, 2),
                 ok_height=round(ok_h, 2),
-                failed_y=round(height - ok_h - bad_h, 2),
+                failed_y=round(bottom - ok_h - bad_h, 2),
                 failed_height=round(bad_h, 2),
-                label=f"{m.start:%H:%M}: {m.succeeded} succeeded, {m.failed} failed",
+                label=f"{_span(b)}: {b.succeeded:,} succeeded, {b.failed:,} failed",
             )
         )
+        if (b.start.hour * 60 + b.start.minute) % window.label_every == 0:
+            times.append(TimeLabel(round(x, 2), f"{b.start:%H:%M}"))
     return Chart(
         width=width,
         height=height,
+        left=CHART_LEFT,
+        top=CHART_TOP,
         bars=bars,
+        ticks=[Tick(v, round(bottom - v * scale, 2), _tick_label(v)) for v in ticks_at],
+        times=times,
         peak=peak,
-        total_ok=sum(m.succeeded for m in minutes),
-        total_failed=sum(m.failed for m in minutes),
-        first=f"{minutes[0].start:%H:%M}" if minutes else "",
-        last=f"{minutes[-1].start:%H:%M}" if minutes else "",
+        total_ok=sum(b.succeeded for b in buckets),
+        total_failed=sum(b.failed for b in buckets),
+        per="minute" if window.bucket == 1 else f"{window.bucket} minutes",
     )
+
+
+def axis(peak: int) -> list[int]:
+    """The y axis's values for bars up to ``peak``: from 0 in a round step (1, 2 or 5 times a
+    power of ten) that reaches ``peak`` in at most five steps; ``[0, 1]`` when there is nothing.
+
+    >>> axis(7)
+    [0, 2, 4, 6, 8]
+    """
+    magnitude = 1
+    while True:
+        for m in (1, 2, 5):
+            step = m * magnitude
+            if peak <= 5 * step:
+                top = max(-(-peak // step), 1) * step
+                return list(range(0, top + 1, step))
+        magnitude *= 10
+
+
+def _tick_label(value: int) -> str:
+    """``800``, ``5,000``, ``20k``, ``1.5M``: short enough for the axis's margin."""
+    if value >= 1_000_000:
+        return f"{value / 1_000_000:g}M"
+    if value >= 10_000:
+        return f"{value / 1000:g}k"
+    return f"{value:,}"
+
+
+def _span(bucket: Bucket) -> str:
+    """``10:23``; for a bar wider than a minute, its start and end joined by an en dash."""
+    if bucket.minutes == 1:
+        return f"{bucket.start:%H:%M}"
+    end = bucket.start + timedelta(minutes=bucket.minutes)
+    return f"{bucket.start:%H:%M}\N{EN DASH}{end:%H:%M}"
 
 
 def in_zone(value: datetime | None, zone: str) -> str:

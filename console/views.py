@@ -61,6 +61,8 @@ def _template_globals() -> dict[str, Any]:
         "changed_event": CHANGED_EVENT,
         "list_url": pages.list_url,
         "page_url": pages.page_url,
+        # Called by the layout alone, so a fragment or a notice never reads the alarms.
+        "header_alarms": pages.header_alarms,
     }
 
 
@@ -140,6 +142,7 @@ def register(bp: Blueprint) -> None:
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
 
     bp.add_url_rule("/", "overview", pages.overview)
+    bp.add_url_rule("/alarms", "alarms", pages.alarms)
     bp.add_url_rule("/jobs", "jobs", pages.jobs)
     bp.add_url_rule("/jobs/new-count", "jobs_new", pages.jobs_new)
     bp.add_url_rule("/jobs/<job_id>", "job", pages.job_detail)

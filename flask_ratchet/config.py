@@ -42,6 +42,8 @@ class RatchetConfig:
     #: Origins (``https://ops.example.com``) the console accepts changes from; empty: the
     #: request's own scheme and host.
     console_origins: tuple[str, ...] = ()
+    #: The console raises an alarm once the oldest due job has waited this long.
+    alarm_due_after: float = 300.0
     #: Largest encoded arguments, params or result, in bytes.
     max_payload_bytes: int = 100 * 1024
     #: Minutes of waiting that raise a job's effective priority by one level; 0 disables.
@@ -381,6 +383,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "console_auth": _callable_or_none,
     "console_url_prefix": _prefix_or_none,
     "console_origins": _origin_list,
+    "alarm_due_after": _seconds,
     "max_payload_bytes": _positive_int,
     "priority_boost_minutes": _non_negative_int,
     "auto_create": _optional_bool,

@@ -1,9 +1,10 @@
 """The console's summaries, in SQLAlchemy Core for both dialects: the overview's figures (jobs
-per status, executions per minute, queue health, nodes, recent actions), a job's extras for its
-page, and the dead-letter groups.
+per status, executions over the chart's window, queue health, nodes, recent actions), a job's
+extras for its page, and the dead-letter groups.
 
 Like the job lists (:mod:`.jobs`), every query is bounded: counts stop at a cap and
-are estimated past it on PostgreSQL, and time series and percentiles read only the last hour.
+are estimated past it on PostgreSQL, and time series and percentiles read only a bounded span
+of time (the chart's window: at most a day; percentiles: the last hour).
 """
 
 from __future__ import annotations
@@ -54,19 +55,64 @@ ESTIMATE_ONLY_AFTER = 5
 
 
 @dataclass(frozen=True, slots=True)
-class Minute:
-    """Executions that started in one minute, by outcome."""
+class Window:
+    """A span the overview's chart shows: how far back it reads and how wide each bar is."""
+
+    #: As the ``window`` parameter spells it: ``15m``, ``1h``, ``24h``.
+    key: str
+    #: As a heading says it: "last hour"; and as its link does: "1 hour".
+    title: str
+    label: str
+    minutes: int
+    #: Minutes per bar; bars start on multiples of it since midnight UTC.
+    bucket: int
+    #: Minutes between the time labels under the bars (on multiples of it since midnight).
+    label_every: int
+    #: Seconds between refreshes of the overview while it shows this window: the 24-hour read
+    #: is the heaviest, and its bars are half an hour wide.
+    refresh: int
+
+    @property
+    def bars(self) -> int:
+        return self.minutes // self.bucket
+
+
+#: The chart's windows, by ``window`` parameter.
+WINDOWS = {
+    w.key: w
+    for w in (
+        Window("15m", "last 15 minutes", "15 minutes", 15, 1, 5, 5),
+        Window("1h", "last hour", "1 hour", 60, 1, 15, 5),
+        Window("24h", "last 24 hours", "24 hours", 24 * 60, 30, 6 * 60, 30),
+    )
+}
+DEFAULT_WINDOW = WINDOWS["1h"]
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    """Executions (attempts) that started within one bar of the chart, by outcome."""
 
     start: datetime
+    minutes: int
     succeeded: int
     failed: int
 
 
 def throughput(
-    conn: Connection, dialect: Dialect, now: datetime, minutes: int = 60
-) -> list[Minute]:
-    """Executions per minute over the last ``minutes`` minutes, oldest first, gaps filled."""
-    start = now.replace(second=0, microsecond=0) - timedelta(minutes=minutes - 1)
+    conn: Connection, dialect: Dialect, now: datetime, window: Window = DEFAULT_WINDOW
+) -> list[Bucket]:
+    """Executions per bar of ``window`` up to ``now``, oldest first, gaps filled.
+
+    Executions are grouped by the minute they started in the database (at most one row per
+    minute of the window comes back: 1,440 for a day), then summed into bars here, so both
+    dialects need only ``minute_of``. Bounded by time, not by rows: the window's executions are
+    read on the ``started_at`` index.
+    """
+    step = window.bucket
+    minute = now.replace(second=0, microsecond=0)
+    current = minute - timedelta(minutes=(minute.hour * 60 + minute.minute) % step)
+    start = current - timedelta(minutes=step * (window.bars - 1))
     bucket = dialect.minute_of(execution.c.started_at)
     failed = sa.case((execution.c.status == JobStatus.FAILED, 1), else_=0)
     rows = conn.execute(
@@ -74,16 +120,16 @@ def throughput(
         .where(execution.c.started_at >= start)
         .group_by(bucket)
     ).all()
-    seen: dict[datetime, tuple[int, int]] = {}
-    for minute, total, fails in rows:
-        when = aware(minute)
-        seen[when] = (int(total) - int(fails or 0), int(fails or 0))
-    out = []
-    for i in range(minutes):
-        at = start + timedelta(minutes=i)
-        ok, bad = seen.get(at, (0, 0))
-        out.append(Minute(at, ok, bad))
-    return out
+    totals = [[0, 0] for _ in range(window.bars)]
+    for at, total, fails in rows:
+        i = int((aware(at) - start).total_seconds() // 60) // step
+        if 0 <= i < window.bars:  # a start time ahead of the database's clock is left out
+            totals[i][0] += int(total) - int(fails or 0)
+            totals[i][1] += int(fails or 0)
+    return [
+        Bucket(start + timedelta(minutes=i * step), step, ok, bad)
+        for i, (ok, bad) in enumerate(totals)
+    ]
 
 
 def recent_audit(conn: Connection, limit: int = 10) -> list[Any]:

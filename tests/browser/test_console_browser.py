@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,7 @@ from selenium.common.exceptions import NoSuchElementException, StaleElementRefer
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select
 from werkzeug.serving import BaseWSGIServer, make_server
 
@@ -311,3 +313,135 @@ def test_operator_retries_a_failed_job_in_the_browser(
     assert csp_violations(browser) == []
     shoot(browser, shots, "17-queue-paused")
     assert worker.poll() is None, workers.output(worker)
+
+
+def alarms_shown(driver: WebDriver) -> dict[str, str]:
+    """The alarms in the page's header strip, by ``data-alarm``; {} while htmx swaps it."""
+    try:
+        return {
+            str(item.get_attribute("data-alarm")): str(item.text)
+            for item in driver.find_elements(By.CSS_SELECTOR, "#alarms li.alarm")
+        }
+    except StaleElementReferenceException:
+        return {}
+
+
+def test_the_header_raises_each_alarm_live_and_the_overview_charts_attempts(
+    browser: WebDriver, live: LiveServer, workers: Workers, dialect: str
+) -> None:
+    """No worker while a job is due, a job due too long, a paused queue and a job that failed
+    for good: each appears in the header of a page other than the overview as its strip
+    refreshes itself, and goes once it no longer holds. Then the overview's chart: its y
+    axis, its legend and its windows."""
+    app = live.app
+    shots = SHOTS / dialect / "alarms"
+    if shots.exists():
+        shutil.rmtree(shots)
+    browser.get(live.url + "/jobs")
+    assert browser.title == "Jobs · Ratchet"
+    assert alarms_shown(browser) == {}  # nothing is wrong yet: an empty strip
+
+    # A job due ten minutes ago (over the 5-minute threshold) with no worker, and a paused
+    # queue: the open page's strip says so at its next refresh, without a reload.
+    with app.app_context():
+        late = ratchet.schedule_at(
+            datetime.now(UTC) - timedelta(minutes=10), refuse, "card declined"
+        ).submit()
+        ratchet.pause_queue("reports")
+    wait_until(
+        lambda: alarms_shown(browser).keys() == {"no-live-worker", "overdue", "paused"},
+        20,
+        "the jobs page's header to raise three alarms",
+    )
+    shown = alarms_shown(browser)
+    assert "No live worker while jobs are due" in shown["no-live-worker"]
+    assert re.search(r"oldest due job \(queue default\) has waited 10 m \d\d s", shown["overdue"])
+    assert "longer than 5 m 00 s" in shown["overdue"]
+    assert "Queue paused: reports; no worker takes its jobs." in shown["paused"]
+    assert browser.current_url == live.url + "/jobs"  # refreshed in place
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "01-jobs-alarms")
+
+    # Each alarm links to the page that shows it: the oldest due job, and the queues.
+    browser.find_element(By.CSS_SELECTOR, '[data-alarm="overdue"] a:not(.go)').click()
+    wait_until(lambda: browser.current_url.endswith(f"/jobs/{late.id}"), 10, "the late job")
+    assert text_of(browser, "h1 .pill") == "PENDING"
+    assert alarms_shown(browser).keys() == {"no-live-worker", "overdue", "paused"}
+    browser.find_element(By.CSS_SELECTOR, '[data-alarm="paused"] a.go').click()
+    wait_until(lambda: browser.title == "Queues · Ratchet", 10, "the queues page")
+    assert text_of(browser, 'tr[data-queue="reports"] .pill') == "paused"
+
+    # A worker starts and runs the late job, which fails for good: the worker and wait alarms
+    # go, the dead-letter alarm comes.
+    worker = workers.start("--concurrency", "2")
+    wait_until(
+        lambda: alarms_shown(browser).keys() == {"paused", "dead-letters"},
+        40,
+        "the queues page's header to show the worker's run",
+    )
+    assert (
+        "Dead letters growing: 1 job failed for good in the last 15 minutes."
+        in alarms_shown(browser)["dead-letters"]
+    )
+    assert status_of(app, late.id) == JobStatus.FAILED
+    shoot(browser, shots, "02-queues-alarms")
+    browser.find_element(By.CSS_SELECTOR, '[data-alarm="dead-letters"] a.go').click()
+    wait_until(lambda: browser.title == "Dead letters · Ratchet", 10, "the dead letters page")
+    assert "could not process" in browser.find_element(By.TAG_NAME, "main").text
+    assert alarms_shown(browser).keys() == {"paused", "dead-letters"}
+
+    # Resumed through the console's own button: the strip refreshes at once (the page's
+    # "changed" event), not only at its next tick.
+    browser.get(live.url + "/queues")
+    browser.find_element(
+        By.CSS_SELECTOR, 'tr[data-queue="reports"] button[data-action="resume"]'
+    ).click()
+    wait_until(
+        lambda: alarms_shown(browser).keys() == {"dead-letters"}, 10, "the paused alarm to go"
+    )
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "03-queue-resumed")
+
+    # The overview: a y axis of round values with gridlines, a legend of attempts, windows.
+    browser.get(live.url + "/")
+    assert alarms_shown(browser).keys() == {"dead-letters"}  # the overview's header too
+    assert "resume-queue queue reports" in text_of(browser, "table.compact")
+    heading = text_of(browser, ".chart-panel h2")
+    assert heading.startswith("Executions, last hour") and "1 failed" in heading, heading
+    ticks = [t.text for t in browser.find_elements(By.CSS_SELECTOR, "svg.chart g.tick text")]
+    assert ticks == ["0", "1"], ticks
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart line.grid")) == 1
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart g.bar")) == 60
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.chart rect.failed")
+    assert browser.find_elements(By.CSS_SELECTOR, "svg.chart g.time text")
+    legend = text_of(browser, ".chart-panel .legend")
+    assert "succeeded attempts" in legend and "failed attempts" in legend
+    assert "Executions, not jobs" in legend and "Times in UTC" in legend
+    shoot(browser, shots, "04-overview-hour")
+    browser.find_element(By.CSS_SELECTOR, '.windows a[data-window="24h"]').click()
+    wait_until(lambda: browser.current_url.endswith("/?window=24h"), 10, "the 24-hour chart")
+    assert text_of(browser, ".chart-panel h2").startswith("Executions, last 24 hours")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart g.bar")) == 48
+    current = browser.find_element(By.CSS_SELECTOR, '.windows a[aria-current="true"]')
+    assert current.get_attribute("data-window") == "24h"
+    assert "per 30 minutes" in text_of(browser, ".chart-panel h2")
+    shoot(browser, shots, "05-overview-day")
+    browser.find_element(By.CSS_SELECTOR, '.windows a[data-window="15m"]').click()
+    wait_until(lambda: browser.current_url.endswith("/?window=15m"), 10, "the 15-minute chart")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart g.bar")) == 15
+    # The live refresh (every 5 s) keeps the window on screen.
+    marker = browser.find_element(By.CSS_SELECTOR, "#overview-live")
+    wait_until(lambda: not _attached(marker), 15, "the overview's refresh")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart g.bar")) == 15
+    assert csp_violations(browser) == []
+    shoot(browser, shots, "06-overview-quarter")
+    assert worker.poll() is None, workers.output(worker)
+
+
+def _attached(element: WebElement) -> bool:
+    """Whether ``element`` is still in the page (htmx replaces a live region on refresh)."""
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return False
+    return True

@@ -125,6 +125,7 @@ URLS = (
     "/ratchet/jobs/bulk?action=retry&status=FAILED",
     "/ratchet/dead-letters",
     "/ratchet/nodes",
+    "/ratchet/metrics",
     "/ratchet/queues",
     "/ratchet/recurring",
 )
@@ -226,6 +227,8 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
     batch = ratchet.enqueue_batch("nightly-import").add(add, 1, 2).submit().id
     gets = [
         "/ratchet/",
+        "/ratchet/?window=24h",
+        "/ratchet/alarms",
         "/ratchet/jobs",
         "/ratchet/jobs?status=FAILED&sort=oldest&size=25",
         "/ratchet/jobs?sort=priority&task=tests.apps:add&priority=NORMAL&tag=t&node=n",
@@ -237,6 +240,7 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
         *(f"/ratchet/jobs/bulk?action={a}&status=FAILED" for a in actions_module.ALLOWED_FROM),
         "/ratchet/dead-letters",
         "/ratchet/nodes",
+        "/ratchet/metrics",
         "/ratchet/queues",
         "/ratchet/jobs?queue=mail",
         "/ratchet/recurring",
@@ -308,7 +312,7 @@ def test_overview_shows_counts_chart_and_audit(console: Console) -> None:
     console.post(f"/ratchet/jobs/{failed}/pause")
     page = console.get("/ratchet/")
     assert page.status_code == 200
-    assert "<svg" in page.text and "Executions per minute" in page.text
+    assert "<svg" in page.text and "Executions started per minute over the last hour" in page.text
     assert re.search(r"PAUSED</span>\s*<span class=\"count\">1<", page.text)
     assert re.search(r"PENDING</span>\s*<span class=\"count\">1<", page.text)
     assert "Recent actions" in page.text and "<td>pause</td>" in page.text

@@ -238,13 +238,15 @@ def test_server_errors_carry_the_console_headers(app: Flask) -> None:
 
 #: Every GET route with the parameters it reads; ``{job}`` and ``{batch}`` are path ids.
 GET_ROUTES: dict[str, tuple[str, ...]] = {
-    "/ratchet/": (),
+    "/ratchet/": ("window",),
+    "/ratchet/alarms": (),
     "/ratchet/jobs": (*filters.FILTER_NAMES, "size", "cursor"),
     "/ratchet/jobs/new-count": (*filters.FILTER_NAMES, "newest"),
     "/ratchet/jobs/{job}": (),
     "/ratchet/jobs/bulk": (*filters.FILTER_NAMES, "action", "size", "cursor"),
     "/ratchet/dead-letters": (),
     "/ratchet/nodes": (),
+    "/ratchet/metrics": (),
     "/ratchet/queues": (),
     "/ratchet/recurring": ("canceled",),
     "/ratchet/recurring/cancel": ("id",),

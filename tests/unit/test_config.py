@@ -57,6 +57,16 @@ def test_unknown_key_warns_with_the_closest_one() -> None:
         RatchetConfig.from_mapping({"RATCHET_POL_INTERVAL": 3})
 
 
+def test_the_console_alarm_threshold_is_a_positive_duration() -> None:
+    read = RatchetConfig.from_mapping
+    assert read({}).alarm_due_after == 300.0
+    assert read({"RATCHET_ALARM_DUE_AFTER": timedelta(minutes=2)}).alarm_due_after == 120.0
+    assert read({"RATCHET_ALARM_DUE_AFTER": 30}).alarm_due_after == 30.0
+    for bad in (0, -5, "300", None, True):
+        with pytest.raises(ConfigError, match="RATCHET_ALARM_DUE_AFTER"):
+            read({"RATCHET_ALARM_DUE_AFTER": bad})
+
+
 def test_boost_zero_disables() -> None:
     config = RatchetConfig.from_mapping({"RATCHET_PRIORITY_BOOST_MINUTES": 0})
     assert config.priority_boost_minutes == 0

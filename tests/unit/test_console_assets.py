@@ -11,7 +11,7 @@ from importlib.resources import files
 import pytest
 from flask_ratchet.console import present
 from flask_ratchet.console.reads.jobs import Count
-from flask_ratchet.console.reads.overview import Minute
+from flask_ratchet.console.reads.overview import WINDOWS, Bucket
 
 STATIC = files("flask_ratchet.static") / "ratchet"
 
@@ -123,17 +123,58 @@ def test_durations_times_and_counts_read_well() -> None:
     assert present.first_line("boom\nTraceback…") == "boom"
 
 
-def test_chart_stacks_failures_on_successes_scaled_to_the_peak() -> None:
+def test_chart_stacks_failures_on_successes_scaled_to_the_top_of_its_axis() -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    minutes = [
-        Minute(start + timedelta(minutes=i), ok, bad)
-        for i, (ok, bad) in enumerate([(0, 0), (6, 2), (2, 0)])
+    buckets = [
+        Bucket(start + timedelta(minutes=i), 1, ok, bad)
+        for i, (ok, bad) in enumerate([(0, 0), (6, 1), (2, 0)])
     ]
-    chart = present.chart(minutes, width=300, height=104)
-    assert chart.peak == 8 and chart.total_ok == 8 and chart.total_failed == 2
+    chart = present.chart(buckets, WINDOWS["15m"], width=336, height=100)
+    assert chart.peak == 7 and chart.total_ok == 8 and chart.total_failed == 1
+    assert [t.value for t in chart.ticks] == [0, 2, 4, 6, 8]  # the axis ends above the peak
+    assert chart.ticks[0].y == chart.bottom == 106 and chart.ticks[-1].y == chart.top == 6
+    assert chart.ticks[1].y == 81  # 2 of 8, a quarter of the way up
     empty, full, small = chart.bars
     assert empty.ok_height == 0 and empty.failed_height == 0
-    assert full.ok_height + full.failed_height == 100  # the peak fills the height (less a margin)
+    assert full.ok_height + full.failed_height == 87.5  # 7 of the axis's 8
     assert full.failed_y + full.failed_height == full.ok_y
+    assert full.ok_y + full.ok_height == chart.bottom
     assert small.ok_height == 25
-    assert chart.first == "00:00" and chart.last == "00:02"
+    assert empty.x == chart.left + 1 and small.x == chart.left + 2 * 100 + 1  # 300 / 3 each
+    assert full.label == "00:01: 6 succeeded, 1 failed"
+    assert [(t.x, t.label) for t in chart.times] == [(36, "00:00")]  # on multiples of 5 minutes
+    assert chart.per == "minute"
+
+
+@pytest.mark.parametrize(
+    ("peak", "ticks"),
+    [
+        (0, [0, 1]),
+        (1, [0, 1]),
+        (3, [0, 1, 2, 3]),
+        (5, [0, 1, 2, 3, 4, 5]),
+        (6, [0, 2, 4, 6]),
+        (7, [0, 2, 4, 6, 8]),
+        (11, [0, 5, 10, 15]),
+        (100, [0, 20, 40, 60, 80, 100]),
+        (101, [0, 50, 100, 150]),
+        (1234, [0, 500, 1000, 1500]),
+    ],
+)
+def test_the_y_axis_reaches_the_peak_in_a_few_round_steps(peak: int, ticks: list[int]) -> None:
+    assert present.axis(peak) == ticks
+
+
+def test_a_days_chart_has_half_hour_bars_and_short_labels() -> None:
+    start = datetime(2026, 1, 1, 0, 30, tzinfo=UTC)
+    buckets = [
+        Bucket(start + timedelta(minutes=30 * i), 30, 20_000 * (i == 3), 0) for i in range(48)
+    ]
+    chart = present.chart(buckets, WINDOWS["24h"])
+    assert len(chart.bars) == 48 and chart.per == "30 minutes"
+    assert [t.label for t in chart.ticks] == ["0", "5,000", "10k", "15k", "20k"]
+    assert [t.label for t in chart.times] == ["06:00", "12:00", "18:00", "00:00"]
+    assert chart.bars[3].label == "02:00\N{EN DASH}02:30: 20,000 succeeded, 0 failed"
+    assert present.chart(buckets[:1], WINDOWS["24h"]).ticks[-1].label == "1"
+    big = [Bucket(start, 30, 1_500_000, 0)]
+    assert [t.label for t in present.chart(big, WINDOWS["24h"]).ticks][-2:] == ["1M", "1.5M"]

@@ -1,7 +1,7 @@
 """Worker throughput and latency, with a real ``flask ratchet worker`` process.
 
     python -m bench.worker [--pg URL] [--jobs 20000] [--store postgresql|sqlite|both]
-                           [--task sync|async] [--metrics]
+                           [--task sync|async] [--metrics] [--tracing]
 
 - drain: ``--jobs`` no-op jobs (``def``, or ``async def`` with ``--task async``) enqueued in
   bulk, then one worker with ``--burst`` at concurrency 1 and at the default. Reported end to
@@ -13,6 +13,10 @@
 - with ``--backlog N`` (PostgreSQL), the worker's resident memory with N pending jobs: one
   worker at the default concurrency runs for ``--backlog-seconds`` against the backlog; its
   peak RSS (``VmHWM``) is read from ``/proc`` before it is stopped.
+- with ``--tracing``, the enqueuing process and the workers record OpenTelemetry spans with
+  the SDK (a batch span processor, as in production) and an exporter that only counts them:
+  the jobs carry a trace context, each run is a span, and so is each fast-path statement. The
+  drain rows then say how many spans the worker exported.
 
 Prints one table. Nothing is asserted.
 """
@@ -27,6 +31,7 @@ import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -55,7 +60,44 @@ def worker(
 
 def bench_app():  # type: ignore[no-untyped-def]
     """The app the benchmark's workers load (``--app bench.worker:bench_app()``)."""
+    if os.environ.get("BENCH_TRACING"):
+        trace_all(Path(os.environ["BENCH_TRACING"]))
     return make_app(os.environ["BENCH_URL"])
+
+
+def trace_all(counted: Path | None = None) -> None:
+    """Set OpenTelemetry's global tracer provider: the SDK with a batch span processor whose
+    exporter sends nothing and counts what it is given, adding the count to ``counted`` (one
+    line) when the process exits."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+    class Counting(SpanExporter):
+        def __init__(self) -> None:
+            self.spans = 0
+
+        def export(self, spans: Any) -> SpanExportResult:
+            self.spans += len(spans)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            if counted is not None:
+                with counted.open("a") as out:
+                    out.write(f"{self.spans}\n")
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(Counting()))
+    trace.set_tracer_provider(provider)
+
+
+def spans_exported(counted: Path) -> int:
+    """The spans the workers' exporters counted so far (see :func:`trace_all`), and restart."""
+    if not counted.exists():
+        return 0
+    total = sum(int(line) for line in counted.read_text().split())
+    counted.unlink()
+    return total
 
 
 def reset(url: str) -> None:
@@ -202,25 +244,36 @@ def main() -> None:
     parser.add_argument(
         "--metrics", action="store_true", help="workers serve Prometheus metrics (port 9464)"
     )
+    parser.add_argument(
+        "--tracing", action="store_true", help="record OpenTelemetry spans (exported nowhere)"
+    )
     args = parser.parse_args()
     extra = ("--metrics-port", "127.0.0.1:9464") if args.metrics else ()
     task = async_noop if args.task == "async" else noop
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
+        counted = Path(tmp) / "spans"
+        if args.tracing:
+            trace_all()  # this process's submissions: the jobs carry a trace context
+            os.environ["BENCH_TRACING"] = str(counted)  # the workers' (inherited)
         stores = bench_stores(args.store, args.pg, "ratchet_bench_worker", Path(tmp))
         for label, url in stores:
             for concurrency in (1, 10):
                 rate, wall = drain(url, args.jobs, concurrency, task, extra)
+                spans = spans_exported(counted)
                 rows.append(
                     (
                         label,
                         f"drain {args.jobs:,} {args.task} no-op jobs, concurrency {concurrency}"
-                        + (", metrics on" if args.metrics else ""),
+                        + (", metrics on" if args.metrics else "")
+                        + (", tracing on" if args.tracing else ""),
                         f"{args.jobs / wall:,.0f} jobs/s end to end ({wall:.1f} s wall; "
-                        f"{rate:,.0f} jobs/s over the execution span)",
+                        f"{rate:,.0f} jobs/s over the execution span)"
+                        + (f"; {spans:,} spans" if args.tracing else ""),
                     )
                 )
             lat = pickup(url)
+            spans_exported(counted)  # the pickup worker's, not a drain's
             rows.append(
                 (
                     label,

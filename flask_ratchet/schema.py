@@ -230,6 +230,8 @@ job = sa.Table(
     # to release or cancel, callbacks): only such jobs pay for looking, see store/flows.py.
     sa.Column("follow_up", sa.Boolean, nullable=False, server_default=sa.false()),
     sa.Column("callbacks", sa.Text),  # JSON {"success": [task, ...], "failure": [...]}
+    # The submission's trace context (JSON: traceparent, …) while tracing is on; see tracing.py.
+    sa.Column("trace_context", sa.Text),
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
     # Partial where most rows hold NULL: a job is written (and ended) without an entry in

@@ -12,9 +12,11 @@ What stays the same: the statement runs in the connection's transaction (begun f
 is), a missing parameter is refused, a driver error comes back as SQLAlchemy's exception class
 for it (``IntegrityError``, ``OperationalError`` …, with ``orig``; parameters hidden if the
 engine hides them), and a lost connection is invalidated. What does not: engine events
-(``before_cursor_execute``, ``handle_error``) do not see these statements, a lost connection
-does not invalidate the rest of the pool (each pooled connection is found dead at its own next
-use), and rows come back as the driver made them, without result processing.
+(``before_cursor_execute``, ``handle_error``) do not see these statements (so neither does an
+instrumentation built on them: while tracing is on, each gets a span of ratchet's own, see
+:func:`flask_ratchet.tracing.statement`), a lost connection does not invalidate the rest of the
+pool (each pooled connection is found dead at its own next use), and rows come back as the
+driver made them, without result processing.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.engine.interfaces import DBAPICursor
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
+
+from .. import tracing
 
 
 class DriverStatement:
@@ -52,6 +56,7 @@ class DriverStatement:
         assert not any(b.expanding or b.literal_execute for b in binds.values()), stmt
         self._stmt = stmt  # kept alive: the cache below is keyed by its id
         self._sql = compiled.string
+        self._system = dialect.name  # the database, for tracing's spans
         #: Parameter names in order for a positional paramstyle (SQLite's ``?``), else None.
         self._positions: Sequence[str] | None = compiled.positiontup
         self._binds = binds
@@ -77,11 +82,14 @@ class DriverStatement:
             values = tuple(converted)
         if not conn.in_transaction():
             conn.begin()  # as conn.execute would (autobegin): the caller's commit() covers it
-        with translated_errors(conn, self._sql, values):
+        traced = tracing.statement(self._system, self._sql)
+        with translated_errors(conn, self._sql, values), traced:
             cursor: DBAPICursor = conn.connection.cursor()
             try:
                 cursor.execute(self._sql, values)
-                return list(cursor.fetchall()) if cursor.description is not None else []
+                rows = list(cursor.fetchall()) if cursor.description is not None else []
+                traced.affected = len(rows) or cursor.rowcount
+                return rows
             finally:
                 cursor.close()
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql import Select
 
-from .. import facts, payload
+from .. import facts, payload, tracing
 from ..facts import Event
 from ..flows import JobType
 from ..job import Job, decode_progress
@@ -90,7 +90,23 @@ class Jobs:
         SQL where it has some); return each job's id, or the id its idempotency key matched.
 
         :raises DuplicateBusinessKey: if a business key is held; nothing is written.
+
+        While tracing is on (:mod:`flask_ratchet.tracing`) the submission is a PRODUCER span,
+        and each job is written with its context.
         """
+        found = tracing.tracer()
+        if found is None or not jobs:
+            return self._insert(conn, jobs)
+        queues = {new.options.queue for new in jobs}
+        tasks = {new.task for new in jobs}
+        one = str(jobs[0].job_id) if len(jobs) == 1 else None
+        with tracing.sending(found, queues, tasks, len(jobs), one) as context:
+            if context is not None:
+                for new in jobs:
+                    new.trace_context = context
+            return self._insert(conn, jobs)
+
+    def _insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         inserted = self.dialect.own_insert(conn, jobs)
         return self._submission.insert(conn, jobs) if inserted is None else inserted
 

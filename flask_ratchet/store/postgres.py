@@ -113,7 +113,7 @@ WHERE q.job_id = picked.job_id AND j.job_id = q.job_id
 -- EARLIEST, or the claim would fail after marking its jobs RUNNING.
 RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_retries,
           j.backoff, j.backoff_base, j.timeout, j.resource_name, {scheduled}, q.picked_at,
-          j.depends_on, j.follow_up, j.batch_id, q.queue
+          j.depends_on, j.follow_up, j.batch_id, q.queue, j.trace_context
 """
 
 _JOB_COLUMNS = ", ".join(c for c, _ in SUBMITTED_COLUMNS)
@@ -396,11 +396,11 @@ def _claimed(row: Sequence[Any]) -> ClaimedJob:
     """
     (job_id, task, payload, params, priority, attempt, max_retries, backoff, backoff_base,
      timeout, resource, scheduled, picked, depends_on, follow_up, batch_id,
-     queue) = row  # fmt: skip
+     queue, trace_context) = row  # fmt: skip
     return ClaimedJob(
         job_id, task, payload, params, priority, attempt, max_retries, backoff, backoff_base,
         timeout, resource, scheduled.astimezone(UTC), picked.astimezone(UTC), depends_on,
-        follow_up, batch_id, queue,
+        follow_up, batch_id, queue, trace_context,
     )  # fmt: skip
 
 

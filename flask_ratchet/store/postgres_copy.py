@@ -13,12 +13,13 @@ transaction's ``now()`` as the creation time and the due time counted from it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
+from .. import tracing
 from ..states import JobStatus
 from .driver import translated_errors
 from .submission import job_values
@@ -36,7 +37,7 @@ SUBMITTED_COLUMNS = (
     ("backoff_base", "float8"), ("timeout", "float8"), ("resource_name", "text"),
     ("idempotency_key", "text"), ("business_key", "text"), ("depends_on", "uuid"),
     ("recurring_id", "text"), ("fire_time", "timestamptz"), ("batch_id", "uuid"),
-    ("follow_up", "bool"), ("callbacks", "text"),
+    ("follow_up", "bool"), ("callbacks", "text"), ("trace_context", "text"),
 )  # fmt: skip
 _JOB = (
     f"COPY ratchet_job ({', '.join(c for c, _ in SUBMITTED_COLUMNS)}, created_at, first_due_at, "
@@ -52,6 +53,7 @@ _QUEUE_TYPES = [
 ]  # fmt: skip
 _TAG_TYPES = ["uuid", "text"]
 _PENDING = JobStatus.PENDING.value
+_NOW = "SELECT now()"
 
 
 def copyable(jobs: Sequence[NewJob]) -> bool:
@@ -63,18 +65,21 @@ def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
     """Write ``jobs`` (see :func:`copyable`) in ``conn``'s transaction, or in one of their own
     if ``conn`` is in autocommit: all of them or none."""
     with _transaction(conn) as raw, raw.cursor() as cur:
-        row = cur.execute("SELECT now()").fetchone()
+        # On psycopg's own connection, past SQLAlchemy's engine events: traced here, like the
+        # driver's statements (see .driver).
+        with tracing.statement("postgresql", _NOW):
+            row = cur.execute(_NOW).fetchone()
         assert row is not None
         # In UTC: psycopg gives the session's zone, where adding a delay would count wall-clock
         # time across a daylight-saving change (the statement's now() + interval does not).
         now: datetime = row[0].astimezone(UTC)
         dues = [new.due(now) for new in jobs]
         # Errors as SQLAlchemy's (a refused row is an IntegrityError, as from the statement).
-        with translated_errors(conn, _JOB, None), cur.copy(_JOB) as copy:
+        with translated_errors(conn, _JOB, None), _traced(_JOB), cur.copy(_JOB) as copy:
             copy.set_types(_JOB_TYPES)
             for new, due in zip(jobs, dues, strict=True):
                 copy.write_row(_job_row(new, now, due))
-        with translated_errors(conn, _QUEUE, None), cur.copy(_QUEUE) as copy:
+        with translated_errors(conn, _QUEUE, None), _traced(_QUEUE), cur.copy(_QUEUE) as copy:
             copy.set_types(_QUEUE_TYPES)
             for new, due in zip(jobs, dues, strict=True):
                 o = new.options
@@ -82,7 +87,7 @@ def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
                     (new.job_id, _PENDING, o.queue, due, int(o.priority), 0, o.max_retries, 0, now)
                 )
         if any(new.options.tags for new in jobs):
-            with translated_errors(conn, _TAG, None), cur.copy(_TAG) as copy:
+            with translated_errors(conn, _TAG, None), _traced(_TAG), cur.copy(_TAG) as copy:
                 copy.set_types(_TAG_TYPES)
                 for new in jobs:
                     for tag in new.options.tags:
@@ -109,6 +114,11 @@ def _transaction(conn: Connection) -> Iterator[psycopg.Connection[Any]]:
         return
     with translated_errors(conn, "BEGIN", None), raw.transaction():
         yield raw
+
+
+def _traced(sql: str) -> AbstractContextManager[Any]:
+    """A span around one of the COPYs while tracing is on (see :func:`tracing.statement`)."""
+    return tracing.statement("postgresql", sql)
 
 
 def _job_row(new: NewJob, now: datetime, due: datetime) -> tuple[Any, ...]:

@@ -164,6 +164,7 @@ class SqliteDialect(Dialect):
                 follow_up=c.follow_up,
                 batch_id=c.batch_id,
                 queue=hot[c.job_id].queue,
+                trace_context=c.trace_context,
             )
             for c in cold
         ]
@@ -278,4 +279,5 @@ _CLAIMED_COLD_ROWS = sa.select(
     job.c.depends_on,
     job.c.follow_up,
     job.c.batch_id,
+    job.c.trace_context,
 ).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))

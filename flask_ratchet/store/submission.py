@@ -159,6 +159,7 @@ def job_values(new: NewJob) -> dict[str, Any]:
         "batch_id": new.batch_id,
         "follow_up": new.follow_up,
         "callbacks": new.callbacks,
+        "trace_context": new.trace_context,
     }
 
 

@@ -33,7 +33,7 @@ from ..facts import Event
 from ..retry import first_line
 from ..store import Store
 from ..store.types import Evaluator, Finished, Outcome, no_predicates
-from .logs import job_fields
+from .logs import FAILED_ATTEMPT, job_fields
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -301,6 +301,7 @@ def _log_failures(batch: list[Finished], applied: set[uuid.UUID], node: str) -> 
         if item.outcome is Outcome.SUCCEEDED:
             continue  # the common case: no line, no fields to build
         fields = job_fields(item.job_id, item.task, item.queue, item.attempt, node)
+        fields[FAILED_ATTEMPT] = True
         if item.outcome is Outcome.RETRY and item.job_id in applied:
             due = datetime.now(UTC) + timedelta(seconds=item.delay)
             log.warning(

@@ -24,6 +24,7 @@ import ctypes
 import inspect
 import logging
 import queue
+import sys
 import threading
 import time
 import uuid
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from flask import Flask
 
-from .. import events, payload
+from .. import events, payload, tracing
 from ..breaker import Breakers, BreakerState, CircuitBreaker
 from ..context import JobContext
 from ..context import context_parameter as _context_parameter
@@ -50,6 +51,8 @@ from .logs import claimed_fields
 from .permits import PERMIT_ERROR_DELAY, PermitGate, WorkerSide
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
+
     from ..runtime import Runtime
 
 log = logging.getLogger("flask_ratchet.worker")
@@ -94,6 +97,8 @@ class Run:
     #: The breaker that let this attempt through and has not heard how it went.
     breaker: CircuitBreaker | None = None
     breaker_epoch: int | None = None  # the breaker state that let the attempt through
+    #: The attempt's Sentry scope, when Sentry is set up (see :mod:`.sentry`).
+    sentry_scope: object = None
 
     @property
     def deadline(self) -> float | None:
@@ -272,10 +277,22 @@ class Executor:
         return runs
 
     def _execute(self, run: Run, *, in_caller: bool = False) -> None:
+        # Sentry only where the app imported sentry_sdk: elsewhere this costs one lookup a job.
+        if "sentry_sdk" in sys.modules:
+            from .sentry import attempt_scope
+
+            scope = attempt_scope(run.claimed, run.ctx.node, new_trace=not in_caller)
+            with scope as run.sentry_scope:
+                self._execute_here(run, in_caller)
+        else:
+            self._execute_here(run, in_caller)
+
+    def _execute_here(self, run: Run, in_caller: bool) -> None:
         began = time.monotonic()
         try:
             with self._app.app_context(), run.ctx.bound():
-                outcome = self._attempt(run)
+                tracer = tracing.tracer()  # None unless OpenTelemetry is set up: no span
+                outcome = self._attempt(run) if tracer is None else self._traced(run, tracer)
             self._finish(run, outcome)
         except Exception as exc:
             log.exception("ratchet worker failed while running job %s", run.claimed.job_id)
@@ -371,6 +388,25 @@ class Executor:
         except (PayloadError, PayloadTooLarge) as exc:
             return self._failed(run, exc, permanent=True)
         return self._outcome(run, Outcome.SUCCEEDED, result=result)
+
+    def _traced(self, run: Run, tracer: Tracer) -> Finished | None:
+        """:meth:`_attempt` inside the run's CONSUMER span (see :mod:`flask_ratchet.tracing`),
+        which records the outcome and, for a failure, the error as the job stores it."""
+        claimed = run.claimed
+        with tracing.processing(
+            tracer,
+            queue=claimed.queue,
+            job_id=str(claimed.job_id),
+            task=claimed.task,
+            attempt=claimed.attempt,
+            node=self._supervisor.node_id,
+            stored=claimed.trace_context,
+        ) as span:
+            outcome = self._attempt(run)
+            if outcome is not None:  # None: canceled or handed back, nothing is written
+                failure = run.failure if outcome.error is not None else None
+                tracing.ran(span, outcome.outcome.value, failure, outcome.error, outcome.traceback)
+            return outcome
 
     def _call(self, run: Run, task: Task, args: list[Any], kwargs: dict[str, Any]) -> Any:
         """Run the job's own code and return what it returns (or raise what it raises)."""
@@ -491,6 +527,15 @@ class Executor:
             if run.reported or outcome is None:
                 return  # timed out (already reported) or canceled: nothing to write
             run.reported = True
+        self._hand_over(run, outcome, run.failure)
+
+    def _hand_over(self, run: Run, outcome: Finished, failure: BaseException | None) -> None:
+        """Give the completer an attempt's outcome, the one time it is reported; the error of a
+        failed attempt goes to Sentry first, where the app set it up."""
+        if failure is not None and "sentry_sdk" in sys.modules:
+            from .sentry import report_failure
+
+            report_failure(failure, run.claimed, outcome, run.ctx.node, run.sentry_scope)
         self._report(outcome)
 
     # -- the watchdog --------------------------------------------------------------------------
@@ -514,7 +559,7 @@ class Executor:
                         ctypes.c_ulong(run.thread_id), ctypes.py_object(JobTimeout)
                     )
             timeout = JobTimeout(f"ran longer than its timeout of {run.claimed.timeout:g}s")
-            self._report(self._failed(run, timeout))
+            self._hand_over(run, self._failed(run, timeout), timeout)
             # A timeout is a failed call, and a thread stuck for good must not hold a
             # half-open breaker's trial place for ever.
             self._settle_breaker(run, False)

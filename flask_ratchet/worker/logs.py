@@ -13,6 +13,11 @@ from ..store.types import ClaimedJob
 #: Attributes of a record the JSON lines carry when set: a job's logger, and the worker's own
 #: lines about a job, add them (see :func:`job_fields`).
 _EXTRAS = ("job_id", "task", "queue", "attempt", "node")
+#: Set (true) on the worker's line about a failed attempt (a retry, a dead letter). Error
+#: trackers that report the attempt's exception themselves (:mod:`flask_ratchet.worker.sentry`)
+#: drop an event made of such a line: the attempt is reported once. The leading underscore keeps
+#: it out of the fields a handler copies from a record (sentry-sdk skips those).
+FAILED_ATTEMPT = "_ratchet_failed_attempt"
 
 
 def job_fields(

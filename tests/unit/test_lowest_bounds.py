@@ -13,9 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def lower_bounds() -> dict[str, Version]:
-    """Each runtime dependency's (and the postgresql extra's) ``>=`` bound, by package name."""
+    """Each runtime dependency's (and the postgresql, sentry and otel extras', which the unit
+    and integration tiers import) ``>=`` bound, by package name."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    specs = [*project["dependencies"], *project["optional-dependencies"]["postgresql"]]
+    extras = project["optional-dependencies"]
+    specs = [*project["dependencies"], *extras["postgresql"], *extras["sentry"], *extras["otel"]]
     bounds = {}
     for spec in specs:
         found = re.fullmatch(r"([A-Za-z0-9_.-]+)(?:\[[^]]*\])?>=([0-9][^,;\s]*)", spec)

@@ -1,0 +1,99 @@
+"""Jobs run in-process (``run_jobs``) with a real sentry-sdk client: one event per failed
+attempt, when sentry-sdk's configuration lets ratchet's integration report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sentry_sdk
+from flask import Flask
+from sentry_sdk.scope import Scope
+
+from flask_ratchet.testing import run_jobs
+from flask_ratchet.worker.sentry import RatchetIntegration
+from tests.apps import add, fail_until, refuse
+from tests.async_tasks import async_fail_until
+from tests.sentry_app import DSN, FileTransport, always_fails, read_events
+
+Events = Callable[[], list[dict[str, Any]]]
+
+
+@pytest.fixture
+def sentry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Events]]:
+    """``sentry(**options)`` sets up a real client in this process, whose events the returned
+    function reads back; the client is closed and unset after the test."""
+    path = tmp_path / "sentry-events.jsonl"
+    monkeypatch.setenv("RATCHET_TEST_SENTRY_EVENTS", str(path))
+
+    def init(**options: Any) -> Events:
+        # Not sentry-sdk's integrations for Flask and SQLAlchemy: in the test process they
+        # would stay installed (inert) for every later test.
+        sentry_sdk.init(
+            dsn=DSN, transport=FileTransport, auto_enabling_integrations=False, **options
+        )
+        return lambda: read_events(str(path))
+
+    yield init
+    sentry_sdk.get_client().close()
+    Scope.get_global_scope().set_client(None)
+
+
+def test_in_process_runs_report_each_failed_attempt(
+    app: Flask, sentry: Callable[..., Events]
+) -> None:
+    events = sentry(integrations=[RatchetIntegration()])  # listed: on whatever the defaults
+    flaky = fail_until.enqueue(2).id
+    doomed = always_fails.enqueue(3).id
+    flaky_async = async_fail_until.enqueue(2).id
+    add.enqueue(1, 1)
+    run_jobs(app)
+    sent = events()
+    seen = [
+        (
+            e["tags"]["ratchet.job_id"],
+            e["tags"]["ratchet.attempt"],
+            e["tags"]["ratchet.final"],
+            e["level"],
+            e["exception"]["values"][-1]["type"],
+        )
+        for e in sent
+    ]
+    assert sorted(seen) == sorted(
+        [
+            (str(flaky), "1", "false", "warning", "ConnectionError"),
+            (str(doomed), "1", "false", "warning", "LookupError"),
+            (str(doomed), "2", "true", "error", "LookupError"),
+            (str(flaky_async), "1", "false", "warning", "ConnectionError"),
+        ]
+    )
+    (from_async,) = [e for e in sent if e["tags"]["ratchet.job_id"] == str(flaky_async)]
+    assert from_async["exception"]["values"][-1]["value"] == "async attempt 1 failed"
+    assert from_async["tags"]["ratchet.task"] == "tests.async_tasks:async_fail_until"
+    assert {e["tags"]["ratchet.node"] for e in sent} == {"inline"}
+    # In-process, an attempt stays in the caller's trace (a request's, in eager mode).
+    caller_trace = sentry_sdk.get_traceparent().split("-")[0]  # type: ignore[union-attr]
+    assert {e["contexts"]["trace"]["trace_id"] for e in sent} == {caller_trace}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},  # sentry-sdk's auto-enabling integrations off (the fixture's), ours not listed
+        {"integrations": [RatchetIntegration()], "disabled_integrations": [RatchetIntegration]},
+    ],
+    ids=["not-auto-enabled", "disabled"],
+)
+def test_when_sentry_sdk_leaves_ratchet_out_only_the_log_line_is_sent(
+    app: Flask, sentry: Callable[..., Events], options: dict[str, Any]
+) -> None:
+    events = sentry(**options)
+    dead = refuse.enqueue("card expired").id
+    run_jobs(app)
+    (line,) = events()  # sentry-sdk's logging integration makes the worker's ERROR line one
+    assert line["logger"] == "flask_ratchet.worker"
+    assert line["logentry"]["message"].startswith("job %s (%s) failed for good")
+    assert line["extra"]["job_id"] == str(dead)  # the line's fields, as sentry-sdk copies them
+    assert "exception" not in line and "ratchet.job_id" not in line.get("tags", {})

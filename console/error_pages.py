@@ -8,8 +8,11 @@ replaced by an error. Requests without htmx get werkzeug's usual error page.
 
 from __future__ import annotations
 
+import logging
+
 from flask import render_template
-from werkzeug.exceptions import HTTPException
+from sqlalchemy.exc import OperationalError
+from werkzeug.exceptions import HTTPException, ServiceUnavailable
 from werkzeug.wrappers import Response
 
 from .htmx import fragment, is_htmx
@@ -26,3 +29,12 @@ def answer(error: HTTPException) -> Response | HTTPException:
     # The sender's own hx-select (a live region's id) would find nothing in this fragment.
     response.headers["HX-Reselect"] = ".notice"
     return response
+
+
+def database_unavailable(error: OperationalError) -> Response | HTTPException:
+    """503 for a database that does not answer (down, unreachable, out of connections): the
+    console can show nothing, and says so, instead of a server error."""
+    logging.getLogger(__name__).warning(
+        "console: the database did not answer: %s", type(error.orig or error).__name__
+    )
+    return answer(ServiceUnavailable("The jobs database did not answer. Try again in a moment."))

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Blueprint, abort, current_app, render_template, request
+from sqlalchemy.exc import OperationalError
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
@@ -76,7 +77,11 @@ def _guard() -> None:
 
 def _schema_ready() -> Response | None:
     """After the guard: a page saying what to run while ratchet's tables are missing or older
-    than this version needs (503), instead of a database error on every page."""
+    than this version needs (503), instead of a database error on every page. Not for the
+    metrics, whose scrape says itself that it cannot read the database
+    (``ratchet_cluster_up 0``), so that an alert on it fires."""
+    if request.endpoint == "ratchet_console.metrics":
+        return None
     try:
         current_app.extensions["ratchet"].ensure_schema()
     except SchemaNotReady as exc:
@@ -116,6 +121,7 @@ def register(bp: Blueprint) -> None:
     bp.before_request(_schema_ready)
     bp.before_app_request(_guard_unrouted)
     bp.register_error_handler(HTTPException, error_pages.answer)
+    bp.register_error_handler(OperationalError, error_pages.database_unavailable)
     bp.after_app_request(_headers)
     bp.context_processor(_template_globals)
     for name in (

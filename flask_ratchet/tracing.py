@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -48,6 +49,11 @@ if TYPE_CHECKING:
 SYSTEM = "flask_ratchet"
 #: The instrumentation scope the spans are recorded under.
 SCOPE = "flask_ratchet"
+#: The longest stored context read back (``traceparent``, ``tracestate`` and some baggage fit
+#: many times over); a longer value is no context.
+MAX_STORED_CONTEXT = 8192
+
+log = logging.getLogger(__name__)
 
 #: The provider :func:`use_tracer_provider` named, if any.
 _chosen: TracerProvider | None = None
@@ -134,7 +140,11 @@ def _creation_context(span: Span) -> str | None:
     if not span.get_span_context().is_valid:
         return None
     carrier: dict[str, str] = {}
-    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    try:
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+    except Exception:  # a propagator's own error: the jobs are written without a context
+        log.warning("the trace context could not be written with the jobs", exc_info=True)
+        return None
     return json.dumps(carrier, separators=(",", ":")) if carrier else None
 
 
@@ -181,16 +191,16 @@ def _extracted(stored: str | None) -> Context | None:
     is not a context: a run never fails over it).
 
     Cached: the jobs of one submission share their context, and a context is immutable."""
-    if stored is None:
-        return None
+    if stored is None or len(stored) > MAX_STORED_CONTEXT:
+        return None  # a propagator writes far less; more would be parsed, and logged, in full
     try:
         carrier = json.loads(stored)
-    except ValueError:
+        if not isinstance(carrier, dict):
+            return None
+        context = propagate.extract({str(k): str(v) for k, v in carrier.items()})
+        return context if trace.get_current_span(context).get_span_context().is_valid else None
+    except Exception:  # nesting deep enough for RecursionError, a propagator's own error
         return None
-    if not isinstance(carrier, dict):
-        return None
-    context = propagate.extract({str(k): str(v) for k, v in carrier.items()})
-    return context if trace.get_current_span(context).get_span_context().is_valid else None
 
 
 def ran(
@@ -203,16 +213,19 @@ def ran(
     """Record how a run ended on its span: ``outcome`` (``SUCCEEDED``, ``RETRY``, ``FAILED``,
     ``RELEASE``), and for a failed attempt its exception's type with ``error`` and
     ``traceback`` as ratchet stores them (secrets masked), never the raw message."""
-    span.set_attribute("messaging.flask_ratchet.outcome", outcome)
-    if failure is None:
-        return
-    kind = error_type(failure)
-    span.set_attribute("error.type", kind)
-    event = {"exception.type": kind, "exception.message": error or kind}
-    if traceback:
-        event["exception.stacktrace"] = traceback
-    span.add_event("exception", event)
-    span.set_status(trace.Status(trace.StatusCode.ERROR, error or kind))
+    try:
+        span.set_attribute("messaging.flask_ratchet.outcome", outcome)
+        if failure is None:
+            return
+        kind = error_type(failure)
+        span.set_attribute("error.type", kind)
+        event = {"exception.type": kind, "exception.message": error or kind}
+        if traceback:
+            event["exception.stacktrace"] = traceback
+        span.add_event("exception", event)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, error or kind))
+    except Exception:  # never the attempt's outcome: that is written all the same
+        log.warning("the outcome could not be recorded on the run's span", exc_info=True)
 
 
 # -- statements past SQLAlchemy's engine events --------------------------------------------------
@@ -250,6 +263,12 @@ class Statement:
             return
         if exc is None and self.affected <= 0 and not trace.get_current_span().is_recording():
             return
+        try:
+            self._record(self._tracer, exc)
+        except Exception:  # never over the statement, which did (or failed) its work already
+            log.warning("the span of a statement could not be recorded", exc_info=True)
+
+    def _record(self, tracer: Tracer, exc: BaseException | None) -> None:
         summary, operation, collection = summarize(self._sql)
         attributes: dict[str, Any] = {
             # The stable name, and the one SQLAlchemy's instrumentation still writes by default.
@@ -260,7 +279,7 @@ class Statement:
         }
         if collection is not None:
             attributes["db.collection.name"] = collection
-        span = self._tracer.start_span(
+        span = tracer.start_span(
             summary,
             kind=trace.SpanKind.CLIENT,
             attributes=attributes,
@@ -325,36 +344,56 @@ def _current(
     """A span, current inside the block and ended after it. An exception leaving the block
     marks it failed with the exception's type only (OpenTelemetry's own handling would record
     the message, where a driver quotes parameters)."""
-    span = tracer.start_span(
-        name,
-        context=context,
-        kind=kind,
-        attributes=attributes,
-        links=links,
-        record_exception=False,
-        set_status_on_exception=False,
-    )
-    # attach/detach rather than trace.use_span: the same, without its own error handling (done
-    # here) and a generator of its own, on the path of every run.
-    token = context_api.attach(trace.set_span_in_context(span))
+    try:
+        span = tracer.start_span(
+            name,
+            context=context,
+            kind=kind,
+            attributes=attributes,
+            links=links,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+        # attach/detach rather than trace.use_span: the same, without its own error handling
+        # (done here) and a generator of its own, on the path of every run.
+        token = context_api.attach(trace.set_span_in_context(span))
+    except Exception:  # a provider's or processor's own error: the work goes on untraced
+        log.warning("span %r could not be started", name, exc_info=True)
+        yield trace.INVALID_SPAN
+        return
     try:
         yield span
     except Exception as exc:
         _failed(span, exc)
         raise
     finally:
-        context_api.detach(token)
+        _end(span, token)
+
+
+def _end(span: Span, token: object) -> None:
+    """Detach and end ``span``; an error of the SDK's (a span processor's) is logged, never
+    raised over the work the span describes."""
+    try:
+        context_api.detach(token)  # type: ignore[arg-type]
+    except Exception:
+        log.warning("a span's context could not be detached", exc_info=True)
+    try:
         span.end()
+    except Exception:
+        log.warning("a span could not be ended", exc_info=True)
 
 
 def _failed(span: Span, exc: Exception) -> None:
-    """Mark ``span`` failed with the exception's type only."""
-    kind_of = error_type(exc)
-    span.set_attribute("error.type", kind_of)
-    code = getattr(exc, "sqlstate", None)  # psycopg's errors carry the SQLSTATE
-    if isinstance(code, str):
-        span.set_attribute("db.response.status_code", code)
-    span.set_status(trace.Status(trace.StatusCode.ERROR, kind_of))
+    """Mark ``span`` failed with the exception's type only (never raising over ``exc``)."""
+    try:
+        kind_of = error_type(exc)
+        span.set_attribute("error.type", kind_of)
+        code = getattr(exc, "sqlstate", None)  # psycopg's errors carry the SQLSTATE
+        if isinstance(code, str):
+            span.set_attribute("db.response.status_code", code)
+        span.set_status(trace.Status(trace.StatusCode.ERROR, kind_of))
+    except Exception:
+        log.warning("a failed span could not be marked", exc_info=True)
 
 
 def error_type(exc: BaseException) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import importlib
 import inspect
 import logging
 import queue
@@ -32,7 +33,8 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Literal
 
 from flask import Flask
 
@@ -56,6 +58,32 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 log = logging.getLogger("flask_ratchet.worker")
+
+#: :mod:`.sentry` once a job found ``sentry_sdk`` imported; ``False`` when that module could not
+#: be imported (sentry-sdk older than 2.0, a broken install); ``None`` until then.
+_sentry: ModuleType | Literal[False] | None = None
+
+
+def error_reports() -> ModuleType | None:
+    """The Sentry hooks (:mod:`.sentry`) where the app imported ``sentry_sdk`` and they can
+    work with it, else ``None``: one dictionary lookup a job in a process without Sentry."""
+    global _sentry
+    if "sentry_sdk" not in sys.modules:
+        return None
+    if _sentry is None:
+        try:
+            sentry = importlib.import_module(".sentry", __package__)
+        except Exception:  # never a failed job over it: the reports are off, said once
+            log.warning(
+                "sentry_sdk is imported but job errors are not reported to it: flask-ratchet "
+                "needs sentry-sdk 2.0 or later",
+                exc_info=True,
+            )
+            _sentry = False
+        else:
+            _sentry = sentry
+    return _sentry or None
+
 
 #: Claimed jobs wait for a thread about this long at most (at the recent mean run time): enough
 #: to keep threads busy while the next claim is on its way, short enough not to hoard work that
@@ -277,14 +305,12 @@ class Executor:
         return runs
 
     def _execute(self, run: Run, *, in_caller: bool = False) -> None:
-        # Sentry only where the app imported sentry_sdk: elsewhere this costs one lookup a job.
-        if "sentry_sdk" in sys.modules:
-            from .sentry import attempt_scope
-
-            scope = attempt_scope(run.claimed, run.ctx.node, new_trace=not in_caller)
-            with scope as run.sentry_scope:
-                self._execute_here(run, in_caller)
-        else:
+        sentry = error_reports()
+        if sentry is None or not sentry.active():
+            self._execute_here(run, in_caller)
+            return
+        scope = sentry.attempt_scope(run.claimed, run.ctx.node, new_trace=not in_caller)
+        with scope as run.sentry_scope:  # never raises: a scope it cannot open is no scope
             self._execute_here(run, in_caller)
 
     def _execute_here(self, run: Run, in_caller: bool) -> None:
@@ -532,10 +558,8 @@ class Executor:
     def _hand_over(self, run: Run, outcome: Finished, failure: BaseException | None) -> None:
         """Give the completer an attempt's outcome, the one time it is reported; the error of a
         failed attempt goes to Sentry first, where the app set it up."""
-        if failure is not None and "sentry_sdk" in sys.modules:
-            from .sentry import report_failure
-
-            report_failure(failure, run.claimed, outcome, run.ctx.node, run.sentry_scope)
+        if failure is not None and (sentry := error_reports()) is not None:
+            sentry.report_failure(failure, run.claimed, outcome, run.ctx.node, run.sentry_scope)
         self._report(outcome)
 
     # -- the watchdog --------------------------------------------------------------------------

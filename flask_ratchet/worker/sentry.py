@@ -102,6 +102,15 @@ def reporting() -> bool:
     return answer
 
 
+def active() -> bool:
+    """:func:`reporting`, never raising: a client that cannot say is taken as off (logged)."""
+    try:
+        return reporting()
+    except Exception:
+        log.warning("Sentry's client could not be read: job errors are not reported", exc_info=True)
+        return False
+
+
 @contextmanager
 def attempt_scope(
     claimed: ClaimedJob, node: str | None, *, new_trace: bool = True
@@ -111,16 +120,34 @@ def attempt_scope(
 
     ``new_trace``: the attempt starts a trace of its own (a worker's job threads); otherwise it
     stays in the caller's (a job run in-process, as part of a request in eager mode).
+
+    Never raises of its own: a scope that cannot be opened or closed is logged, and the
+    attempt runs (or has run) all the same; what the attempt raises passes through.
     """
-    if not reporting():
-        yield None
-        return
-    with sentry_sdk.isolation_scope() as scope:
-        scope.clear_breadcrumbs()
-        if new_trace:
-            scope.set_new_propagation_context()
-        _describe(scope, claimed, node)
+    stack = ExitStack()
+    try:
+        scope: Scope | None = None
+        if reporting():
+            scope = stack.enter_context(sentry_sdk.isolation_scope())
+            scope.clear_breadcrumbs()
+            if new_trace:
+                scope.set_new_propagation_context()
+            _describe(scope, claimed, node)
+    except Exception:
+        log.warning("job %s: no Sentry scope for this attempt", claimed.job_id, exc_info=True)
+        _close(stack, claimed)
+        stack, scope = ExitStack(), None
+    try:
         yield scope
+    finally:
+        _close(stack, claimed)
+
+
+def _close(stack: ExitStack, claimed: ClaimedJob) -> None:
+    try:
+        stack.close()
+    except Exception:
+        log.warning("job %s: its Sentry scope could not be closed", claimed.job_id, exc_info=True)
 
 
 def report_failure(

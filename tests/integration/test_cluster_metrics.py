@@ -135,16 +135,35 @@ def unused_port() -> int:
         return port
 
 
-def test_a_database_that_does_not_answer_reports_down_without_failing_the_scrape() -> None:
+def unanswered() -> Flask:
+    """An app whose database does not answer (nothing listens on its port)."""
     app = Flask(__name__)
     url = f"postgresql+psycopg://root@127.0.0.1:{unused_port()}/none?connect_timeout=2"
     app.config["SQLALCHEMY_DATABASE_URI"] = url
+    app.config["RATCHET_CONSOLE_AUTH"] = lambda request: request.headers.get("X-Role")
     db.init_app(app)
     ratchet.init_app(app)
+    return app
+
+
+def test_a_database_that_does_not_answer_reports_down_without_failing_the_scrape() -> None:
+    app = unanswered()
     registry = CollectorRegistry(auto_describe=True)
     registry.register(ClusterCollector(app))  # describe() reads nothing: this works
     get = parse(generate_latest(registry).decode())
     assert get == {("ratchet_cluster_up", frozenset()): 0}
+
+
+def test_the_console_says_the_database_is_down_and_its_scrape_says_so_too() -> None:
+    app = unanswered()
+    # The scrape answers (so an alert on ratchet_cluster_up fires) before any schema check.
+    assert scrape(app) == {("ratchet_cluster_up", frozenset()): 0}
+    with app.app_context():
+        page = app.test_client().get("/ratchet/", headers=READ)
+        assert page.status_code == 503
+        assert "did not answer" in page.text
+        notice = app.test_client().get("/ratchet/jobs", headers={**READ, "HX-Request": "true"})
+        assert notice.status_code == 503 and "did not answer" in notice.text
 
 
 def test_the_collector_names_only_what_it_documents() -> None:

@@ -3,6 +3,7 @@ attempt, when sentry-sdk's configuration lets ratchet's integration report."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,37 @@ def test_when_sentry_sdk_leaves_ratchet_out_only_the_log_line_is_sent(
     assert line["logentry"]["message"].startswith("job %s (%s) failed for good")
     assert line["extra"]["job_id"] == str(dead)  # the line's fields, as sentry-sdk copies them
     assert "exception" not in line and "ratchet.job_id" not in line.get("tags", {})
+
+
+def test_a_sentry_scope_that_cannot_be_opened_never_fails_a_job(
+    app: Flask, sentry: Callable[..., Events], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = sentry(integrations=[RatchetIntegration()])
+
+    def broken() -> None:
+        raise RuntimeError("no scope today")
+
+    monkeypatch.setattr(sentry_sdk, "isolation_scope", broken)
+    ok = add.enqueue(1, 1).id
+    flaky = fail_until.enqueue(2).id
+    ran = {job.id: job.status.value for job in run_jobs(app)}
+    assert ran == {ok: "SUCCEEDED", flaky: "SUCCEEDED"}
+    # The failed attempt is still reported, from the caller's scope.
+    (event,) = events()
+    assert event["tags"]["ratchet.job_id"] == str(flaky)
+
+
+def test_a_sentry_sdk_the_hooks_cannot_use_turns_reports_off_and_runs_the_jobs(
+    app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from flask_ratchet.worker import executor
+
+    # As with sentry-sdk 1.x imported by the app: importing the hooks fails.
+    monkeypatch.setattr(executor, "_sentry", None)
+    monkeypatch.setitem(sys.modules, "flask_ratchet.worker.sentry", None)
+    assert "sentry_sdk" in sys.modules
+    flaky = fail_until.enqueue(2).id
+    ran = {job.id: job.status.value for job in run_jobs(app)}
+    assert ran == {flaky: "SUCCEEDED"}
+    assert executor.error_reports() is None
+    assert "needs sentry-sdk 2.0 or later" in caplog.text

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -316,19 +316,60 @@ def test_a_disabled_sdk_traces_nothing(app: Flask, monkeypatch: pytest.MonkeyPat
     assert memory.get_finished_spans() == ()
 
 
+HOSTILE_CONTEXTS = [
+    "not json {",
+    "[" * 100_000,  # nested past the recursion limit
+    '{"traceparent": ' + "[" * 100_000 + "}",
+    '["00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"]',  # not an object
+    json.dumps(  # a real traceparent, with baggage too long to read
+        {
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "baggage": "k=" + "v" * 400_000,
+        }
+    ),
+    '{"traceparent": "00-00000000000000000000000000000000-0000000000000000-01"}',
+]
+
+
+@pytest.mark.parametrize("stored", HOSTILE_CONTEXTS, ids=range(len(HOSTILE_CONTEXTS)))
 def test_a_stored_context_that_is_not_one_starts_a_trace_of_its_own(
-    app: Flask, exporter: InMemorySpanExporter
+    app: Flask, exporter: InMemorySpanExporter, stored: str
 ) -> None:
     job_id = add.enqueue(1, 2).id
     with db.engine.begin() as conn:
-        conn.execute(
-            sa.text("UPDATE ratchet_job SET trace_context = 'not json {'"),
-        )
+        conn.execute(sa.text("UPDATE ratchet_job SET trace_context = :c"), {"c": stored})
     exporter.clear()
     (ran,) = run_jobs(app)
     assert ran.id == job_id and ran.result == 3
     process = one(exporter.get_finished_spans(), "process default")
     assert process.parent is None and not process.links
+
+
+class Broken(SpanProcessor):
+    """A span processor that raises wherever the SDK calls it (the SDK does not guard them)."""
+
+    def on_start(self, span: object, parent_context: object = None) -> None:
+        raise RuntimeError("on_start")
+
+    def on_end(self, span: object) -> None:
+        raise RuntimeError("on_end")
+
+
+def test_a_tracing_pipeline_that_raises_never_fails_a_submission_or_a_run(
+    app: Flask, exporter: InMemorySpanExporter
+) -> None:
+    broken = TracerProvider()
+    broken.add_span_processor(Broken())
+    tracing.use_tracer_provider(broken)
+    try:
+        handle = add.enqueue(1, 2)
+        flaky = fail_until.enqueue(2).id
+        ran = run_jobs(app)
+    finally:
+        tracing.use_tracer_provider(None)
+        broken.shutdown()
+    assert {j.id: j.status.value for j in ran} == {handle.id: "SUCCEEDED", flaky: "SUCCEEDED"}
+    assert ratchet.get_job(handle.id).result == 3  # type: ignore[union-attr]
 
 
 def test_without_opentelemetry_nothing_of_it_is_imported(database_url: str) -> None:

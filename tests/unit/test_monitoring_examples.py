@@ -26,7 +26,7 @@ LABELS = {"task", "queue", "status", "le", "instance", "job"}
 def served() -> set[str]:
     """Every series name a worker or the cluster endpoint serves."""
     registry = WorkerMetrics(lambda: 0, lambda: 0, lambda: 0).registry
-    names = set(FAMILIES)
+    names = set(FAMILIES) | {"up"}  # Prometheus' own, for every target it scrapes
     metric: Metric
     for metric in registry.collect():
         suffixes = {

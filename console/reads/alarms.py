@@ -21,9 +21,9 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from flask_ratchet.options import Priority
 from flask_ratchet.schema import const, job, job_queue, node, queue_state
 from flask_ratchet.states import JobStatus
+from flask_ratchet.store import health
 
 from .jobs import Count
 
@@ -93,26 +93,12 @@ def alarms(conn: Connection, now: datetime, live_after: float, due_after: float)
 
 
 def oldest_due(conn: Connection, now: datetime) -> DueJob | None:
-    """The PENDING job due longest, read from the claim index one priority level at a time (as
-    :func:`flask_ratchet.store.health.oldest_due_age`, which gives its age alone)."""
-    found: list[tuple[datetime, uuid.UUID, str]] = []
-    for prio in Priority:
-        row = conn.execute(
-            sa.select(job_queue.c.scheduled_time, job_queue.c.job_id, job_queue.c.queue)
-            .where(
-                job_queue.c.status == const(JobStatus.PENDING),
-                job_queue.c.priority == const(prio),
-                job_queue.c.scheduled_time <= now,
-            )
-            .order_by(job_queue.c.scheduled_time)
-            .limit(1)
-        ).first()
-        if row is not None:
-            found.append((row.scheduled_time, row.job_id, row.queue))
-    if not found:
+    """The PENDING job due longest, with how long it has waited (one index probe per priority
+    level: :func:`flask_ratchet.store.health.oldest_due`)."""
+    row = health.oldest_due(conn, now)
+    if row is None:
         return None
-    due, job_id, queue = min(found, key=lambda f: f[0])
-    return DueJob(job_id, queue, max(0.0, (now - due).total_seconds()))
+    return DueJob(row.job_id, row.queue, max(0.0, (now - row.scheduled_time).total_seconds()))
 
 
 def any_live_node(conn: Connection, now: datetime, live_after: float) -> bool:

@@ -9,8 +9,9 @@ capped counts) grow with the table.
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -73,12 +74,21 @@ def due_count(conn: Connection, now: datetime, queue: str | None = None) -> int:
     )
 
 
-def oldest_due_age(conn: Connection, now: datetime, queue: str | None = None) -> float | None:
-    """Seconds the oldest due PENDING job has waited, read from a claim index per priority."""
-    oldest: datetime | None = None
+class DueRow(NamedTuple):
+    """The PENDING job due longest: when it was due, its id and its queue."""
+
+    scheduled_time: datetime
+    job_id: uuid.UUID
+    queue: str
+
+
+def oldest_due(conn: Connection, now: datetime, queue: str | None = None) -> DueRow | None:
+    """The PENDING job due longest (of ``queue``'s), read from a claim index one priority
+    level at a time: one probe per level, however many jobs are due."""
+    found: list[DueRow] = []
     for prio in Priority:
-        due = conn.execute(
-            sa.select(job_queue.c.scheduled_time)
+        row = conn.execute(
+            sa.select(job_queue.c.scheduled_time, job_queue.c.job_id, job_queue.c.queue)
             .where(
                 job_queue.c.status == const(JobStatus.PENDING),
                 *_of(job_queue, queue),
@@ -87,10 +97,16 @@ def oldest_due_age(conn: Connection, now: datetime, queue: str | None = None) ->
             )
             .order_by(job_queue.c.scheduled_time)
             .limit(1)
-        ).scalar()
-        if due is not None and (oldest is None or due < oldest):
-            oldest = due
-    return None if oldest is None else max(0.0, (now - oldest).total_seconds())
+        ).first()
+        if row is not None:
+            found.append(DueRow(row.scheduled_time, row.job_id, row.queue))
+    return min(found, key=lambda r: r.scheduled_time, default=None)
+
+
+def oldest_due_age(conn: Connection, now: datetime, queue: str | None = None) -> float | None:
+    """Seconds the oldest due PENDING job has waited (see :func:`oldest_due`)."""
+    oldest = oldest_due(conn, now, queue)
+    return None if oldest is None else max(0.0, (now - oldest.scheduled_time).total_seconds())
 
 
 def p95_queue_wait(conn: Connection, now: datetime, queue: str | None = None) -> float | None:
@@ -112,4 +128,12 @@ def p95_queue_wait(conn: Connection, now: datetime, queue: str | None = None) ->
     return float(waits[int(0.95 * (len(waits) - 1))]) / 1000.0
 
 
-__all__ = ["P95_SAMPLE", "due_count", "oldest_due_age", "p95_queue_wait", "queue_health"]
+__all__ = [
+    "P95_SAMPLE",
+    "DueRow",
+    "due_count",
+    "oldest_due",
+    "oldest_due_age",
+    "p95_queue_wait",
+    "queue_health",
+]

@@ -18,7 +18,8 @@ when the job's thread raises later). The worker's own line about the attempt is 
 (:data:`~flask_ratchet.worker.logs.FAILED_ATTEMPT`) and its event dropped by a global event
 processor: ignoring the ``flask_ratchet.worker`` logger would also silence the worker's other
 errors, and the mark drops exactly the lines that repeat an event already sent (the breadcrumbs
-stay).
+stay). When a report fails, the line about that attempt is let through: for a job that failed
+for good, an ERROR line, it is then the one event Sentry gets.
 
 Grouping: every attempt of one error is one issue (Sentry's grouping by stack trace), so the
 issue counts how often the error struck, and its ``ratchet.final`` tag how often a retry did not
@@ -168,6 +169,8 @@ def report_failure(
         if reporting():
             _capture(exc, claimed, finished, node, job_scope)
     except Exception:
+        # The worker's own line about this attempt is then the one event Sentry gets of it.
+        _unreported(str(claimed.job_id), claimed.attempt)
         log.warning(
             "job %s: its error could not be reported to Sentry", claimed.job_id, exc_info=True
         )
@@ -245,9 +248,23 @@ def _drop_repeated_line(event: Event, hint: Hint) -> Event | None:
     """Drop the event sentry-sdk's logging integration makes of the worker's line about a failed
     attempt, when that attempt was reported here."""
     record = hint.get("log_record")
-    if record is not None and getattr(record, FAILED_ATTEMPT, False) and reporting():
-        return None
-    return event
+    if record is None or not getattr(record, FAILED_ATTEMPT, False) or not reporting():
+        return event
+    key = (str(getattr(record, "job_id", "")), getattr(record, "attempt", None))
+    with _not_sent_lock:
+        if key in _not_sent:
+            del _not_sent[key]
+            return event
+    return None
+
+
+def _unreported(job_id: str, attempt: int) -> None:
+    """Remember an attempt whose report failed, so that the line about it is not dropped
+    (at most :data:`UNREPORTED_KEPT`: past that the oldest are forgotten, dropped lines)."""
+    with _not_sent_lock:
+        _not_sent[(job_id, attempt)] = None
+        while len(_not_sent) > UNREPORTED_KEPT:
+            del _not_sent[next(iter(_not_sent))]
 
 
 def _install() -> None:
@@ -263,3 +280,8 @@ def _install() -> None:
 _decided: tuple[object, bool] = (None, False)
 _installed = False
 _install_lock = threading.Lock()
+#: Attempts whose report failed, oldest first (a dict as an ordered set).
+_not_sent: dict[tuple[str, object], None] = {}
+_not_sent_lock = threading.Lock()
+#: How many of those are remembered.
+UNREPORTED_KEPT = 1000

@@ -132,3 +132,25 @@ def test_a_sentry_sdk_the_hooks_cannot_use_turns_reports_off_and_runs_the_jobs(
     assert ran == {flaky: "SUCCEEDED"}
     assert executor.error_reports() is None
     assert "needs sentry-sdk 2.0 or later" in caplog.text
+
+
+def test_when_a_report_fails_the_dead_letter_line_is_the_event(
+    app: Flask, sentry: Callable[..., Events], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from flask_ratchet.worker import sentry as hooks
+
+    events = sentry(integrations=[RatchetIntegration()])
+
+    def broken(*_: object) -> None:
+        raise RuntimeError("the report failed")
+
+    monkeypatch.setattr(hooks, "_capture", broken)
+    doomed = refuse.enqueue("card expired").id  # fails for good at once
+    (ran,) = run_jobs(app)
+    assert ran.id == doomed and ran.status.value == "FAILED"
+    # Not ratchet's event (its report failed): the worker's ERROR line, through sentry-sdk's
+    # logging integration, which is otherwise dropped as a repeat.
+    (event,) = events()
+    assert event["logger"] == "flask_ratchet.worker"
+    assert event["level"] == "error"
+    assert f"job {doomed} (tests.apps:refuse) failed for good" in str(event["logentry"])

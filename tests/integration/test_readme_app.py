@@ -7,8 +7,10 @@ import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,5 +125,41 @@ def test_the_access_example_grants_the_roles_it_says(tmp_path: Path) -> None:
     user.is_admin = True
     page = client.get("/ratchet/")
     assert page.status_code == 200 and ">admin<" in page.text
+    with app.app_context():
+        app.extensions["sqlalchemy"].engine.dispose()
+
+
+def test_the_metrics_token_example_grants_prometheus_read_and_no_more(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Cluster metrics block: the token reads /ratchet/metrics, nothing else; a person is
+    judged by the app's own rule (here a stand-in for Flask-Login's ``current_user``)."""
+    from types import SimpleNamespace
+
+    from flask import Flask
+    from flask_sqlalchemy import SQLAlchemy
+
+    from flask_ratchet import Ratchet
+
+    monkeypatch.setenv("METRICS_TOKEN", "s3cret-token")
+    # Flask-Login's anonymous user has none of the app's own attributes (no ``is_admin``).
+    user = SimpleNamespace(is_authenticated=False)
+    scope: dict[str, object] = {"current_user": user}
+    # Indented in the README: the block is inside a list item.
+    exec(textwrap.dedent(readme_block("- **Cluster metrics.**")), scope)
+    app = Flask(__name__)
+    app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{tmp_path / 'metrics.db'}"
+    app.config["RATCHET_CONSOLE_AUTH"] = scope["console_role"]
+    SQLAlchemy(app)
+    Ratchet(app)
+    client = app.test_client()
+    token = {"Authorization": "Bearer s3cret-token"}
+    assert client.get("/ratchet/metrics").status_code == 403  # anonymous: 403, not 500
+    assert client.get("/ratchet/metrics", headers={"Authorization": "Bearer x"}).status_code == 403
+    scraped = client.get("/ratchet/metrics", headers=token)
+    assert scraped.status_code == 200 and "ratchet_cluster_up 1.0" in scraped.text
+    assert client.get("/ratchet/", headers=token).status_code == 403  # the token reads metrics only
+    user.is_authenticated = user.is_admin = True
+    assert client.get("/ratchet/").status_code == 200
     with app.app_context():
         app.extensions["sqlalchemy"].engine.dispose()

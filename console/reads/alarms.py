@@ -26,6 +26,7 @@ from flask_ratchet.states import JobStatus
 from flask_ratchet.store import health
 
 from .jobs import Count
+from .nodes import live
 
 #: Jobs that failed for good within this window raise the dead-letter alarm.
 DEAD_LETTER_WINDOW = timedelta(minutes=15)
@@ -102,12 +103,8 @@ def oldest_due(conn: Connection, now: datetime) -> DueJob | None:
 
 
 def any_live_node(conn: Connection, now: datetime, live_after: float) -> bool:
-    """Whether some node's heartbeat is younger than ``live_after`` seconds (one index probe)."""
-    found = conn.execute(
-        sa.select(node.c.node_id)
-        .where(node.c.last_heartbeat >= now - timedelta(seconds=live_after))
-        .limit(1)
-    ).first()
+    """Whether some node is live (:func:`.nodes.live`; one index probe)."""
+    found = conn.execute(sa.select(node.c.node_id).where(live(now, live_after)).limit(1)).first()
     return found is not None
 
 

@@ -12,12 +12,12 @@ one index probe per priority, and running batches are looked for among the newes
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from flask_ratchet.schema import batch, job_queue, node
+from flask_ratchet.schema import batch, job_queue
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.dialect import Dialect
 from flask_ratchet.store.health import oldest_due_age
@@ -25,6 +25,7 @@ from flask_ratchet.store.queues import Queues
 
 from .batches import BATCH_WINDOW
 from .jobs import Count
+from .nodes import live
 from .overview import status_counts
 from .queues import capped, live_jobs, queue_names
 
@@ -83,8 +84,7 @@ def cluster_figures(
 
 
 def _live_nodes(conn: Connection, now: datetime, live_after: float) -> int:
-    since = now - timedelta(seconds=live_after)
-    stmt = sa.select(sa.func.count()).where(node.c.last_heartbeat >= since)
+    stmt = sa.select(sa.func.count()).where(live(now, live_after))
     return int(conn.execute(stmt).scalar_one())
 
 

@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from flask_ratchet.schema import job_queue, node
 from flask_ratchet.states import JobStatus
+
+
+def live(now: datetime, live_after: float) -> sa.ColumnElement[bool]:
+    """Live nodes, as the console decides it: a heartbeat at most ``live_after`` seconds from
+    ``now``, before or after (one further ahead was written by hand, as orphan recovery sees
+    it: see ``Dialect.heard_within``)."""
+    window = timedelta(seconds=live_after)
+    return node.c.last_heartbeat.between(now - window, now + window)
 
 
 @dataclass(frozen=True, slots=True)

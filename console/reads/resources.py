@@ -50,6 +50,8 @@ from flask_ratchet.states import JobStatus
 from flask_ratchet.store.cluster import BREAKER_RESET
 from flask_ratchet.store.dialect import Dialect
 
+from .nodes import live
+
 #: The most resources the page lists (the first ones by name).
 MAX_RESOURCES = 200
 #: Waiting jobs are looked for among this many PENDING jobs, the newest (see the module doc).
@@ -174,17 +176,9 @@ def live_node_ids(conn: Connection, now: datetime, live_after: float) -> set[str
     """The ids of the live nodes (heartbeat at most ``live_after`` seconds before ``now``)."""
     return set(
         conn.execute(
-            sa.select(node.c.node_id).where(_live(now, live_after)).limit(MAX_NODES)
+            sa.select(node.c.node_id).where(live(now, live_after)).limit(MAX_NODES)
         ).scalars()
     )
-
-
-def _live(now: datetime, live_after: float) -> sa.ColumnElement[bool]:
-    """Live nodes, as the overview decides it: a heartbeat at most ``live_after`` seconds from
-    ``now``, before or after (one further ahead was written by hand, as orphan recovery sees
-    it: see ``Dialect.heard_within``)."""
-    window = timedelta(seconds=live_after)
-    return node.c.last_heartbeat.between(now - window, now + window)
 
 
 def _row(
@@ -364,11 +358,11 @@ def _published(
 ) -> tuple[dict[str, list[NodeBreaker]], int]:
     """Every live node's published breakers by service, and how many nodes are live.
 
-    Live as :func:`_live` decides it.
+    Live as :func:`.nodes.live` decides it.
     """
     rows = conn.execute(
         sa.select(node.c.node_id, node.c.host, node.c.pid, node.c.last_heartbeat, node.c.info)
-        .where(_live(now, live_after))
+        .where(live(now, live_after))
         .order_by(node.c.node_id)
         .limit(MAX_NODES)
     ).all()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable
 from typing import TYPE_CHECKING
 
@@ -62,6 +63,13 @@ class WorkerMetrics:
             "ratchet_jobs_deferred",
             "Jobs handed back without spending an attempt (breaker, resource, unknown task).",
         )
+        #: The counters each outcome moves.
+        self._counters = {
+            Outcome.SUCCEEDED: (self._succeeded,),
+            Outcome.RETRY: (self._failed, self._retried),
+            Outcome.FAILED: (self._failed, self._dead),
+            Outcome.RELEASE: (self._deferred,),
+        }
         self._recovered = prom.Counter(
             "ratchet_jobs_recovered",
             "RUNNING jobs of silent workers this worker's maintenance took back.",
@@ -110,27 +118,22 @@ class WorkerMetrics:
             self._claimed.labels(job.task, job.queue).inc()
 
     def written(self, batch: Iterable[Finished], applied: Collection[uuid.UUID]) -> None:
-        """Outcomes were written; ``applied``: the ids whose write took effect."""
+        """Outcomes were written; ``applied``: the ids whose write took effect. Counters move
+        once per task, queue and outcome of the batch; each attempt's times are observed."""
+        outcomes: Counter[tuple[str, str, Outcome]] = Counter()
         for item in batch:
             if item.job_id not in applied:
                 continue
-            labels = (item.task, item.queue)
-            outcome = item.outcome
-            if outcome is Outcome.RELEASE:
-                self._deferred.labels(*labels).inc()
+            outcomes[item.task, item.queue, item.outcome] += 1
+            if item.outcome is Outcome.RELEASE:
                 continue
             if item.duration_ms is not None:
-                self._run_seconds.labels(*labels).observe(item.duration_ms / 1000)
+                self._run_seconds.labels(item.task, item.queue).observe(item.duration_ms / 1000)
             if item.queue_wait_ms is not None:
-                self._wait_seconds.labels(*labels).observe(item.queue_wait_ms / 1000)
-            if outcome is Outcome.SUCCEEDED:
-                self._succeeded.labels(*labels).inc()
-            elif outcome is Outcome.RETRY:
-                self._failed.labels(*labels).inc()
-                self._retried.labels(*labels).inc()
-            elif outcome is Outcome.FAILED:
-                self._failed.labels(*labels).inc()
-                self._dead.labels(*labels).inc()
+                self._wait_seconds.labels(item.task, item.queue).observe(item.queue_wait_ms / 1000)
+        for (task, queue, outcome), n in outcomes.items():
+            for counter in self._counters[outcome]:
+                counter.labels(task, queue).inc(n)
 
     def recovered(self, tasks: Iterable[str]) -> None:
         """Maintenance took back jobs of silent workers (their tasks, one per job)."""

@@ -20,6 +20,8 @@ import time
 import urllib.parse
 import urllib.request
 
+from examples.demo.app import create_app
+
 APP = "examples.demo.app:create_app()"
 #: How long the web server and the worker get to come up.
 START_TIMEOUT = 30.0
@@ -80,6 +82,9 @@ def main() -> int:
     host = f"127.0.0.1:{os.environ.get('DEMO_PORT', '5000')}"
     python = sys.executable
     extra = shlex.split(os.environ.get("DEMO_WORKER_ARGS", ""))
+    # The app's tables, made once here: three processes each making them at the same moment
+    # would race between "is it there?" and CREATE TABLE.
+    create_app()
     processes = {
         "web server": start([python, "-m", "gunicorn", "--bind", host, "--workers", "2", APP]),
         "worker": start(

@@ -13,6 +13,7 @@ backtrack over a long word (a quadratic pass over a 10 MB message holds the GIL 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 #: What a masked structured value shows.
@@ -92,13 +93,35 @@ def masked(value: Any) -> Any:
     >>> masked({"db": "postgresql://app:hunter2@db/prod", "api_key": "k-1", "n": 3})
     {'db': 'postgresql://app:••••••@db/prod', 'api_key': '••••••', 'n': 3}
     """
+    return _walked(value, lambda text: url_passwords_masked(text, MASK))
+
+
+def free_text_masked(value: Any, describe: Callable[[Any], str] | None = None) -> Any:
+    """``value`` as :func:`masked` hides it, with every string in it hidden as free text
+    (:func:`text_masked`): for values whose strings may be anything, such as the ``repr`` of a
+    debugger's local variables. A value of another kind than JSON's is kept as it is, or, given
+    ``describe``, replaced by its description (a ``repr``), masked.
+
+    >>> free_text_masked({"client_secret": "s-1", "note": "'token=abc'"})
+    {'client_secret': '••••••', 'note': "'token=***'"}
+    """
+    return _walked(value, text_masked, describe)
+
+
+def _walked(
+    value: Any, text: Callable[[str], str], describe: Callable[[Any], str] | None = None
+) -> Any:
     if isinstance(value, dict):
-        return {k: (MASK if secret_key(k) else masked(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        return [masked(v) for v in value]
+        return {
+            k: (MASK if secret_key(k) else _walked(v, text, describe)) for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_walked(v, text, describe) for v in value]
     if isinstance(value, str):
-        return url_passwords_masked(value, MASK)
-    return value
+        return text(value)
+    if describe is None or value is None or isinstance(value, bool | int | float):
+        return value
+    return text(describe(value))
 
 
 # -- free text: URL passwords and secret values ---------------------------------------------

@@ -95,3 +95,13 @@ def complains() -> str:
     """Succeeds, after logging an error of its own."""
     JobContext.current().logger.error("the printer is on fire")
     return "done"
+
+
+@ratchet.task(max_retries=0)
+def leaks(settings: dict[str, Any]) -> None:
+    """Holds secrets in its arguments, locals and log lines, then fails for good."""
+    ctx = JobContext.current()
+    client_secret = settings["stripe"]["client_secret"]
+    ctx.logger.info("paying with client_secret=%s", client_secret)
+    ctx.logger.error("the gateway refused token=%s", client_secret)
+    raise ConnectionError(f"cannot reach {settings['dsn']}")

@@ -3,6 +3,7 @@ attempt, when sentry-sdk's configuration lets ratchet's integration report."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from flask_ratchet.testing import run_jobs
 from flask_ratchet.worker.sentry import RatchetIntegration
 from tests.apps import add, fail_until, refuse
 from tests.async_tasks import async_fail_until
-from tests.sentry_app import DSN, FileTransport, always_fails, read_events
+from tests.sentry_app import DSN, FileTransport, always_fails, leaks, read_events
 
 Events = Callable[[], list[dict[str, Any]]]
 
@@ -155,3 +156,29 @@ def test_when_a_report_fails_the_dead_letter_line_is_the_event(
     assert event["level"] == "error"
     line = str(event["logentry"])  # "formatted", or "message" and "params" (sentry-sdk 2.11)
     assert str(doomed) in line and "failed for good" in line
+
+
+def test_a_jobs_events_show_no_secret_of_its_arguments_locals_or_log_lines(
+    app: Flask, sentry: Callable[..., Events]
+) -> None:
+    events = sentry(integrations=[RatchetIntegration()])
+    settings = {
+        "stripe": {"client_secret": "sk_live_51Hx"},  # below the top level: sentry-sdk's
+        "dsn": "postgresql://shop:hunter2@db/prod",  # scrubber reads top-level names only
+    }
+    job = leaks.enqueue(settings).id
+    run_jobs(app)
+    sent = events()
+    assert [e["tags"]["ratchet.job_id"] for e in sent] == [str(job), str(job)]
+    text = json.dumps(sent)
+    assert "sk_live_51Hx" not in text and "hunter2" not in text
+    line, error = sent
+    assert line["logentry"]["message"] == "the gateway refused token=***"
+    crumbs = [c["message"] for c in error["breadcrumbs"]["values"]]
+    assert "paying with client_secret=***" in crumbs
+    frame = error["exception"]["values"][-1]["stacktrace"]["frames"][-1]
+    assert frame["function"] == "leaks"
+    assert frame["vars"]["client_secret"].strip("'") == "••••••"  # quoted by sentry-sdk 2.11
+    assert frame["vars"]["settings"]["stripe"]["client_secret"].strip("'") == "••••••"
+    assert frame["vars"]["settings"]["dsn"] == "'postgresql://shop:***@db/prod'"
+    assert error["exception"]["values"][-1]["value"] == "cannot reach postgresql://shop:***@db/prod"

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from flask_ratchet.redact import MASK, TEXT_MASK, masked, secret_key, text_masked
+from flask_ratchet.redact import (
+    MASK,
+    TEXT_MASK,
+    free_text_masked,
+    masked,
+    secret_key,
+    text_masked,
+)
 from flask_ratchet.retry import (
     MAX_ERROR,
     MAX_TRACEBACK,
@@ -120,3 +127,28 @@ def test_text_masking(raw: str, clean: str) -> None:
 def test_text_masking_leaves_plain_text_alone() -> None:
     text = "count: 3, author=ann, key (email)=(a@b.c) already exists, see http://h/a:b@c"
     assert text_masked(text) == text
+
+
+class Card:
+    def __repr__(self) -> str:
+        return "Card(number=4242, cvv_token='991')"
+
+
+def test_free_text_masking_hides_keys_urls_and_pairs_at_any_depth() -> None:
+    value = {
+        "n": 3,
+        "ok": True,
+        "gone": None,
+        "rows": [{"refresh_token": "r-1"}, ("postgresql://a:pw@h/db", "api_key=k-2")],
+        "card": Card(),
+    }
+    assert free_text_masked(value) == {
+        "n": 3,
+        "ok": True,
+        "gone": None,
+        "rows": [{"refresh_token": MASK}, ["postgresql://a:***@h/db", "api_key=***"]],
+        "card": value["card"],  # not described: kept as it is
+    }
+    described = free_text_masked(value, repr)
+    assert described["card"] == "Card(number=4242, cvv_token='***')"
+    assert described["n"] == 3 and described["gone"] is None

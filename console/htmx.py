@@ -23,6 +23,13 @@ def is_htmx() -> bool:
     return bool(HtmxHeaders(request.headers))
 
 
+def refreshes_a_region() -> bool:
+    """Whether the request is htmx refreshing one live region of a page, which it names
+    (``HX-Target``): it swaps that region alone, whatever else the page draws."""
+    headers = HtmxHeaders(request.headers)
+    return bool(headers) and bool(headers.target)
+
+
 def fragment(body: str, status: int = 200, **headers: Any) -> Response:
     """A partial for htmx, with htmx response headers (``trigger=…``, ``retarget=…``…)."""
     response = make_response(body, status, **headers)

@@ -26,6 +26,7 @@ from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
 from flask_ratchet.store import health
 
 from . import filters
+from .htmx import refreshes_a_region
 from .present import chart
 from .reads import alarms as alarm_reads
 from .reads import batches as flows
@@ -84,14 +85,20 @@ def overview() -> str:
 
 def alarms() -> str:
     """The header's alarms alone: what every page's alarm strip refreshes itself from."""
-    return render_template("ratchet/_alarms.html", alarms=header_alarms())
+    return render_template("ratchet/_alarms.html", alarms=read_alarms())
 
 
 def header_alarms() -> alarm_reads.Alarms | None:
     """The alarms of the page being drawn, for the layout's header; None for a request the
-    guard has not let in (its error page reads nothing)."""
-    if g.get("ratchet_role") is None:
+    guard has not let in (its error page reads nothing), and for the refresh of a live region
+    (it swaps that region alone: the strip refreshes itself)."""
+    if g.get("ratchet_role") is None or refreshes_a_region():
         return None
+    return read_alarms()
+
+
+def read_alarms() -> alarm_reads.Alarms:
+    """Every alarm, as of the database's time."""
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)

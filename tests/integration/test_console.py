@@ -48,11 +48,11 @@ class Console:
         assert hx is not None
         assert self.token and self.token in hx.group(1)
 
-    def get(self, url: str) -> TestResponse:
+    def get(self, url: str, headers: dict[str, str] | None = None) -> TestResponse:
         # Each request in an app context of its own, as in a server: the request's session
         # (and its transaction) ends with it instead of leaking into the test's context.
         with self.client.application.app_context():
-            return self.client.get(url, headers=self.headers)
+            return self.client.get(url, headers=self.headers | (headers or {}))
 
     def post(
         self, url: str, data: dict[str, object] | None = None, *, htmx: bool = False

@@ -310,6 +310,30 @@ def test_fragments_and_refused_requests_read_no_alarms(app: Flask) -> None:
     assert not any("ratchet_queue" in sql or "ratchet_node" in sql for sql, _ in seen)
 
 
+def alarm_read(sql: str) -> bool:
+    """Whether ``sql`` is one of the reads only the alarms make (paused queues, dead letters)."""
+    return "ratchet_queue.paused" in sql or "ratchet_job.finished_at >=" in sql
+
+
+def test_a_live_regions_refresh_reads_no_alarms(app: Flask) -> None:
+    ratchet.pause_queue("mail")
+    console = Console(app.test_client())
+    refresh = {"HX-Request": "true", "HX-Target": "overview-live"}  # as htmx sends it
+    with statements(app) as seen:
+        live = console.get("/ratchet/", headers=refresh)
+    assert live.status_code == 200 and 'id="overview-live"' in live.text
+    assert alarm_items(live.text) == {}
+    assert not any(alarm_read(sql) for sql, _ in seen)
+    # A page drawn whole, by a click or htmx's boosted navigation (no target), has them.
+    for headers in ({}, {"HX-Request": "true", "HX-Boosted": "true"}):
+        with statements(app) as seen:
+            page = console.get("/ratchet/", headers=headers)
+        assert set(alarm_items(page.text)) == {"paused"}
+        assert sum(alarm_read(sql) for sql, _ in seen) == 2
+    strip = console.get("/ratchet/alarms", headers={"HX-Request": "true", "HX-Target": "alarms"})
+    assert set(alarm_items(strip.text)) == {"paused"}
+
+
 def test_hostile_paused_queue_names_are_escaped(app: Flask) -> None:
     hostile = '<img src=x onerror="alert(1)">'
     with db.engine.begin() as conn:

@@ -102,7 +102,13 @@ def read_alarms() -> alarm_reads.Alarms:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        return alarm_reads.alarms(conn, now, live_after(s), s.config.alarm_due_after)
+        return alarm_reads.alarms(
+            conn,
+            now,
+            live_after(s),
+            s.config.alarm_due_after,
+            s.config.alarm_dead_letter_window,
+        )
 
 
 def jobs() -> str:

@@ -44,6 +44,8 @@ class RatchetConfig:
     console_origins: tuple[str, ...] = ()
     #: The console raises an alarm once the oldest due job has waited this long.
     alarm_due_after: float = 300.0
+    #: The console raises an alarm while jobs failed for good within this many seconds.
+    alarm_dead_letter_window: float = 900.0
     #: Largest encoded arguments, params or result, in bytes.
     max_payload_bytes: int = 100 * 1024
     #: Minutes of waiting that raise a job's effective priority by one level; 0 disables.
@@ -384,6 +386,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "console_url_prefix": _prefix_or_none,
     "console_origins": _origin_list,
     "alarm_due_after": _seconds,
+    "alarm_dead_letter_window": _seconds,
     "max_payload_bytes": _positive_int,
     "priority_boost_minutes": _non_negative_int,
     "auto_create": _optional_bool,

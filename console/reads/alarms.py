@@ -3,7 +3,8 @@
 - **No live worker** while at least one job is due: nothing will run it.
 - **The oldest due job** has waited longer than ``RATCHET_ALARM_DUE_AFTER``.
 - **Paused queues**: no worker claims their jobs until they are resumed.
-- **Dead letters growing**: jobs that failed for good in the last :data:`DEAD_LETTER_WINDOW`.
+- **Dead letters growing**: jobs that failed for good in the last
+  ``RATCHET_ALARM_DEAD_LETTER_WINDOW``.
 
 Read on every page view and every refresh of the header, so each read is an index probe or a
 capped count, whatever the tables hold: the oldest due job is one probe of the claim index per
@@ -28,8 +29,6 @@ from flask_ratchet.store import health
 from .jobs import Count
 from .nodes import live
 
-#: Jobs that failed for good within this window raise the dead-letter alarm.
-DEAD_LETTER_WINDOW = timedelta(minutes=15)
 #: The dead-letter alarm counts this many jobs at most (``1,000+`` past it).
 DEAD_LETTER_CAP = 1_000
 #: The paused-queue alarm names this many queues at most (by name), and says if there are more.
@@ -61,11 +60,11 @@ class Alarms:
     paused: list[str]
     #: More queues are paused than :attr:`paused` names.
     more_paused: bool
-    #: Jobs that failed for good within :data:`DEAD_LETTER_WINDOW` (capped at
+    #: Jobs that failed for good within :attr:`dead_letter_window` (capped at
     #: :data:`DEAD_LETTER_CAP`); zero raises nothing.
     dead_letters: Count
-    #: The minutes :attr:`dead_letters` looks back (:data:`DEAD_LETTER_WINDOW`).
-    dead_letter_minutes: int = int(DEAD_LETTER_WINDOW.total_seconds() // 60)
+    #: Seconds :attr:`dead_letters` looks back (``RATCHET_ALARM_DEAD_LETTER_WINDOW``).
+    dead_letter_window: float
 
     @property
     def raised(self) -> bool:
@@ -73,11 +72,18 @@ class Alarms:
         return bool(self.no_live_worker or self.overdue or self.paused or self.dead_letters.value)
 
 
-def alarms(conn: Connection, now: datetime, live_after: float, due_after: float) -> Alarms:
+def alarms(
+    conn: Connection,
+    now: datetime,
+    live_after: float,
+    due_after: float,
+    dead_letter_window: float,
+) -> Alarms:
     """Every alarm as of ``now`` (the database's time).
 
     ``live_after``: seconds since its last heartbeat within which a node counts as live;
-    ``due_after``: seconds the oldest due job may wait before it raises an alarm.
+    ``due_after``: seconds the oldest due job may wait before it raises an alarm;
+    ``dead_letter_window``: seconds back in which a job that failed for good raises one.
     """
     oldest = oldest_due(conn, now)
     paused, more_paused = paused_queues(conn)
@@ -89,7 +95,8 @@ def alarms(conn: Connection, now: datetime, live_after: float, due_after: float)
         live_after=live_after,
         paused=paused,
         more_paused=more_paused,
-        dead_letters=recent_dead_letters(conn, now),
+        dead_letters=recent_dead_letters(conn, now - timedelta(seconds=dead_letter_window)),
+        dead_letter_window=dead_letter_window,
     )
 
 
@@ -121,9 +128,9 @@ def paused_queues(conn: Connection) -> tuple[list[str], bool]:
     return names[:MAX_PAUSED], len(names) > MAX_PAUSED
 
 
-def recent_dead_letters(conn: Connection, now: datetime) -> Count:
-    """FAILED jobs with no hot row (the dead-letter page's) that ended within
-    :data:`DEAD_LETTER_WINDOW`, counted up to :data:`DEAD_LETTER_CAP`.
+def recent_dead_letters(conn: Connection, since: datetime) -> Count:
+    """FAILED jobs with no hot row (the dead-letter page's) that ended at ``since`` or later,
+    counted up to :data:`DEAD_LETTER_CAP`.
 
     A range of the partial index ``(terminal_status, finished_at)``, with a primary-key probe
     of the hot table per row: a job retried or paused since it failed is live again.
@@ -132,7 +139,7 @@ def recent_dead_letters(conn: Connection, now: datetime) -> Count:
         sa.select(sa.literal(1))
         .where(
             job.c.terminal_status == const(JobStatus.FAILED),
-            job.c.finished_at >= now - DEAD_LETTER_WINDOW,
+            job.c.finished_at >= since,
             ~sa.exists().where(job_queue.c.job_id == job.c.job_id),
         )
         .limit(DEAD_LETTER_CAP + 1)

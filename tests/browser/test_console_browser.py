@@ -380,7 +380,7 @@ def test_the_header_raises_each_alarm_live_and_the_overview_charts_attempts(
         "the queues page's header to show the worker's run",
     )
     assert (
-        "Dead letters growing: 1 job failed for good in the last 15 minutes."
+        "Dead letters growing: 1 job failed for good in the last 15 m 00 s."
         in alarms_shown(browser)["dead-letters"]
     )
     assert status_of(app, late.id) == JobStatus.FAILED

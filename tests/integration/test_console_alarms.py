@@ -30,12 +30,13 @@ from tests.integration.test_console import ADMIN, Console
 #: What the console's live_after makes of the default heartbeat interval (10 s).
 LIVE_AFTER = 30.0
 DUE_AFTER = 300.0
+DEAD_LETTER_WINDOW = 900.0
 
 
 def read_alarms(due_after: float = DUE_AFTER) -> alarm_reads.Alarms:
     with ratchet.transaction() as conn:
         now = ratchet.state.store.now(conn)
-        return alarm_reads.alarms(conn, now, LIVE_AFTER, due_after)
+        return alarm_reads.alarms(conn, now, LIVE_AFTER, due_after, DEAD_LETTER_WINDOW)
 
 
 def db_now() -> datetime:
@@ -143,7 +144,7 @@ def test_dead_letters_count_recent_failures_for_good_only(
         )
     assert ratchet.retry_job(retried)  # live again: no longer a dead letter
     found = read_alarms()
-    assert found.dead_letters == Count(len(recent)) and found.dead_letter_minutes == 15
+    assert found.dead_letters == Count(len(recent)) and found.dead_letter_window == 900
     monkeypatch.setattr(alarm_reads, "DEAD_LETTER_CAP", 1)
     assert read_alarms().dead_letters == Count(1, exact=False)
 
@@ -239,7 +240,7 @@ def test_every_page_shows_the_alarms_in_its_header(app: Flask) -> None:
     )
     assert found["paused"] == "Queue paused : mail ; no worker takes its jobs. Queues"
     assert found["dead-letters"] == (
-        "Dead letters growing : 1 job failed for good in the last 15 minutes. Dead letters"
+        "Dead letters growing : 1 job failed for good in the last 15 m 00 s. Dead letters"
     )
     page = console.get("/ratchet/queues").text
     assert 'href="/ratchet/jobs?status=PENDING&amp;queue=mail&amp;sort=oldest"' in page
@@ -279,6 +280,26 @@ def test_the_due_threshold_is_the_apps_setting(database_url: str) -> None:
         late_job(61)
     page = Console(app.test_client()).get("/ratchet/jobs").text
     assert "longer than 1 h 00 m" in alarm_items(page)["overdue"]
+    with app.app_context():
+        db.engine.dispose()
+
+
+def test_the_dead_letter_window_is_the_apps_setting(database_url: str) -> None:
+    app = create_app(database_url, RATCHET_ALARM_DEAD_LETTER_WINDOW=timedelta(hours=1))
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+        heartbeat("alive")
+        failed = job_in(JobStatus.FAILED)
+        with ratchet.transaction() as conn:
+            conn.execute(
+                sa.update(job)
+                .where(job.c.job_id == failed)
+                .values(finished_at=ratchet.state.store.now(conn) - timedelta(minutes=20))
+            )
+    page = Console(app.test_client()).get("/ratchet/jobs").text
+    found = alarm_items(page)
+    assert set(found) == {"dead-letters"}  # 20 minutes ago: within the hour, past 15 minutes
+    assert "1 job failed for good in the last 1 h 00 m" in found["dead-letters"]
     with app.app_context():
         db.engine.dispose()
 

@@ -57,14 +57,23 @@ def test_unknown_key_warns_with_the_closest_one() -> None:
         RatchetConfig.from_mapping({"RATCHET_POL_INTERVAL": 3})
 
 
-def test_the_console_alarm_threshold_is_a_positive_duration() -> None:
+@pytest.mark.parametrize(
+    ("key", "field", "default"),
+    [
+        ("RATCHET_ALARM_DUE_AFTER", "alarm_due_after", 300.0),
+        ("RATCHET_ALARM_DEAD_LETTER_WINDOW", "alarm_dead_letter_window", 900.0),
+    ],
+)
+def test_the_console_alarm_settings_are_positive_durations(
+    key: str, field: str, default: float
+) -> None:
     read = RatchetConfig.from_mapping
-    assert read({}).alarm_due_after == 300.0
-    assert read({"RATCHET_ALARM_DUE_AFTER": timedelta(minutes=2)}).alarm_due_after == 120.0
-    assert read({"RATCHET_ALARM_DUE_AFTER": 30}).alarm_due_after == 30.0
+    assert getattr(read({}), field) == default
+    assert getattr(read({key: timedelta(minutes=2)}), field) == 120.0
+    assert getattr(read({key: 30}), field) == 30.0
     for bad in (0, -5, "300", None, True):
-        with pytest.raises(ConfigError, match="RATCHET_ALARM_DUE_AFTER"):
-            read({"RATCHET_ALARM_DUE_AFTER": bad})
+        with pytest.raises(ConfigError, match=key):
+            read({key: bad})
 
 
 def test_boost_zero_disables() -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
 from .errors import ConfigError, InvalidOption
-from .options import validate_queue
+from .options import MAX_DURATION, validate_queue
 from .resources import ResourceLimit, resource_limit
 
 PREFIX = "RATCHET_"
@@ -139,9 +139,13 @@ class RatchetConfig:
 def _seconds(key: str, value: Any) -> float:
     if isinstance(value, timedelta):
         value = value.total_seconds()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+    # At most MAX_DURATION (so never infinite): a time this far from now is one every database
+    # and Python can hold, and a sleep of it one the OS takes.
+    longest = MAX_DURATION.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= longest:
         raise ConfigError(
-            f"{key} must be a positive number of seconds or a timedelta, got {value!r}"
+            f"{key} must be a positive number of seconds or a timedelta, at most "
+            f"{MAX_DURATION.days} days, got {value!r}"
         )
     return float(value)
 

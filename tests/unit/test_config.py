@@ -71,7 +71,7 @@ def test_the_console_alarm_settings_are_positive_durations(
     assert getattr(read({}), field) == default
     assert getattr(read({key: timedelta(minutes=2)}), field) == 120.0
     assert getattr(read({key: 30}), field) == 30.0
-    for bad in (0, -5, "300", None, True):
+    for bad in (0, -5, "300", None, True, float("inf"), float("nan"), timedelta(days=40_000)):
         with pytest.raises(ConfigError, match=key):
             read({key: bad})
 

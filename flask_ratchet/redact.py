@@ -96,32 +96,33 @@ def masked(value: Any) -> Any:
     return _walked(value, lambda text: url_passwords_masked(text, MASK))
 
 
-def free_text_masked(value: Any, describe: Callable[[Any], str] | None = None) -> Any:
-    """``value`` as :func:`masked` hides it, with every string in it hidden as free text
-    (:func:`text_masked`): for values whose strings may be anything, such as the ``repr`` of a
-    debugger's local variables. A value of another kind than JSON's is kept as it is, or, given
-    ``describe``, replaced by its description (a ``repr``), masked.
+def free_text_masked(value: Any) -> Any:
+    """``value`` as :func:`masked` hides it, with every string in it (keys too) hidden as free
+    text (:func:`text_masked`), and a pair ``[key, value]`` whose key looks secret hidden as a
+    dict's entry would be: for values whose strings may be anything, such as the descriptions
+    of a program's variables that an error tracker sends.
 
-    >>> free_text_masked({"client_secret": "s-1", "note": "'token=abc'"})
-    {'client_secret': '••••••', 'note': "'token=***'"}
+    >>> free_text_masked({"client_secret": "s-1", "note": "'token=abc'", "h": [["Cookie", "c"]]})
+    {'client_secret': '••••••', 'note': "'token=***'", 'h': [['Cookie', '••••••']]}
     """
-    return _walked(value, text_masked, describe)
+    return _walked(value, text_masked, pairs=True)
 
 
-def _walked(
-    value: Any, text: Callable[[str], str], describe: Callable[[Any], str] | None = None
-) -> Any:
+def _walked(value: Any, text: Callable[[str], str], *, pairs: bool = False) -> Any:
     if isinstance(value, dict):
         return {
-            k: (MASK if secret_key(k) else _walked(v, text, describe)) for k, v in value.items()
+            (text(k) if isinstance(k, str) else k): (
+                MASK if secret_key(k) else _walked(v, text, pairs=pairs)
+            )
+            for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [_walked(v, text, describe) for v in value]
+        if pairs and len(value) == 2 and isinstance(value[0], str) and secret_key(value[0]):
+            return [text(value[0]), MASK]
+        return [_walked(v, text, pairs=pairs) for v in value]
     if isinstance(value, str):
         return text(value)
-    if describe is None or value is None or isinstance(value, bool | int | float):
-        return value
-    return text(describe(value))
+    return value
 
 
 # -- free text: URL passwords and secret values ---------------------------------------------

@@ -99,9 +99,13 @@ def complains() -> str:
 
 @ratchet.task(max_retries=0)
 def leaks(settings: dict[str, Any]) -> None:
-    """Holds secrets in its arguments, locals and log lines, then fails for good."""
+    """Holds secrets in its arguments, locals, log lines and what it tells Sentry, then fails
+    for good."""
     ctx = JobContext.current()
     client_secret = settings["stripe"]["client_secret"]
+    sentry_sdk.set_context("stripe", settings["stripe"])
+    sentry_sdk.set_tag("database", settings["dsn"])
+    sentry_sdk.set_user({"id": 7, "session": client_secret})
     ctx.logger.info("paying with client_secret=%s", client_secret)
     ctx.logger.error("the gateway refused token=%s", client_secret)
     raise ConnectionError(f"cannot reach {settings['dsn']}")

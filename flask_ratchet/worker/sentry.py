@@ -30,10 +30,9 @@ task and error type instead, as sentry-sdk's RQ and Celery integrations group th
 
 The error's message is masked as the job's stored error is (:func:`flask_ratchet.retry.sanitize`:
 ``password=``-style values, URL passwords), so Sentry shows what the console shows. Every event
-sent from a job's scope (ours, and whatever the job's code sends) is masked by the same rules
-before it leaves the process: its frames' local variables (the job's arguments among them) at
-any depth, its breadcrumbs (the job's log lines), its log entry, message and extra data. Sentry's
-own scrubber, which runs after, only knows a fixed list of key names, at the top level.
+sent from a job's scope (ours, and whatever the job's code sends) is then masked by the same
+rules as the client's last step (:mod:`.sentry_masks`): its frames' variables, the job's
+arguments among them, its breadcrumbs (the job's log lines), and the rest of what it carries.
 
 Each attempt runs in an isolation scope of its own (as sentry-sdk's Celery and RQ integrations
 run each task): breadcrumbs start empty (the job's own log lines become its breadcrumbs), and
@@ -53,16 +52,16 @@ import logging
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import sentry_sdk
 from sentry_sdk.integrations import Integration
 from sentry_sdk.scope import Scope, add_global_event_processor, use_isolation_scope
-from sentry_sdk.utils import event_from_exception, safe_repr
+from sentry_sdk.utils import event_from_exception
 
-from ..redact import free_text_masked, text_masked
 from ..retry import sanitize
 from ..store.types import ClaimedJob, Finished, Outcome
+from . import sentry_masks
 from .logs import FAILED_ATTEMPT
 
 if TYPE_CHECKING:
@@ -104,6 +103,7 @@ def reporting() -> bool:
     answer = client.is_active() and _enabled(client)
     if answer:
         _install()
+        sentry_masks.guard(client)
     _decided = (client, answer)
     return answer
 
@@ -263,84 +263,6 @@ def _drop_repeated_line(event: Event, hint: Hint) -> Event | None:
     return None
 
 
-def _mask_job_event(event: Event, hint: Hint) -> Event | None:
-    """Hide secrets in an event sent from a job's scope (tagged with its job), by ratchet's
-    masking rules; other events pass as they are."""
-    if "ratchet.job_id" not in (event.get("tags") or {}):
-        return event
-    try:
-        _mask(event)
-        return event
-    except Exception:
-        # Sent unmasked, a job's variables and log lines could show a secret: sent without them.
-        log.warning("a job's Sentry event could not be masked: sent without its variables")
-    try:
-        _strip(event)
-        return event
-    except Exception:
-        return None  # never sent unmasked
-
-
-def _mask(event: Event) -> None:
-    for frame in _frames(event):
-        if "vars" in frame:
-            # sentry-sdk before 2.12 keeps the objects themselves here, to describe later.
-            frame["vars"] = free_text_masked(frame["vars"], safe_repr)
-    for value in (event.get("exception") or {}).get("values") or ():
-        if isinstance(value.get("value"), str):
-            value["value"] = text_masked(value["value"])
-    crumbs = event.get("breadcrumbs")
-    if isinstance(crumbs, dict) and crumbs.get("values"):
-        # New dicts: the job's scope, which another thread may still be adding to, holds these.
-        crumbs["values"] = [_masked_crumb(crumb) for crumb in crumbs["values"]]
-    if isinstance(event.get("logentry"), dict):
-        event["logentry"] = _masked_logentry(event["logentry"])
-    if "extra" in event:
-        event["extra"] = free_text_masked(event["extra"])
-    if isinstance(event.get("message"), str):
-        event["message"] = text_masked(event["message"])
-
-
-def _masked_logentry(entry: Any) -> Any:
-    """A log line's entry (``message`` with its ``params``), masked as the line reads: a secret
-    may sit in a parameter that says nothing of itself (``"token=%s"``), so a line whose text
-    masking changes is sent as that masked text, without its parameters."""
-    message, params = entry.get("message"), entry.get("params")
-    if not isinstance(message, str):
-        return free_text_masked(entry)
-    try:
-        text = message % (tuple(params) if isinstance(params, list | tuple) else params)
-    except Exception:  # no parameters, or a line that does not format: its text as it is
-        text = message
-    hidden = text_masked(text)
-    if hidden == text:
-        return free_text_masked(entry)
-    return {"message": hidden, "formatted": hidden, "params": []}
-
-
-def _masked_crumb(crumb: Any) -> Any:
-    if not isinstance(crumb, dict):
-        return crumb
-    return {
-        key: free_text_masked(value) if key in ("message", "data") else value
-        for key, value in crumb.items()
-    }
-
-
-def _frames(event: Event) -> Iterator[dict[str, Any]]:
-    """Every stack frame of ``event``: its exceptions' and its threads'."""
-    for part in ("exception", "threads"):
-        for value in (event.get(part) or {}).get("values") or ():  # type: ignore[attr-defined]
-            yield from (value.get("stacktrace") or {}).get("frames") or ()
-
-
-def _strip(event: Event) -> None:
-    for frame in _frames(event):
-        frame.pop("vars", None)
-    for key in ("breadcrumbs", "logentry", "extra", "message"):
-        event.pop(key, None)  # type: ignore[misc]
-
-
 def _unreported(job_id: str, attempt: int) -> None:
     """Remember an attempt whose report failed, so that the line about it is not dropped
     (at most :data:`UNREPORTED_KEPT`: past that the oldest are forgotten, dropped lines)."""
@@ -356,7 +278,6 @@ def _install() -> None:
     with _install_lock:
         if not _installed:
             add_global_event_processor(_drop_repeated_line)
-            add_global_event_processor(_mask_job_event)
             _installed = True
 
 

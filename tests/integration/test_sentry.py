@@ -161,22 +161,39 @@ def test_when_a_report_fails_the_dead_letter_line_is_the_event(
 def test_a_jobs_events_show_no_secret_of_its_arguments_locals_or_log_lines(
     app: Flask, sentry: Callable[..., Events]
 ) -> None:
-    events = sentry(integrations=[RatchetIntegration()])
+    # attach_stacktrace: sentry-sdk adds a log line's stack, with its variables, after every
+    # event processor has run.
+    events = sentry(integrations=[RatchetIntegration()], attach_stacktrace=True)
+    # Made here, not written out: with attach_stacktrace, this test's own source lines are sent.
+    key, password = "sk_live_" + "51Hx", "hunter" + "2"
     settings = {
-        "stripe": {"client_secret": "sk_live_51Hx"},  # below the top level: sentry-sdk's
-        "dsn": "postgresql://shop:hunter2@db/prod",  # scrubber reads top-level names only
+        "stripe": {"client_secret": key},  # below the top level: sentry-sdk's
+        "dsn": f"postgresql://shop:{password}@db/prod",  # scrubber reads top-level names only
     }
     job = leaks.enqueue(settings).id
     run_jobs(app)
     sent = events()
     assert [e["tags"]["ratchet.job_id"] for e in sent] == [str(job), str(job)]
     text = json.dumps(sent)
-    assert "sk_live_51Hx" not in text and "hunter2" not in text
+    assert key not in text and password not in text
     line, error = sent
-    assert line["logentry"]["message"] == "the gateway refused token=***"
+    assert line["logentry"]["formatted"] == "the gateway refused token=***"
+    assert line["logentry"]["message"] == "the gateway refused token=%s"  # grouped as before
+    assert line["logentry"]["params"] == []
+    (job_frame,) = [
+        f for f in line["threads"]["values"][0]["stacktrace"]["frames"] if f["function"] == "leaks"
+    ]
+    assert job_frame["vars"]["settings"]["stripe"]["client_secret"].strip("'") == "••••••"
+    for event in sent:
+        assert event["contexts"]["stripe"] == {"client_secret": "••••••"}
+        assert event["tags"]["database"] == "postgresql://shop:***@db/prod"
+        assert event["user"] == {"id": 7, "session": "••••••"}
     crumbs = [c["message"] for c in error["breadcrumbs"]["values"]]
     assert "paying with client_secret=***" in crumbs
-    frame = error["exception"]["values"][-1]["stacktrace"]["frames"][-1]
+    frames = error["exception"]["values"][-1]["stacktrace"]["frames"]
+    ours = [f for f in frames if f["module"].startswith("flask_ratchet.")]
+    assert ours and all("vars" not in f for f in ours)  # the executor's args and kwargs
+    frame = frames[-1]
     assert frame["function"] == "leaks"
     assert frame["vars"]["client_secret"].strip("'") == "••••••"  # quoted by sentry-sdk 2.11
     assert frame["vars"]["settings"]["stripe"]["client_secret"].strip("'") == "••••••"

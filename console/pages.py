@@ -62,7 +62,7 @@ def overview() -> str:
     with s.connection() as conn:
         now = s.store.now(conn)
         counts = overview_reads.status_counts(conn, s.store.dialect)
-        buckets = overview_reads.throughput(conn, s.store.dialect, now, window)
+        buckets = overview_reads.throughput(conn, now, window)
         oldest = health.oldest_due_age(conn, now)
         p95 = health.p95_queue_wait(conn, now)
         nodes = node_rows.nodes(conn, now)

@@ -359,6 +359,13 @@ execution = sa.Table(
     sa.Column("queue_wait_ms", sa.Float),
     sa.Column("error", sa.Text),
     sa.Column("traceback", sa.Text),
+    # The overview's chart counts a bar's runs on the started_at index alone, and its failed
+    # runs here (rows are written once, when a run ends: a success never touches this index).
+    _index_where(
+        "ix_ratchet_execution_failed_started_at",
+        "started_at",
+        where=f"status = '{JobStatus.FAILED}'",
+    ),
 )
 
 job_log = sa.Table(

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import pairwise
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from flask_ratchet.schema import audit, aware, execution
+from flask_ratchet.schema import UtcDateTime, audit, const, execution
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.dialect import Dialect
 
@@ -99,36 +100,46 @@ class Bucket:
     failed: int
 
 
-def throughput(
-    conn: Connection, dialect: Dialect, now: datetime, window: Window = DEFAULT_WINDOW
-) -> list[Bucket]:
-    """Executions per bar of ``window`` up to ``now``, oldest first, gaps filled.
+def throughput(conn: Connection, now: datetime, window: Window = DEFAULT_WINDOW) -> list[Bucket]:
+    """Executions per bar of ``window`` up to ``now``, oldest first.
 
-    Executions are grouped by the minute they started in the database (at most one row per
-    minute of the window comes back: 1,440 for a day), then summed into bars here, so both
-    dialects need only ``minute_of``. Bounded by time, not by rows: the window's executions are
-    read on the ``started_at`` index.
+    One statement of two range counts per bar: its runs on the ``started_at`` index alone, its
+    failed runs on the index of failed runs. Counting index entries never reads a row: grouping
+    the window's rows by minute read each one for its status (on PostgreSQL, a day of 1.44
+    million runs took about 290 ms that way and about 70 ms this way; ``bench.console_pages``).
+    A run that started ahead of the database's clock, past the current bar, is left out.
     """
-    step = window.bucket
+    step = timedelta(minutes=window.bucket)
     minute = now.replace(second=0, microsecond=0)
-    current = minute - timedelta(minutes=(minute.hour * 60 + minute.minute) % step)
-    start = current - timedelta(minutes=step * (window.bars - 1))
-    bucket = dialect.minute_of(execution.c.started_at)
-    failed = sa.case((execution.c.status == JobStatus.FAILED, 1), else_=0)
-    rows = conn.execute(
-        sa.select(bucket.label("minute"), sa.func.count(), sa.func.sum(failed))
-        .where(execution.c.started_at >= start)
-        .group_by(bucket)
-    ).all()
-    totals = [[0, 0] for _ in range(window.bars)]
-    for at, total, fails in rows:
-        i = int((aware(at) - start).total_seconds() // 60) // step
-        if 0 <= i < window.bars:  # a start time ahead of the database's clock is left out
-            totals[i][0] += int(total) - int(fails or 0)
-            totals[i][1] += int(fails or 0)
+    current = minute - timedelta(minutes=(minute.hour * 60 + minute.minute) % window.bucket)
+    edges = [current - step * (window.bars - 1 - i) for i in range(window.bars + 1)]
+    started = execution.c.started_at
+    failed = execution.c.status == const(JobStatus.FAILED)
+    # The bars as rows (a VALUES list with named columns is not SQLite's), each counted by a
+    # correlated subquery: planned once, run per bar.
+    bars = sa.union_all(
+        *(
+            sa.select(
+                sa.literal_column(str(i)).label("bar"),
+                sa.literal(low, UtcDateTime).label("low"),
+                sa.literal(high, UtcDateTime).label("high"),
+            )
+            for i, (low, high) in enumerate(pairwise(edges))
+        )
+    ).cte("bars")
+
+    def runs(*where: Any) -> Any:
+        return (
+            sa.select(sa.func.count())
+            .where(started >= bars.c.low, started < bars.c.high, *where)
+            .scalar_subquery()
+        )
+
+    counted = sa.select(bars.c.bar, runs().label("runs"), runs(failed).label("failed"))
+    counts = {int(bar): (int(n), int(bad)) for bar, n, bad in conn.execute(counted)}
     return [
-        Bucket(start + timedelta(minutes=i * step), step, ok, bad)
-        for i, (ok, bad) in enumerate(totals)
+        Bucket(edges[i], window.bucket, n - bad, bad)
+        for i, (n, bad) in ((i, counts.get(i, (0, 0))) for i in range(window.bars))
     ]
 
 

@@ -232,10 +232,6 @@ class Dialect:
         (by default: as it is). Select its columns by name: the result may be text."""
         return table
 
-    def minute_of(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
-        """``column`` truncated to its minute, to group by."""
-        raise NotImplementedError
-
     # -- completion ----------------------------------------------------------------------------
 
     def own_completion(

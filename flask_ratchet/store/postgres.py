@@ -331,9 +331,6 @@ class PostgresDialect(Dialect):
         table, ended ones from the cold rows."""
         return _estimates(conn)
 
-    def minute_of(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
-        return sa.func.date_trunc("minute", column)
-
     def claim_due(
         self,
         conn: Connection,

@@ -107,9 +107,6 @@ class SqliteDialect(Dialect):
         # SQLAlchemy renders no table hint for SQLite, hence the text.
         return sa.text(f"{table.name} INDEXED BY {index}")
 
-    def minute_of(self, column: ColumnElement[datetime]) -> ColumnElement[Any]:
-        return sa.func.strftime("%Y-%m-%d %H:%M:00", column)
-
     def insert_times(self) -> dict[str, ColumnElement[datetime]]:
         return {
             "created": sa.bindparam("p_now", type_=UtcDateTime()),

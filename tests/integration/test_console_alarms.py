@@ -406,8 +406,7 @@ def test_throughput_fills_each_windows_bars(app: Flask) -> None:
         ):
             add_execution(conn, owner, now - ago, status)
         bars = {
-            key: reports.throughput(conn, ratchet.state.store.dialect, now, window)
-            for key, window in reports.WINDOWS.items()
+            key: reports.throughput(conn, now, window) for key, window in reports.WINDOWS.items()
         }
     assert [len(b) for b in bars.values()] == [15, 60, 48]
     assert {b.minutes for b in bars["24h"]} == {30}

@@ -111,7 +111,7 @@ def test_throughput_buckets_the_last_hour_by_minute(app: Flask) -> None:
                     queue_wait_ms=100.0 * (minutes_ago + 1),
                 )
             )
-        minutes = reports.throughput(conn, ratchet.state.store.dialect, now)
+        minutes = reports.throughput(conn, now)
         p95 = health.p95_queue_wait(conn, now)
     assert len(minutes) == 60
     assert (minutes[-1].succeeded, minutes[-1].failed) == (1, 1)

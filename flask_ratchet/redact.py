@@ -108,6 +108,12 @@ def free_text_masked(value: Any) -> Any:
     return _walked(value, text_masked, pairs=True)
 
 
+def _secret_name(item: object) -> bool:
+    """Whether ``item`` reads as the name of a secret in a ``[name, value]`` pair: a single word
+    (``Authorization``, ``'X-Api-Key'``), not a sentence that holds one."""
+    return isinstance(item, str) and len(item.split()) == 1 and secret_key(item)
+
+
 def _walked(value: Any, text: Callable[[str], str], *, pairs: bool = False) -> Any:
     if isinstance(value, dict):
         return {
@@ -117,7 +123,7 @@ def _walked(value: Any, text: Callable[[str], str], *, pairs: bool = False) -> A
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        if pairs and len(value) == 2 and isinstance(value[0], str) and secret_key(value[0]):
+        if pairs and len(value) == 2 and _secret_name(value[0]):
             return [text(value[0]), MASK]
         return [_walked(v, text, pairs=pairs) for v in value]
     if isinstance(value, str):

@@ -263,6 +263,15 @@ def _drop_repeated_line(event: Event, hint: Hint) -> Event | None:
     return None
 
 
+def _guard_sending_client(event: Event, hint: Hint) -> Event | None:
+    """Make sure the client about to send a job's event masks it: since the attempt began, its
+    ``before_send`` may have been replaced, or the client itself. (Event processors run before
+    the client reads its ``before_send``.)"""
+    if sentry_masks.JOB_TAG in (event.get("tags") or {}):
+        sentry_masks.guard(sentry_sdk.get_client())
+    return event
+
+
 def _unreported(job_id: str, attempt: int) -> None:
     """Remember an attempt whose report failed, so that the line about it is not dropped
     (at most :data:`UNREPORTED_KEPT`: past that the oldest are forgotten, dropped lines)."""
@@ -278,6 +287,7 @@ def _install() -> None:
     with _install_lock:
         if not _installed:
             add_global_event_processor(_drop_repeated_line)
+            add_global_event_processor(_guard_sending_client)
             _installed = True
 
 

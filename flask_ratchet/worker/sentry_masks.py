@@ -2,12 +2,14 @@
 leave the process, as the console masks what it shows.
 
 The masking runs as the client's last step: ratchet wraps the client's ``before_send`` and
-``before_send_transaction`` (the user's own hooks, if any, then get the masked event). An event
-processor would run too early: sentry-sdk adds a thread's stack (``attach_stacktrace``) after
-the processors, and the request's data (in eager mode) with a processor of the request's scope
-that runs after a global one. By the time ``before_send`` runs, sentry-sdk has turned every
-value into JSON's kinds, cut to its own depth, breadth and length limits (a variable's object
-is its ``repr``), in every version from 2.11 on, so the pass here is bounded by what is sent.
+``before_send_transaction`` (the user's own hooks, if any, then get the masked event), at each
+attempt and again, by a global event processor, for each job event (a hook set since, or a new
+client, is wrapped before it is read). An event processor could not mask by itself: it runs too
+early, before sentry-sdk adds a thread's stack (``attach_stacktrace``), and before a processor
+of a request's scope adds the request (in eager mode). By the time ``before_send`` runs,
+sentry-sdk has turned every value into JSON's kinds in every version from 2.11 on (an object
+is its ``repr``), and cut variables, ``extra``, breadcrumb data and request bodies to its depth,
+breadth and length limits; the pass here is linear in what is sent.
 
 What is masked, in an event tagged with a job (``ratchet.job_id``):
 
@@ -21,21 +23,28 @@ What is masked, in an event tagged with a job (``ratchet.job_id``):
   ``kwargs``, the claimed row) under no name that says what they are; and the parameters of a
   log call (``args`` in the ``logging`` module's frames, as ``attach_stacktrace`` shows them)
   are masked whole;
-- the exceptions' messages, the plain message, the transaction's name;
+- the exceptions' messages, the plain message;
 - breadcrumbs (the job's log lines: their text and data);
-- the log entry of an event made from a log line: one whose text masking changes is sent as
-  that masked text, without its parameters (a secret may sit in a parameter that says nothing
-  of itself: ``"token=%s"``); its template stays, so Sentry still groups it;
-- ``extra``, ``user``, ``tags``, ``request`` and every context but ``trace`` (sentry-sdk's own
-  sampling data) and ``ratchet`` (ours);
+- the log entry of an event made from a log line: one that shows a secret is sent as its text,
+  masked, without its parameters (a secret may sit in a parameter that says nothing of itself:
+  ``"token=%s"``); its template, masked between its placeholders, stays, so Sentry still
+  groups the lines of one call together;
+- ``extra``, ``user``, ``request``, the tags but ratchet's own (``ratchet.task`` is a task's
+  name, never a secret), every context but ratchet's, and of sentry-sdk's ``trace`` context
+  the span's description, data and tags (its ids and sampling data go as they are);
 - a transaction's spans: their descriptions, data and tags.
 
-Not masked: Sentry Logs (``enable_logs``), which are sent apart from events and carry no job.
+Not masked: the transaction's name (a task's or a route's; sentry-sdk also sends it in the
+envelope's header, which no hook reaches); what sentry-sdk sends apart from events, which
+carries no job: Sentry Logs (``enable_logs``), metrics, and spans sent one by one
+(``trace_lifecycle="stream"``); and in eager mode the spans a job makes inside the request's
+transaction, which is the request's event, not the job's.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -50,14 +59,22 @@ log = logging.getLogger("flask_ratchet.worker")
 #: The tag that marks an event as sent from a job's scope.
 JOB_TAG = "ratchet.job_id"
 #: Parts of an event walked whole.
-WALKED = ("extra", "user", "tags", "request")
-#: Contexts left as they are: sentry-sdk's trace (its sampling data holds a DSN's public key,
-#: which is no secret and must reach Sentry as it is) and ratchet's own.
-KEPT_CONTEXTS = frozenset({"trace", "ratchet"})
+WALKED = ("extra", "user", "request")
+#: Tags left as they are: ratchet's own (the job's id, task, queue, attempt, node).
+OWN_TAGS = "ratchet."
+#: The parts of sentry-sdk's ``trace`` context that hold what the job's code said (the rest:
+#: ids, op, status, and the sampling data, whose DSN public key is no secret and must reach
+#: Sentry as it is).
+TRACE_SAID = ("description", "data", "tags")
 #: The client's hooks that get the masking, last before sending.
 HOOKS = ("before_send", "before_send_transaction")
 
 Hook = Callable[["Event", "Hint"], "Event | None"]
+
+#: A ``%``-style placeholder of a log call's template (``%s``, ``%(name)r``, ``%-8.3f``, ``%%``).
+_PLACEHOLDER = re.compile(
+    r"%(?:\([^)%]*+\))?[#0 +\-]*(?:\*|\d+)?(?:\.(?:\*|\d+))?[hlL]?[diouxXeEfFgGcrsa%]"
+)
 
 
 class MaskingHook:
@@ -109,17 +126,22 @@ def masked_event(event: Event) -> Event:
     entry = event.get("logentry")
     if isinstance(entry, dict):
         event["logentry"] = masked_logentry(entry)
-    for key in ("message", "transaction"):
-        if isinstance(event.get(key), str):
-            event[key] = text_masked(event[key])  # type: ignore[literal-required]
+    if isinstance(event.get("message"), str):
+        event["message"] = text_masked(event["message"])
     for key in WALKED:
         if key in event:
             event[key] = free_text_masked(event[key])  # type: ignore[literal-required]
+    tags = event.get("tags")
+    if isinstance(tags, dict):
+        # Ratchet's own tags name the job: a task's name is no secret, even in a module
+        # called password_reset, and masked it would merge tasks in Sentry's search.
+        own = {name: value for name, value in tags.items() if str(name).startswith(OWN_TAGS)}
+        others = {name: value for name, value in tags.items() if name not in own}
+        event["tags"] = own | free_text_masked(others)
     contexts = event.get("contexts")
     if isinstance(contexts, dict):
         event["contexts"] = {
-            name: context if name in KEPT_CONTEXTS else free_text_masked(context)
-            for name, context in contexts.items()
+            name: _masked_context(name, context) for name, context in contexts.items()
         }
     spans = event.get("spans")
     for span in spans if isinstance(spans, list) else ():
@@ -130,30 +152,49 @@ def masked_event(event: Event) -> Event:
     return event
 
 
+def _masked_context(name: str, context: Any) -> Any:
+    if name == "ratchet":
+        return context  # ours: the job, described as its tags are
+    if name == "trace" and isinstance(context, dict):
+        return {
+            key: free_text_masked(value) if key in TRACE_SAID else value
+            for key, value in context.items()
+        }
+    return free_text_masked(context)
+
+
 def masked_logentry(entry: dict[str, Any]) -> dict[str, Any]:
     """A log line's entry (``message``, ``params``, ``formatted``), masked as the line reads.
 
-    The template (``message``) is kept, for Sentry's grouping. When masking hides part of a
-    parameter, the line's text is made again from the masked parameters; when the text shows a
-    secret no parameter reveals by its key (``"token=%s"``), the line goes as that text masked,
-    without its parameters.
+    A line that shows nothing secret goes as it is. Otherwise it goes as its text, made from
+    the masked template and parameters and masked again, without its parameters: a secret may
+    sit in a parameter that says nothing of itself (``"token=%s"``), or in the template itself
+    (an f-string's line). The template, masked, stays the entry's ``message``, so Sentry groups
+    the lines of one call together as before.
     """
     message, params = entry.get("message"), entry.get("params")
+    template = _template_masked(message) if isinstance(message, str) else free_text_masked(message)
     hidden_params = free_text_masked(params)
-    if hidden_params != params:
-        text = _formatted(message, hidden_params)
-        if text is None:
-            return {"message": free_text_masked(message), "params": []}
-        return {"message": message, "params": hidden_params, "formatted": text_masked(text)}
     text = entry.get("formatted")
     if not isinstance(text, str):
         text = _formatted(message, params)
     if text is None:  # parameters that do not fit the template: Sentry could not show them
-        return {"message": free_text_masked(message), "params": []}
-    hidden = text_masked(text)
-    if hidden != text:
-        return {"message": message, "params": [], "formatted": hidden}
-    return free_text_masked(entry)  # type: ignore[no-any-return]
+        return {"message": template, "params": []}
+    if template == message and hidden_params == params and text_masked(text) == text:
+        return entry
+    shown = _formatted(template, hidden_params) or text
+    return {"message": template, "params": [], "formatted": text_masked(shown)}
+
+
+def _template_masked(template: str) -> str:
+    """A log call's template with the text between its placeholders masked: ``"token=%s"``
+    stays as it is (the placeholder is no secret), an f-string's ``"token=t-1 for %s"`` loses
+    its ``t-1``."""
+    pieces, last = [], 0
+    for placeholder in _PLACEHOLDER.finditer(template):
+        pieces += [text_masked(template[last : placeholder.start()]), placeholder.group()]
+        last = placeholder.end()
+    return "".join([*pieces, text_masked(template[last:])])
 
 
 def _formatted(message: object, params: object) -> str | None:

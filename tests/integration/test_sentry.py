@@ -199,3 +199,23 @@ def test_a_jobs_events_show_no_secret_of_its_arguments_locals_or_log_lines(
     assert frame["vars"]["settings"]["stripe"]["client_secret"].strip("'") == "••••••"
     assert frame["vars"]["settings"]["dsn"] == "'postgresql://shop:***@db/prod'"
     assert error["exception"]["values"][-1]["value"] == "cannot reach postgresql://shop:***@db/prod"
+
+
+def test_a_before_send_set_after_the_first_job_still_gets_masked_events(
+    app: Flask, sentry: Callable[..., Events]
+) -> None:
+    events = sentry(integrations=[RatchetIntegration()])
+    key = "sk_live_" + "L8r"
+    leaks.enqueue({"stripe": {"client_secret": key}, "dsn": "sqlite://"})
+    run_jobs(app)  # the client's hooks are wrapped at this first attempt
+    seen: list[str] = []
+
+    def users_hook(event: Any, hint: Any) -> Any:
+        seen.append(json.dumps(event))
+        return event
+
+    sentry_sdk.get_client().options["before_send"] = users_hook  # replaces ratchet's wrapper
+    leaks.enqueue({"stripe": {"client_secret": key}, "dsn": "sqlite://"})
+    run_jobs(app)
+    assert len(seen) == 2 and not any(key in text for text in seen)
+    assert len(events()) == 4 and key not in json.dumps(events())

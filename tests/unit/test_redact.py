@@ -138,6 +138,7 @@ def test_free_text_masking_hides_keys_urls_and_pairs_at_any_depth() -> None:
         "card": "Card(number=4242, cvv_token='991')",  # an object, as its repr
         "engines": {"postgresql://a:pw@h/db": 1},
         "headers": [["Accept", "*/*"], ("Authorization", "Bearer b-3")],
+        "said": ["Authorization failed for user", "bob"],  # a sentence, not a header's name
     }
     assert free_text_masked(value) == {
         "n": 3,
@@ -147,6 +148,7 @@ def test_free_text_masking_hides_keys_urls_and_pairs_at_any_depth() -> None:
         "card": "Card(number=4242, cvv_token='***')",
         "engines": {"postgresql://a:***@h/db": 1},
         "headers": [["Accept", "*/*"], ["Authorization", MASK]],
+        "said": ["Authorization failed for user", "bob"],
     }
     # The console's own rule keeps a pair: a list of two stored arguments is not a header.
     assert masked(["token", "t-1"]) == ["token", "t-1"]

@@ -25,10 +25,13 @@ def job_event(**parts: Any) -> dict[str, Any]:
 
 
 def test_the_request_of_an_eager_job_its_spans_and_contexts_are_masked() -> None:
+    sampling = {"public_key": "pk-1", "trace_id": "a" * 32}
     trace = {
         "trace_id": "a" * 32,
         "span_id": "b" * 16,
-        "dynamic_sampling_context": {"public_key": "pk-1", "trace_id": "a" * 32},
+        "dynamic_sampling_context": sampling,
+        "description": f"connect token={KEY}",
+        "data": {"db.url": DSN},
     }
     event = job_event(
         request={
@@ -39,15 +42,16 @@ def test_the_request_of_an_eager_job_its_spans_and_contexts_are_masked() -> None
         },
         contexts={"trace": trace, "ratchet": {"job_id": "j-1"}, "stripe": {"api_key": KEY}},
         spans=[{"description": f"GET https://api/x?api_key={KEY}", "data": {"db.url": DSN}}],
-        transaction=f"charge token={KEY}",
     )
-    kept = copy.deepcopy(trace)
+    kept = copy.deepcopy(sampling)
     masked = masked_event(event)
     assert KEY not in str(masked) and PASSWORD not in str(masked)
     assert masked["request"]["headers"] == {"Authorization": MASK, "Accept": "*/*"}
     assert masked["request"]["data"]["dsn"] == "postgresql://shop:***@db/prod"
     # sentry-sdk's sampling data goes as it was: its public key is no secret, and Sentry needs it.
-    assert masked["contexts"]["trace"] == kept
+    assert masked["contexts"]["trace"]["dynamic_sampling_context"] == kept
+    assert masked["contexts"]["trace"]["description"] == "connect token=***"
+    assert masked["contexts"]["trace"]["span_id"] == "b" * 16
     assert masked["contexts"]["stripe"] == {"api_key": MASK}
     assert masked["spans"][0]["description"] == "GET https://api/x?api_key=***"
 
@@ -61,22 +65,35 @@ def test_the_request_of_an_eager_job_its_spans_and_contexts_are_masked() -> None
             {"message": "refused token=%s", "params": [], "formatted": "refused token=***"},
         ),
         # A parameter that shows its secret (a URL's password), with no "formatted" (as
-        # sentry-sdk 2.11 sends it): masked, and the line made from it.
+        # sentry-sdk 2.11 sends it): the line made from it, masked.
         (
             {"message": "connecting to %s", "params": [DSN]},
             {
                 "message": "connecting to %s",
-                "params": ["postgresql://shop:***@db/prod"],
+                "params": [],
                 "formatted": "connecting to postgresql://shop:***@db/prod",
             },
         ),
-        # A parameter whose own keys say it: masked there, and the line made again from it.
+        # A parameter whose own keys say it: masked there, and the line made from it.
         (
             {"message": "user %s", "params": {"session": KEY, "n": 1}},
             {
                 "message": "user %s",
-                "params": {"session": MASK, "n": 1},
+                "params": [],
                 "formatted": f"user {{'session': '{MASK}', 'n': 1}}",
+            },
+        ),
+        # An f-string's line: its template is its text, secret and all.
+        (
+            {"message": f"refused token={KEY}", "params": [], "formatted": f"refused token={KEY}"},
+            {"message": "refused token=***", "params": [], "formatted": "refused token=***"},
+        ),
+        (
+            {"message": f"charge token={KEY} for %s", "params": ["ann"]},
+            {
+                "message": "charge token=*** for %s",
+                "params": [],
+                "formatted": "charge token=*** for ann",
             },
         ),
         # Parameters that do not fit the template: Sentry could not show them; none are sent.
@@ -87,7 +104,15 @@ def test_the_request_of_an_eager_job_its_spans_and_contexts_are_masked() -> None
             {"message": "order %d", "params": [3], "formatted": "order 3"},
         ),
     ],
-    ids=["bare-parameter", "url-parameter", "keyed-parameter", "misfit", "plain"],
+    ids=[
+        "bare-parameter",
+        "url-parameter",
+        "keyed-parameter",
+        "f-string",
+        "f-string-and-placeholder",
+        "misfit",
+        "plain",
+    ],
 )
 def test_a_log_lines_entry_keeps_its_template_and_loses_its_secret(
     entry: dict[str, Any], sent: dict[str, Any]
@@ -150,3 +175,18 @@ def test_guarding_a_client_wraps_its_hooks_once() -> None:
     finally:
         sentry_sdk.get_client().close()
         Scope.get_global_scope().set_client(None)
+
+
+def test_ratchets_own_tags_and_the_transaction_name_stay_as_they_are() -> None:
+    # A task in a module whose name holds a secret word: no secret, and masked it would merge
+    # every task of that module in Sentry's search.
+    task = "shop.password_reset:send_email"
+    event = job_event(transaction=task, tags={"ratchet.task": task, "dsn": DSN})
+    event["tags"]["ratchet.job_id"] = "j-1"
+    masked = masked_event(event)
+    assert masked["transaction"] == task
+    assert masked["tags"] == {
+        "ratchet.job_id": "j-1",
+        "ratchet.task": task,
+        "dsn": "postgresql://shop:***@db/prod",
+    }

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
 import statistics
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask_ratchet.console.reads import overview
 
-from bench.enqueue_claim import fresh_pg
+from bench.enqueue_claim import DEFAULT_PG, fresh_pg
 from flask_ratchet import migrate
 from flask_ratchet.ids import uuid7
 from flask_ratchet.schema import execution, job
@@ -106,12 +105,7 @@ def time_windows(engine: sa.Engine, repeat: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--store", choices=["postgresql", "sqlite", "both"], default="both")
-    parser.add_argument(
-        "--pg",
-        default=os.environ.get(
-            "RATCHET_TEST_DATABASE_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
-        ),
-    )
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--runs", type=int, default=1_440_000)
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()

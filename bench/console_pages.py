@@ -20,7 +20,6 @@ warm-up, and the median and the slowest are printed. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
@@ -28,7 +27,7 @@ import sqlalchemy as sa
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
-from bench.enqueue_claim import fresh_pg
+from bench.enqueue_claim import DEFAULT_PG, fresh_pg
 from flask_ratchet import Ratchet
 
 DATABASE = "ratchet_console_bench"
@@ -426,12 +425,7 @@ def measure(url: str, runs: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--pg",
-        default=os.environ.get(
-            "RATCHET_TEST_DATABASE_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
-        ),
-    )
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")

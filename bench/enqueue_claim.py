@@ -17,6 +17,7 @@ Prints one table. Nothing here is asserted.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -29,6 +30,11 @@ from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
 from flask_ratchet import Ratchet, migrate
+
+#: The PostgreSQL server the benchmarks use unless ``--pg`` names another: the test suite's.
+DEFAULT_PG = os.environ.get(
+    "RATCHET_TEST_DATABASE_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
+)
 
 db = SQLAlchemy()
 ratchet = Ratchet()
@@ -177,7 +183,7 @@ def other_queues(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--deep", type=int, default=1_000_000)
     parser.add_argument("--single", type=int, default=2000)
     parser.add_argument("--bulk", type=int, default=20_000)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import bulk, db, make_app, noop, ratchet
+from bench.enqueue_claim import DEFAULT_PG, bulk, db, make_app, noop, ratchet
 from bench.worker import _seconds, bench_stores, reset, worker
 
 
@@ -126,7 +126,7 @@ def chain_handoff(url: str, steps: int = 100) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--children", type=int, default=20_000)
     parser.add_argument("--store", choices=["postgresql", "sqlite", "both"], default="both")
     args = parser.parse_args()

@@ -16,7 +16,7 @@ import time
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import fresh_pg
+from bench.enqueue_claim import DEFAULT_PG, fresh_pg
 from flask_ratchet import migrate
 
 _FILL_JOBS = """
@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--pending", type=int, default=100_000)
     args = parser.parse_args()

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bench.enqueue_claim import db, fresh_pg, make_app, noop, ratchet
+from bench.enqueue_claim import DEFAULT_PG, db, fresh_pg, make_app, noop, ratchet
 from flask_ratchet.store.wakeup import CHANNEL, Notifier
 
 
@@ -73,7 +73,7 @@ def measure(url: str, mode: str, threads: int, seconds: float, out: object) -> N
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--processes", type=int, default=1)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0)

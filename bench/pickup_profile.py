@@ -35,7 +35,7 @@ import psycopg
 import sqlalchemy as sa
 from flask import Flask
 
-from bench.enqueue_claim import db, fresh_pg, make_app, ratchet
+from bench.enqueue_claim import DEFAULT_PG, db, fresh_pg, make_app, ratchet
 from bench.peers._common import IDLE_SECONDS, stamp_file, stop
 from bench.worker import percentile, reset, warm_client, worker
 from flask_ratchet.store import wakeup
@@ -208,7 +208,7 @@ def round_trips(url: str, n: int = 200) -> list[tuple[str, list[float]]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--pickups", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
-from bench.enqueue_claim import fresh_pg
+from bench.enqueue_claim import DEFAULT_PG, fresh_pg
 from flask_ratchet import JobStatus, Ratchet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,7 +114,7 @@ def _ended(job_id: Any) -> bool:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--concurrency", type=int, default=10)

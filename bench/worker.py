@@ -35,7 +35,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import async_noop, bulk, db, fresh_pg, make_app, noop, ratchet
+from bench.enqueue_claim import DEFAULT_PG, async_noop, bulk, db, fresh_pg, make_app, noop, ratchet
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -235,7 +235,7 @@ def percentile(values: list[float], p: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pg", default="postgresql+psycopg://root@127.0.0.1:5432/test")
+    parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--store", choices=["postgresql", "sqlite", "both"], default="both")
     parser.add_argument("--backlog", type=int, default=0, help="pending jobs for the RSS figure")

@@ -39,6 +39,8 @@ BRANCH_TRIGGERED = "ratchet.branch-triggered"
 CALLBACK = "callback"
 #: Jobs became due (released dependents, a submission): wake the workers. Not a signal.
 WAKE = "wake"
+#: The facts of a job's end (its terminal status was written): what waiters wait for.
+ENDS = frozenset({JOB_COMPLETED, JOB_DEAD_LETTERED, JOB_CANCELED})
 
 
 @dataclass(frozen=True, slots=True)

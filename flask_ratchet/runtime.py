@@ -94,6 +94,8 @@ class Runtime:
         self.wake_listeners: list[Callable[[], None]] = []
         #: The dialect's notifier, once asked for (``False``: not yet).
         self._notify: Callable[[], None] | bool | None = False
+        #: The dialect's notifier of ends, once asked for (``False``: not yet).
+        self._tell_ended: Callable[[], None] | bool | None = False
         #: Eager mode (``flask_ratchet.testing``): runs the jobs a commit made due, in this
         #: process, right after the commit; its errors reach whoever committed.
         self.run_inline: Callable[[], object] | None = None
@@ -277,6 +279,13 @@ class Runtime:
         the jobs they made due."""
         if recorded:
             announce(current_app._get_current_object(), recorded, self.wake)  # type: ignore[attr-defined]
+            if any(event.kind in facts.ENDS for event in recorded):
+                try:
+                    self.tell_ended()
+                except Exception:
+                    log.exception(
+                        "telling waiters of ended jobs failed; they read them in a second"
+                    )
             if self.run_inline is not None and any(e.kind == facts.WAKE for e in recorded):
                 self.run_inline()
 
@@ -304,6 +313,15 @@ class Runtime:
             self._notify = self.store.dialect.notifier(self.engine.url)
         if callable(self._notify):
             self._notify()
+
+    def tell_ended(self) -> None:
+        """Tell waiters in other processes (``JobHandle.wait``) that jobs ended here (a cancel
+        from the API or the console): the dialect's notifier of ends (PostgreSQL's ``NOTIFY
+        ratchet_ended``; SQLite waiters see the commit themselves). A worker tells its own."""
+        if self._tell_ended is False:
+            self._tell_ended = self.store.dialect.ended_notifier(self.engine.url)
+        if callable(self._tell_ended):
+            self._tell_ended()
 
 
 def _forget_events(session: Session, *args: Any) -> None:

@@ -8,7 +8,8 @@ Polling stays the correctness floor; wake-ups only shorten the wait.
   transaction serialises commits on the server's notification queue; see bench/notify.py).
   Workers ``LISTEN`` on a dedicated autocommit connection that reconnects with backoff.
   Ends are told the same way on ``ratchet_ended``: a worker asks its second notifier after each
-  batch of outcomes is written, and a waiter LISTENs on a connection of its own while it waits.
+  batch of outcomes is written, any other process after a commit that ended jobs (a cancel from
+  the API or the console), and a waiter LISTENs on a connection of its own while it waits.
 - SQLite: ``PRAGMA data_version`` changes whenever another connection commits to the file; a
   worker (or a waiter) checks it every few milliseconds on a connection of its own.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -14,6 +15,7 @@ from flask_ratchet import (
     WaitInTransaction,
     WaitTimeout,
 )
+from flask_ratchet.store.wakeup import PgEndWatch
 from tests.apps import Order, add, create_app, db, ratchet
 from tests.integration.helpers import count
 
@@ -84,3 +86,18 @@ def test_a_request_waits_only_after_it_commits(database_url: str) -> None:
     with app.app_context():
         assert count("ratchet_job") == 2
         assert db.session.query(Order).count() == 1
+
+
+# SQLite waiters watch the file for commits instead: PostgreSQL only.
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_cancel_from_the_api_tells_waiters_elsewhere(app: Flask) -> None:
+    job_id = add.enqueue(1, 2).id  # no worker: it stays PENDING
+    watch = PgEndWatch(ratchet.state.engine.url)
+    try:
+        assert ratchet.cancel_job(job_id)
+        started = time.monotonic()
+        watch.wait(20)
+        # Without the NOTIFY after the cancel's commit, the watch would sleep the full 20 s.
+        assert time.monotonic() - started < 10
+    finally:
+        watch.close()

@@ -42,8 +42,9 @@ class JobHandle:
 def wait(state: Runtime, job_id: uuid.UUID | str, timeout: timedelta | float | None) -> Job:
     """Wait up to ``timeout`` (seconds or a ``timedelta``; ``None``: no limit) for a job to end.
 
-    On PostgreSQL the waiter LISTENs for the workers' notice that outcomes were written (and
-    reads the job at least every second besides); on SQLite it watches the file for commits.
+    On PostgreSQL the waiter LISTENs for the notice that jobs ended, on the connection every
+    waiter of the process shares (and reads the job at least every second besides); on SQLite
+    it watches the file for commits.
 
     :raises WaitInTransaction: inside an open transaction (a request's ``db.session`` that has
         not committed, or ``ratchet.transaction()``): a job enqueued in it does not exist for

@@ -38,11 +38,12 @@ from ..schema import EARLIEST, UtcDateTime, business_key
 from ..states import LIVE, Action, JobStatus, sources, target
 from .dialect import Dialect, chunks
 from .driver import driver_statement
+from .end_watches import PgEndWatch
 from .postgres_completion import COMPLETE_STMT, complete_params
 from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
 from .submission import delete_jobs, job_values, match_duplicates, refuse_repeated_business_keys
 from .types import ClaimedJob, Finished, Inserted, NewJob
-from .wakeup import ENDED_CHANNEL, Notifier, PgEndWatch, PgListener
+from .wakeup import ENDED_CHANNEL, Notifier, PgListener
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
 

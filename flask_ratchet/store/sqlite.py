@@ -26,8 +26,9 @@ from ..schema import UtcDateTime, job, job_queue, queue_state
 from ..states import Action, sources, target
 from .dialect import Dialect
 from .driver import driver_statement
+from .end_watches import SqliteEndWatch
 from .types import ClaimedJob, NewJob
-from .wakeup import SqliteEndWatch, SqliteWatcher
+from .wakeup import SqliteWatcher
 
 # Every write transaction starts with it: run on the driver's cursor (see .driver).
 _BEGIN_IMMEDIATE = sa.text("BEGIN IMMEDIATE")

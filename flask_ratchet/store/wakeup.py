@@ -9,9 +9,9 @@ Polling stays the correctness floor; wake-ups only shorten the wait.
   Workers ``LISTEN`` on a dedicated autocommit connection that reconnects with backoff.
   Ends are told the same way on ``ratchet_ended``: a worker asks its second notifier after each
   batch of outcomes is written, any other process after a commit that ended jobs (a cancel from
-  the API or the console), and a waiter LISTENs on a connection of its own while it waits.
+  the API or the console); waiters listen through :mod:`.end_watches`.
 - SQLite: ``PRAGMA data_version`` changes whenever another connection commits to the file; a
-  worker (or a waiter) checks it every few milliseconds on a connection of its own.
+  worker checks it every few milliseconds on a connection of its own.
 """
 
 from __future__ import annotations
@@ -168,69 +168,3 @@ class SqliteWatcher(threading.Thread):
                     self._on_wake()
         finally:
             conn.close()
-
-
-class PgEndWatch:
-    """LISTENs for ends while a waiter waits: :meth:`wait` returns at a notification or after
-    ``seconds``, whichever comes first. A lost connection falls back to sleeping (the waiter
-    reads the job again either way)."""
-
-    def __init__(self, url: sa.URL) -> None:
-        import psycopg
-
-        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
-        try:
-            self._conn = psycopg.connect(conninfo(url), autocommit=True, connect_timeout=5)
-            self._conn.execute(f"LISTEN {ENDED_CHANNEL}")
-        except psycopg.Error:
-            log.warning("could not listen for job ends; waiting by reading the job instead")
-            self.close()
-
-    def wait(self, seconds: float) -> None:
-        import psycopg
-
-        if self._conn is None:
-            time.sleep(seconds)
-            return
-        try:
-            for _ in self._conn.notifies(timeout=seconds, stop_after=1):
-                break
-        except psycopg.Error:
-            self.close()
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
-
-
-class SqliteEndWatch:
-    """Waits for any commit to the SQLite file (``PRAGMA data_version``), checked every 10 ms."""
-
-    def __init__(self, path: str, every: float = 0.01) -> None:
-        # An in-memory database is private to its connection: nothing to watch, poll instead.
-        memory = path in ("", ":memory:") or path.startswith("file::memory:")
-        self._conn = None if memory else sqlite3.connect(path, check_same_thread=False)
-        self._every = every
-        self._last = self._version()
-
-    def _version(self) -> int | None:
-        return (
-            None if self._conn is None else self._conn.execute("PRAGMA data_version").fetchone()[0]
-        )
-
-    def wait(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return
-            time.sleep(min(self._every if self._conn is not None else 0.05, left))
-            version = self._version()
-            if version != self._last:
-                self._last = version
-                return
-
-    def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()

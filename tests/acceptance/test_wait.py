@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
-from flask_ratchet.store.wakeup import PgEndWatch
+from flask_ratchet.store.end_watches import PgEndWatch
 from tests.acceptance.conftest import Workers
 from tests.apps import add, fail_until, ratchet, sleep_for
 

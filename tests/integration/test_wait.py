@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import (
@@ -15,7 +17,7 @@ from flask_ratchet import (
     WaitInTransaction,
     WaitTimeout,
 )
-from flask_ratchet.store.wakeup import PgEndWatch
+from flask_ratchet.store.end_watches import IDLE_CLOSE, PgEndHub, PgEndWatch
 from tests.apps import Order, add, create_app, db, ratchet
 from tests.integration.helpers import count
 
@@ -101,3 +103,45 @@ def test_a_cancel_from_the_api_tells_waiters_elsewhere(app: Flask) -> None:
         assert time.monotonic() - started < 10
     finally:
         watch.close()
+
+
+def listening_connections(app: Flask) -> int:
+    """The connections to the test database that LISTEN for job ends."""
+    with app.app_context(), db.engine.connect() as conn:
+        found = conn.execute(
+            sa.text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query = 'LISTEN ratchet_ended'"
+            )
+        )
+        return int(found.scalar_one())
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_waiters_in_one_process_share_one_listening_connection(app: Flask) -> None:
+    jobs = [add.enqueue(i, i).id for i in range(8)]  # no worker: they stay PENDING
+    ended: dict[uuid.UUID, str] = {}
+
+    def wait_for(job_id: uuid.UUID) -> None:
+        with app.app_context():
+            ended[job_id] = ratchet.wait(job_id, timeout=60).status.value
+
+    threads = [threading.Thread(target=wait_for, args=(job_id,)) for job_id in jobs]
+    for thread in threads:
+        thread.start()
+    hub = PgEndHub.of(ratchet.state.engine.url)
+    deadline = time.monotonic() + 30
+    while hub.waiters < len(jobs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert hub.waiters == len(jobs) and hub.listening
+    assert listening_connections(app) == 1  # not one per waiter
+    for job_id in jobs:
+        assert ratchet.cancel_job(job_id)
+    for thread in threads:
+        thread.join(30)
+    assert ended == dict.fromkeys(jobs, "CANCELED")
+    # With no waiter left, the connection closes after a while.
+    deadline = time.monotonic() + IDLE_CLOSE + 10
+    while listening_connections(app) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert listening_connections(app) == 0 and not hub.listening

@@ -1,0 +1,192 @@
+"""What a waiter (``JobHandle.wait``) waits on between its reads of a job: something that
+returns early when jobs may have ended.
+
+- PostgreSQL: one ``LISTEN ratchet_ended`` connection per process and database, shared by every
+  waiter in the process (a web app whose requests wait would otherwise hold a connection per
+  waiting request). A thread of its own opens it when the first waiter starts, wakes every
+  waiter at each notice (each reads its own job), and closes it :data:`IDLE_CLOSE` seconds after
+  the last waiter left. A waiter starts only once the connection listens, so an end between its
+  first read and its first wait is not missed. A lost connection wakes every waiter (an end may
+  have been missed: they read again) and is opened again by the next wait; a waiter that cannot
+  listen sleeps between its reads instead.
+- SQLite: ``PRAGMA data_version`` changes whenever another connection commits to the file,
+  checked every 10 ms on a connection of the waiter's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import time
+from typing import ClassVar
+
+import sqlalchemy as sa
+
+from .wakeup import ENDED_CHANNEL, conninfo
+
+log = logging.getLogger("flask_ratchet.worker")
+
+#: Seconds the shared listener stays connected after its last waiter left.
+IDLE_CLOSE = 5.0
+#: Seconds a new waiter waits for the shared listener to listen before it reads without it.
+LISTEN_TIMEOUT = 5.0
+#: How often the listener's thread looks whether waiters are left, in seconds.
+CHECK_EVERY = 0.5
+
+
+class PgEndHub:
+    """The shared listener of one process and database (see the module's docstring)."""
+
+    _hubs: ClassVar[dict[tuple[int, str], PgEndHub]] = {}
+    _hubs_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, dsn: str) -> None:
+        self._dsn = dsn
+        self._cond = threading.Condition()
+        #: Notices seen, plus one per lost connection: a waiter wakes when it changes.
+        self._notices = 0
+        self._waiters = 0
+        self._listening = False
+        self._thread: threading.Thread | None = None
+
+    @classmethod
+    def of(cls, url: sa.URL) -> PgEndHub:
+        """This process's hub for the database at ``url`` (a forked child makes its own)."""
+        dsn = conninfo(url)
+        key = (os.getpid(), dsn)
+        with cls._hubs_lock:
+            hub = cls._hubs.get(key)
+            if hub is None:
+                hub = cls._hubs[key] = cls(dsn)
+            return hub
+
+    @property
+    def listening(self) -> bool:
+        """Whether the shared connection listens now."""
+        return self._listening
+
+    @property
+    def waiters(self) -> int:
+        """How many waiters wait on it now."""
+        return self._waiters
+
+    def join(self) -> int | None:
+        """Count a waiter in; return the notice count to wait past, once the connection listens,
+        or ``None`` if it could not listen (the waiter then sleeps between its reads)."""
+        with self._cond:
+            self._waiters += 1
+            thread = self._start()
+            self._cond.wait_for(
+                lambda: self._listening or self._thread is not thread, timeout=LISTEN_TIMEOUT
+            )
+            return self._notices if self._listening else None
+
+    def wait_past(self, seen: int, seconds: float) -> int:
+        """Wait until a notice comes after ``seen``, or ``seconds``; return the count now."""
+        with self._cond:
+            self._start()  # after a lost connection: listen again, for the next notices
+            self._cond.wait_for(lambda: self._notices != seen, timeout=seconds)
+            return self._notices
+
+    def leave(self) -> None:
+        """Count a waiter out (the connection closes when none is left for a while)."""
+        with self._cond:
+            self._waiters -= 1
+
+    def _start(self) -> threading.Thread:
+        """The listener's thread, started if there is none (call holding ``_cond``)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="ratchet-end-listen")
+            self._thread.daemon = True
+            self._thread.start()
+        return self._thread
+
+    def _run(self) -> None:
+        import psycopg
+
+        me = threading.current_thread()
+        try:
+            with psycopg.connect(self._dsn, autocommit=True, connect_timeout=5) as conn:
+                conn.execute(f"LISTEN {ENDED_CHANNEL}")
+                with self._cond:
+                    self._listening = True
+                    self._cond.notify_all()
+                idle_since: float | None = None
+                while True:
+                    for _ in conn.notifies(timeout=CHECK_EVERY):
+                        with self._cond:
+                            self._notices += 1
+                            self._cond.notify_all()
+                    with self._cond:
+                        if self._waiters > 0:
+                            idle_since = None
+                        elif idle_since is None:
+                            idle_since = time.monotonic()
+                        elif time.monotonic() - idle_since >= IDLE_CLOSE:
+                            # Decided under the lock: a waiter joining now starts a new thread.
+                            self._listening = False
+                            self._thread = None
+                            return
+        except psycopg.Error as exc:
+            if self._waiters:  # lost while idle, it is opened again when needed: no news
+                log.warning("listening for job ends failed (%s); waiters read their jobs", exc)
+        finally:
+            with self._cond:
+                if self._thread is me:  # lost, not closed for idleness
+                    self._listening = False
+                    self._thread = None
+                    self._notices += 1  # an end may have gone unheard: every waiter reads
+                    self._cond.notify_all()
+
+
+class PgEndWatch:
+    """One waiter's view of its process's :class:`PgEndHub`."""
+
+    def __init__(self, url: sa.URL) -> None:
+        self._hub: PgEndHub | None = PgEndHub.of(url)
+        self._seen = self._hub.join()
+
+    def wait(self, seconds: float) -> None:
+        if self._hub is None or self._seen is None:
+            time.sleep(seconds)
+            return
+        self._seen = self._hub.wait_past(self._seen, seconds)
+
+    def close(self) -> None:
+        if self._hub is not None:
+            self._hub.leave()
+            self._hub = None
+
+
+class SqliteEndWatch:
+    """Waits for any commit to the SQLite file (``PRAGMA data_version``), checked every 10 ms."""
+
+    def __init__(self, path: str, every: float = 0.01) -> None:
+        # An in-memory database is private to its connection: nothing to watch, poll instead.
+        memory = path in ("", ":memory:") or path.startswith("file::memory:")
+        self._conn = None if memory else sqlite3.connect(path, check_same_thread=False)
+        self._every = every
+        self._last = self._version()
+
+    def _version(self) -> int | None:
+        return (
+            None if self._conn is None else self._conn.execute("PRAGMA data_version").fetchone()[0]
+        )
+
+    def wait(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(self._every if self._conn is not None else 0.05, left))
+            version = self._version()
+            if version != self._last:
+                self._last = version
+                return
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()

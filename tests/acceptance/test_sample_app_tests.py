@@ -32,3 +32,59 @@ def test_the_sample_apps_suite_passes_with_the_plugin(tmp_path: Path) -> None:
     without = pytest_in(shop, "-p", "no:flask_ratchet", "-k", "fixture")
     assert without.returncode != 0
     assert "fixture 'ratchet_jobs' not found" in without.stdout, without.stdout
+
+
+PROJECT_CONFTEST = """
+import pytest
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
+
+from flask_ratchet import Ratchet
+
+db = SQLAlchemy()
+ratchet = Ratchet()
+
+
+@ratchet.task
+def greet(name: str) -> str:
+    return f"hello {name}"
+
+
+@pytest.fixture
+def web(tmp_path):
+    app = Flask(__name__)
+    app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{tmp_path / 'web.db'}"
+    db.init_app(app)
+    ratchet.init_app(app)
+    return app
+"""
+
+PROJECT_TEST = """
+from conftest import greet
+
+
+def test_the_kit_runs_on_the_named_app(ratchet_jobs):
+    greet.enqueue("ann")
+    ratchet_jobs.assert_enqueued(greet, args=["ann"])
+    (job,) = ratchet_jobs.run()
+    assert job.result == "hello ann"
+"""
+
+
+def test_the_plugin_takes_the_app_fixture_the_ini_file_names(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(PROJECT_CONFTEST)
+    (tmp_path / "test_named.py").write_text(PROJECT_TEST)
+    (tmp_path / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+    unnamed = pytest_in(tmp_path)  # the default, ``app``: this project has none
+    assert unnamed.returncode != 0
+    assert "fixture 'app' not found" in unnamed.stdout, unnamed.stdout
+    (tmp_path / "pytest.ini").write_text("[pytest]\npythonpath = .\nratchet_app_fixture = web\n")
+    named = pytest_in(tmp_path)
+    assert named.returncode == 0, named.stdout + named.stderr
+    assert "1 passed" in named.stdout, named.stdout
+    (tmp_path / "pytest.ini").write_text(
+        "[pytest]\npythonpath = .\nratchet_app_fixture = tmp_path\n"
+    )
+    wrong = pytest_in(tmp_path)
+    assert wrong.returncode != 0
+    assert "need the fixture 'tmp_path' to give a Flask app, got PosixPath" in wrong.stdout

@@ -14,6 +14,8 @@ ini option ``ratchet_app_fixture`` names:
 
 from __future__ import annotations
 
+import inspect
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -33,10 +35,46 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def app_under_test(request: pytest.FixtureRequest) -> Flask:
-    """The project's app fixture: ``app``, or the one ``ratchet_app_fixture`` names."""
-    name = str(request.config.getini(APP_FIXTURE_OPTION) or "app")
-    app = request.getfixturevalue(name)
+def pytest_configure(config: pytest.Config) -> None:
+    name = str(config.getini(APP_FIXTURE_OPTION) or "app")
+    config.pluginmanager.register(fixtures_on(name), FIXTURES_PLUGIN)
+
+
+#: The name the fixtures are registered under (one module of them per session).
+FIXTURES_PLUGIN = "flask_ratchet.fixtures"
+
+
+def fixtures_on(name: str) -> types.ModuleType:
+    """The plugin's fixtures, each naming the fixture ``name`` as a parameter: a static
+    dependency, so that pytest can parametrize that fixture (``request.getfixturevalue`` could
+    not), as a module of fixtures for pytest to register as a plugin."""
+    if not name.isidentifier():
+        raise pytest.UsageError(
+            f"{APP_FIXTURE_OPTION} must name a fixture (a Python identifier), got {name!r}"
+        )
+    fixtures = types.ModuleType(FIXTURES_PLUGIN)
+    needs = inspect.Signature([inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY)])
+
+    def ratchet_jobs(**given: object) -> Iterator[JobsKit]:
+        """What was enqueued, and running it, for the project's app fixture."""
+        app = checked(name, given[name])
+        with app.app_context():
+            yield JobsKit(app)
+
+    def ratchet_eager(**given: object) -> Iterator[JobsKit]:
+        """Eager mode for the test (see :func:`flask_ratchet.testing.eager`)."""
+        app = checked(name, given[name])
+        with eager(app), app.app_context():
+            yield JobsKit(app)
+
+    for function in (ratchet_jobs, ratchet_eager):
+        function.__signature__ = needs  # type: ignore[attr-defined]
+        setattr(fixtures, function.__name__, pytest.fixture(function))
+    return fixtures
+
+
+def checked(name: str, app: object) -> Flask:
+    """``app``, given by the fixture ``name``, if it is a Flask app."""
     if not isinstance(app, Flask):
         raise TypeError(
             f"flask-ratchet's fixtures need the fixture {name!r} to give a Flask app, "
@@ -44,19 +82,3 @@ def app_under_test(request: pytest.FixtureRequest) -> Flask:
             "the fixture that does"
         )
     return app
-
-
-@pytest.fixture
-def ratchet_jobs(request: pytest.FixtureRequest) -> Iterator[JobsKit]:
-    """What was enqueued, and running it, for the project's app fixture."""
-    app = app_under_test(request)
-    with app.app_context():
-        yield JobsKit(app)
-
-
-@pytest.fixture
-def ratchet_eager(request: pytest.FixtureRequest) -> Iterator[JobsKit]:
-    """Eager mode for the test (see :func:`flask_ratchet.testing.eager`)."""
-    app = app_under_test(request)
-    with eager(app), app.app_context():
-        yield JobsKit(app)

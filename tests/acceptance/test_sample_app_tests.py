@@ -50,10 +50,15 @@ def greet(name: str) -> str:
     return f"hello {name}"
 
 
+@pytest.fixture(params=["one", "two"])
+def database(request, tmp_path):
+    return f"sqlite:///{tmp_path / request.param}.db"
+
+
 @pytest.fixture
-def web(tmp_path):
+def web(database):  # parametrized, through the fixture it uses
     app = Flask(__name__)
-    app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{tmp_path / 'web.db'}"
+    app.config["SQLALCHEMY_DATABASE_URI"] = database
     db.init_app(app)
     ratchet.init_app(app)
     return app
@@ -81,7 +86,7 @@ def test_the_plugin_takes_the_app_fixture_the_ini_file_names(tmp_path: Path) -> 
     (tmp_path / "pytest.ini").write_text("[pytest]\npythonpath = .\nratchet_app_fixture = web\n")
     named = pytest_in(tmp_path)
     assert named.returncode == 0, named.stdout + named.stderr
-    assert "1 passed" in named.stdout, named.stdout
+    assert "2 passed" in named.stdout, named.stdout  # once per database
     (tmp_path / "pytest.ini").write_text(
         "[pytest]\npythonpath = .\nratchet_app_fixture = tmp_path\n"
     )

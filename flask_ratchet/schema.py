@@ -364,6 +364,7 @@ execution = sa.Table(
     _index_where(
         "ix_ratchet_execution_failed_started_at",
         "started_at",
+        "status",  # always FAILED, but SQLite counts from an index that holds every column named
         where=f"status = '{JobStatus.FAILED}'",
     ),
 )

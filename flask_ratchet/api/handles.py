@@ -21,6 +21,7 @@ from ..ids import job_id_of
 from ..job import Job
 from ..options import seconds
 from ..runtime import Runtime
+from ..store.end_watches import LISTEN_TIMEOUT
 
 #: The longest a waiter goes without reading the job: the floor under the notifications.
 READ_AT_LEAST_EVERY = 1.0
@@ -71,7 +72,7 @@ def wait(state: Runtime, job_id: uuid.UUID | str, timeout: timedelta | float | N
     engine, store = state.engine, state.store
     deadline = time.monotonic() + limit
     # Listen before the first read, so that an end between the read and the wait is not lost.
-    watch = store.dialect.end_watch(engine.url)
+    watch = store.dialect.end_watch(engine.url, min(limit, LISTEN_TIMEOUT))
     try:
         while True:
             with engine.connect() as conn:

@@ -155,9 +155,9 @@ class Dialect:
         jobs ended; ``None`` where waiters see the commits by themselves."""
         return None
 
-    def end_watch(self, url: sa.URL) -> EndWatch:
+    def end_watch(self, url: sa.URL, within: float) -> EndWatch:
         """What a waiter waits on between reads of a job: it returns early when jobs may have
-        ended (the caller closes it)."""
+        ended (the caller closes it). ``within``: seconds it may take to be ready, at most."""
         raise NotImplementedError
 
     # -- inserts -------------------------------------------------------------------------------

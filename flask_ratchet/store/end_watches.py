@@ -5,10 +5,13 @@ returns early when jobs may have ended.
   waiter in the process (a web app whose requests wait would otherwise hold a connection per
   waiting request). A thread of its own opens it when the first waiter starts, wakes every
   waiter at each notice (each reads its own job), and closes it :data:`IDLE_CLOSE` seconds after
-  the last waiter left. A waiter starts only once the connection listens, so an end between its
-  first read and its first wait is not missed. A lost connection wakes every waiter (an end may
-  have been missed: they read again) and is opened again by the next wait; a waiter that cannot
-  listen sleeps between its reads instead.
+  the last waiter left. A waiter starts once the connection listens (so an end between its
+  first read and its first wait is not missed), or after :data:`LISTEN_TIMEOUT` or its own
+  timeout, whichever is shorter, without it. A lost connection wakes every waiter (an end may
+  have gone unheard: they read again) and is opened again by the next wait; a try that fails,
+  or hangs past :data:`LISTEN_TIMEOUT`, is made again only after :data:`RETRY_AFTER`, and
+  meanwhile waiters read their jobs once a second. Keepalives notice a connection that died
+  without a word.
 - SQLite: ``PRAGMA data_version`` changes whenever another connection commits to the file,
   checked every 10 ms on a connection of the waiter's own.
 """
@@ -30,10 +33,24 @@ log = logging.getLogger("flask_ratchet.worker")
 
 #: Seconds the shared listener stays connected after its last waiter left.
 IDLE_CLOSE = 5.0
-#: Seconds a new waiter waits for the shared listener to listen before it reads without it.
+#: Seconds a new listener may take to listen; past them it is given up (and its connection,
+#: should it ever answer, closed), and waiters read without it until the next try.
 LISTEN_TIMEOUT = 5.0
+#: Seconds between tries to listen after a try failed (waiters read once a second meanwhile).
+RETRY_AFTER = 5.0
 #: How often the listener's thread looks whether waiters are left, in seconds.
 CHECK_EVERY = 0.5
+#: libpq options of the listener's connection: a connection that died without a word (a NAT or
+#: a load balancer dropping an idle flow) is noticed within about half a minute, and one that
+#: stops answering while a statement is sent, too.
+CONNECT_OPTIONS: dict[str, int] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
 
 
 class PgEndHub:
@@ -45,11 +62,14 @@ class PgEndHub:
     def __init__(self, dsn: str) -> None:
         self._dsn = dsn
         self._cond = threading.Condition()
-        #: Notices seen, plus one per lost connection: a waiter wakes when it changes.
+        #: Notices heard, plus one per lost connection: a waiter wakes when it changes.
         self._notices = 0
         self._waiters = 0
         self._listening = False
         self._thread: threading.Thread | None = None
+        self._started_at = 0.0
+        #: No new try to listen before this (``time.monotonic()``), after a failed one.
+        self._retry_at = 0.0
 
     @classmethod
     def of(cls, url: sa.URL) -> PgEndHub:
@@ -72,21 +92,28 @@ class PgEndHub:
         """How many waiters wait on it now."""
         return self._waiters
 
-    def join(self) -> int | None:
-        """Count a waiter in; return the notice count to wait past, once the connection listens,
-        or ``None`` if it could not listen (the waiter then sleeps between its reads)."""
+    def join(self, within: float = LISTEN_TIMEOUT) -> int | None:
+        """Count a waiter in; return the notice count to wait past once the connection listens
+        (waiting ``within`` seconds at most), or ``None`` if it does not listen by then (the
+        waiter then sleeps between its reads)."""
         with self._cond:
             self._waiters += 1
-            thread = self._start()
-            self._cond.wait_for(
-                lambda: self._listening or self._thread is not thread, timeout=LISTEN_TIMEOUT
-            )
-            return self._notices if self._listening else None
+            try:
+                self._start()
+                self._cond.wait_for(lambda: self._listening or self._thread is None, within)
+                if not self._listening:
+                    self._give_up_if_stuck()
+                    return None
+                return self._notices
+            except BaseException:
+                self._waiters -= 1
+                raise
 
     def wait_past(self, seen: int, seconds: float) -> int:
         """Wait until a notice comes after ``seen``, or ``seconds``; return the count now."""
         with self._cond:
             self._start()  # after a lost connection: listen again, for the next notices
+            self._give_up_if_stuck()
             self._cond.wait_for(lambda: self._notices != seen, timeout=seconds)
             return self._notices
 
@@ -95,23 +122,39 @@ class PgEndHub:
         with self._cond:
             self._waiters -= 1
 
-    def _start(self) -> threading.Thread:
-        """The listener's thread, started if there is none (call holding ``_cond``)."""
-        if self._thread is None:
+    def _start(self) -> None:
+        """Start the listener's thread if there is none and no try failed lately (call holding
+        ``_cond``)."""
+        if self._thread is None and time.monotonic() >= self._retry_at:
             self._thread = threading.Thread(target=self._run, name="ratchet-end-listen")
             self._thread.daemon = True
+            self._started_at = time.monotonic()
             self._thread.start()
-        return self._thread
+
+    def _give_up_if_stuck(self) -> None:
+        """Forget a thread that has not listened within :data:`LISTEN_TIMEOUT` (a connection that
+        hangs): the next try comes after :data:`RETRY_AFTER`. Call holding ``_cond``."""
+        if (
+            self._thread is not None
+            and not self._listening
+            and time.monotonic() - self._started_at >= LISTEN_TIMEOUT
+        ):
+            self._thread = None
+            self._retry_at = time.monotonic() + RETRY_AFTER
 
     def _run(self) -> None:
         import psycopg
 
         me = threading.current_thread()
+        listened = False
         try:
-            with psycopg.connect(self._dsn, autocommit=True, connect_timeout=5) as conn:
+            dsn = psycopg.conninfo.make_conninfo(self._dsn, **CONNECT_OPTIONS)
+            with psycopg.connect(dsn, autocommit=True) as conn:
                 conn.execute(f"LISTEN {ENDED_CHANNEL}")
                 with self._cond:
-                    self._listening = True
+                    if self._thread is not me:  # given up meanwhile: another one listens
+                        return
+                    self._listening = listened = True
                     self._cond.notify_all()
                 idle_since: float | None = None
                 while True:
@@ -134,19 +177,23 @@ class PgEndHub:
                 log.warning("listening for job ends failed (%s); waiters read their jobs", exc)
         finally:
             with self._cond:
-                if self._thread is me:  # lost, not closed for idleness
+                if self._thread is me:  # lost or failed, not closed for idleness or given up
                     self._listening = False
                     self._thread = None
-                    self._notices += 1  # an end may have gone unheard: every waiter reads
+                    if listened:
+                        self._notices += 1  # an end may have gone unheard: every waiter reads
+                    else:
+                        self._retry_at = time.monotonic() + RETRY_AFTER
                     self._cond.notify_all()
 
 
 class PgEndWatch:
-    """One waiter's view of its process's :class:`PgEndHub`."""
+    """One waiter's view of its process's :class:`PgEndHub`; ``within``: seconds it waits at
+    most for the shared connection to listen."""
 
-    def __init__(self, url: sa.URL) -> None:
+    def __init__(self, url: sa.URL, within: float = LISTEN_TIMEOUT) -> None:
         self._hub: PgEndHub | None = PgEndHub.of(url)
-        self._seen = self._hub.join()
+        self._seen = self._hub.join(within)
 
     def wait(self, seconds: float) -> None:
         if self._hub is None or self._seen is None:

@@ -324,8 +324,8 @@ class PostgresDialect(Dialect):
         # waiter learns of an end that much later at worst, and the server is spared the rest.
         return Notifier(url, gap=0.05, channel=ENDED_CHANNEL).request
 
-    def end_watch(self, url: sa.URL) -> PgEndWatch:
-        return PgEndWatch(url)
+    def end_watch(self, url: sa.URL, within: float) -> PgEndWatch:
+        return PgEndWatch(url, within)
 
     def status_estimates(self, conn: Connection) -> dict[JobStatus, int]:
         """``reltuples`` times the value's frequency in ``pg_stats``: live statuses from the hot

@@ -100,7 +100,7 @@ class SqliteDialect(Dialect):
     ) -> threading.Thread:
         return SqliteWatcher(str(url.database), on_wake, stop)
 
-    def end_watch(self, url: sa.URL) -> SqliteEndWatch:
+    def end_watch(self, url: sa.URL, within: float) -> SqliteEndWatch:
         return SqliteEndWatch(str(url.database or ""))
 
     def indexed(self, table: sa.Table, index: str) -> Any:

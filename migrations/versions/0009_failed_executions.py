@@ -28,7 +28,9 @@ def upgrade() -> None:
     op.create_index(
         NAME,
         'ratchet_execution',
-        ['started_at'],
+        # status too, though it is always FAILED: SQLite counts from the index alone only when
+        # it holds every column the query names.
+        ['started_at', 'status'],
         unique=False,
         postgresql_where=failed,
         sqlite_where=failed,

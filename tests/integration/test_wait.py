@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -18,6 +19,7 @@ from flask_ratchet import (
     WaitTimeout,
 )
 from flask_ratchet.store.end_watches import IDLE_CLOSE, PgEndHub, PgEndWatch
+from flask_ratchet.store.wakeup import conninfo
 from tests.apps import Order, add, create_app, db, ratchet
 from tests.integration.helpers import count
 
@@ -145,3 +147,29 @@ def test_waiters_in_one_process_share_one_listening_connection(app: Flask) -> No
     while listening_connections(app) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert listening_connections(app) == 0 and not hub.listening
+
+
+def test_a_listener_that_cannot_connect_is_tried_again_only_after_a_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import psycopg
+
+    tries: list[str] = []
+    connect = psycopg.connect
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        tries.append("connect")
+        return connect(*args, **kwargs)
+
+    monkeypatch.setattr(psycopg, "connect", counted)
+    hub = PgEndHub(conninfo(sa.make_url("postgresql://root@127.0.0.1:9/nothing_listens_here")))
+    assert hub.join(5) is None  # refused: the waiter reads without it
+    # Waiters going on (each read followed by a wait) neither wake at once nor make the hub
+    # try again and again: a failed try is no notice, and the next comes after RETRY_AFTER.
+    started = time.monotonic()
+    seen = 0
+    for _ in range(10):
+        seen = hub.wait_past(seen, 0.05)
+    assert seen == 0 and time.monotonic() - started >= 0.5
+    assert tries == ["connect"] and not hub.listening
+    hub.leave()

@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
 from flask_ratchet import runtime
+from flask_ratchet.errors import SchemaNotReady
 from flask_ratchet.states import JobStatus
 
 from .pages import live_after
@@ -34,7 +35,10 @@ log = logging.getLogger(__name__)
 
 #: name: (help, labels) of every family a scrape reports.
 FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    "ratchet_cluster_up": ("1 if the database answered this scrape, else 0.", ()),
+    "ratchet_cluster_up": (
+        "1 if the database answered this scrape with ratchet's tables ready, else 0.",
+        (),
+    ),
     "ratchet_jobs": (
         "Jobs per status: exact up to 10,000, past that PostgreSQL's estimate (else 10,000).",
         ("status",),
@@ -65,8 +69,9 @@ class ClusterCollector:
         from prometheus_client import REGISTRY
         REGISTRY.register(ClusterCollector(app))
 
-    A scrape the database does not answer reports ``ratchet_cluster_up 0`` (and logs why)
-    instead of failing the registry's other metrics.
+    A scrape the database does not answer, or whose tables are missing or older than this
+    version needs (a deploy before ``flask ratchet db upgrade``), reports
+    ``ratchet_cluster_up 0`` (and logs why) instead of failing the registry's other metrics.
     """
 
     def __init__(self, app: Flask) -> None:
@@ -80,8 +85,8 @@ class ClusterCollector:
         """Read the figures and yield every family."""
         try:
             figures = self.read()
-        except SQLAlchemyError as exc:
-            log.warning("cluster metrics: the database did not answer: %s", exc.__class__.__name__)
+        except (SQLAlchemyError, SchemaNotReady) as exc:
+            log.warning("cluster metrics: the database did not answer: %s", _why(exc))
             up = _family("ratchet_cluster_up")
             up.add_metric([], 0)
             yield up
@@ -95,6 +100,12 @@ class ClusterCollector:
             with s.connection() as conn:
                 now = s.store.now(conn)
                 return cluster_figures(conn, s.store.dialect, s.store.queues, now, live_after(s))
+
+
+def _why(exc: Exception) -> str:
+    """What a log line says of a failed read: the error's type, and for tables not ready the
+    message (it names the revisions and the command, and holds no secret)."""
+    return str(exc) if isinstance(exc, SchemaNotReady) else exc.__class__.__name__
 
 
 def families(figures: ClusterFigures) -> Iterator[GaugeMetricFamily]:

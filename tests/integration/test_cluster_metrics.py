@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from flask_ratchet.schema import node
 from flask_ratchet.states import JobStatus
-from tests.apps import add, db, ratchet
+from tests.apps import add, create_app, db, ratchet
 from tests.flow_tasks import batch_item
 from tests.integration.helpers import job_in
 from tests.integration.test_console import READ
@@ -170,3 +170,17 @@ def test_the_collector_names_only_what_it_documents() -> None:
     assert all(name.startswith("ratchet_") for name in FAMILIES)
     labels = {label for _, names in FAMILIES.values() for label in names}
     assert labels == {"status", "queue"}  # bounded: never a job id
+
+
+def test_tables_not_ready_report_down_without_failing_the_scrape(empty_engine: sa.Engine) -> None:
+    from flask_ratchet import migrate
+
+    url = empty_engine.url.render_as_string(hide_password=False)
+    # A deploy that runs before `flask ratchet db upgrade`: no tables, then an older revision.
+    for revision in (None, "0008"):
+        if revision is not None:
+            migrate.upgrade(empty_engine, revision)
+        app = create_app(url, RATCHET_AUTO_CREATE=False)
+        assert scrape(app) == {("ratchet_cluster_up", frozenset()): 0}, revision
+        with app.app_context():
+            db.engine.dispose()

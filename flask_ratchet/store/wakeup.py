@@ -16,6 +16,7 @@ Polling stays the correctness floor; wake-ups only shorten the wait.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import sqlite3
@@ -35,6 +36,9 @@ ENDED_CHANNEL = "ratchet_ended"
 
 log = logging.getLogger("flask_ratchet.worker")
 
+#: Seconds a process that exits waits for its last NOTIFY to be sent.
+FLUSH_AT_EXIT = 2.0
+
 
 class Notifier:
     """Sends ``NOTIFY`` after commits: at most one in flight, never one per job.
@@ -42,7 +46,8 @@ class Notifier:
     Requests made while a NOTIFY is being sent are merged into the next one. The sending thread
     starts at the first request in a process (never at import or ``init_app``, so forked web
     workers start clean), keeps one connection of its own, and closes it and ends after
-    ``idle`` seconds without requests.
+    ``idle`` seconds without requests. A process that exits right after a request (a script, a
+    ``flask ratchet`` command) waits up to :data:`FLUSH_AT_EXIT` seconds for it to be sent.
     """
 
     def __init__(
@@ -57,9 +62,16 @@ class Notifier:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self.sent = 0
+        #: Requests made, and the count the last NOTIFY sent answered (for the flush at exit).
+        self._asked = 0
+        self._answered = 0
+        self._progress = threading.Condition()
+        self._flushes_at_exit_in = 0  # the pid whose exit flushes
 
     def request(self) -> None:
         """Ask for a NOTIFY."""
+        with self._progress:
+            self._asked += 1
         self._wanted.set()
         with self._lock:
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
@@ -68,6 +80,15 @@ class Notifier:
                     target=self._run, name="ratchet-notify", daemon=True
                 )
                 self._thread.start()
+            if self._flushes_at_exit_in != os.getpid():
+                self._flushes_at_exit_in = os.getpid()
+                atexit.register(self.flush, FLUSH_AT_EXIT)
+
+    def flush(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every request made so far to be sent; return
+        whether they were (a NOTIFY that fails is given up, as at any time)."""
+        with self._progress:
+            return self._progress.wait_for(lambda: self._answered >= self._asked, timeout)
 
     def _run(self) -> None:
         import psycopg
@@ -81,11 +102,16 @@ class Notifier:
                             self._thread = None  # the next request starts a new thread
                             return
                 self._wanted.clear()
+                with self._progress:
+                    asked = self._asked  # what this NOTIFY answers
                 try:
                     if conn is None or conn.closed:
                         conn = psycopg.connect(self._conninfo, autocommit=True)
                     conn.execute(f"NOTIFY {self._channel}")
                     self.sent += 1
+                    with self._progress:
+                        self._answered = asked
+                        self._progress.notify_all()
                     # A short gap lets requests pile up into one NOTIFY under load; a request
                     # made meanwhile is still answered by the next one.
                     time.sleep(self._gap)
@@ -93,6 +119,9 @@ class Notifier:
                     log.warning(
                         "could not send a wake-up; workers will find the job at their next poll"
                     )
+                    with self._progress:  # given up: a flush does not wait for it
+                        self._answered = asked
+                        self._progress.notify_all()
                     if conn is not None:
                         conn.close()
                     conn = None

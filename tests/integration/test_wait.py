@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -173,3 +176,32 @@ def test_a_listener_that_cannot_connect_is_tried_again_only_after_a_pause(
     assert seen == 0 and time.monotonic() - started >= 0.5
     assert tries == ["connect"] and not hub.listening
     hub.leave()
+
+
+# SQLite waiters watch the file for commits instead: PostgreSQL only.
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_script_that_cancels_and_exits_at_once_still_tells_waiters(
+    app: Flask, database_url: str
+) -> None:
+    import psycopg
+
+    job_id = add.enqueue(1, 2).id
+    script = (
+        "import sys\n"
+        "from tests.apps import create_app, ratchet\n"
+        "with create_app(sys.argv[1]).app_context():\n"
+        "    assert ratchet.cancel_job(sys.argv[2])\n"  # and the process ends at once
+    )
+    with psycopg.connect(conninfo(sa.make_url(database_url)), autocommit=True) as listener:
+        listener.execute("LISTEN ratchet_ended")
+        done = subprocess.run(
+            [sys.executable, "-c", script, database_url, str(job_id)],
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        heard = [n.channel for n in listener.notifies(timeout=10, stop_after=1)]
+    assert heard == ["ratchet_ended"]  # sent before the process exited

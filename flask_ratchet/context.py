@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from .redact import text_masked
 from .retry import sanitize
 
 #: What one attempt's log may store, so one chatty job cannot flood the table or the job's
@@ -37,6 +38,26 @@ _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
 )
 job_logger = logging.getLogger("flask_ratchet.job")
 _UNREAD: Any = object()
+
+
+class MaskedLines(logging.Filter):
+    """Makes a line of a job's logger that shows a secret (a URL's password, a
+    ``password=…``-style pair) its text with the secret masked, before any handler sees it:
+    the worker's terminal, the app's own handlers, an error tracker's breadcrumbs, as well as
+    the stored line. A line without one keeps its template and arguments (for grouping)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            text = record.getMessage()
+        except Exception:  # a line whose arguments do not fit: logging reports it as ever
+            return True
+        hidden = text_masked(text)
+        if hidden != text:
+            record.msg, record.args = hidden, None
+        return True
+
+
+job_logger.addFilter(MaskedLines())
 
 
 class Supervisor(Protocol):

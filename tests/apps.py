@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from typing import Any
@@ -86,6 +87,13 @@ def record_run(n: int) -> int:
     db.session.add(Run(job_id=str(JobContext.current().job_id), pid=os.getpid()))
     db.session.commit()
     return n
+
+
+@ratchet.task
+def logs_secrets(dsn: str, token: str) -> None:
+    """Logs a database URL and a token, through its own logger and a module's."""
+    JobContext.current().logger.info("connecting to %s with token=%s", dsn, token)
+    logging.getLogger(__name__).warning("retrying %s, password=%s", dsn, token)
 
 
 @ratchet.task

@@ -1,5 +1,6 @@
 """How a worker process logs when the app has not configured logging: plain lines for a
-terminal, or one JSON object per line for a log shipper (``--log-format json``)."""
+terminal, or one JSON object per line for a log shipper (``--log-format json``), with secrets
+masked (:func:`flask_ratchet.redact.text_masked`) in either, whichever logger wrote the line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from ..redact import text_masked
 from ..store.types import ClaimedJob
 
 #: Attributes of a record the JSON lines carry when set: a job's logger, and the worker's own
@@ -43,15 +45,25 @@ class JsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": text_masked(record.getMessage()),
         }
         for name in _EXTRAS:
             value = getattr(record, name, None)
             if value is not None:
                 line[name] = value if isinstance(value, int) else str(value)
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
+            line["exception"] = text_masked(self.formatException(record.exc_info))
         return json.dumps(line, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """``time LEVEL logger: message``, and the traceback, with secrets masked."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        return text_masked(super().format(record))
 
 
 def configure(level: str | None, form: str) -> None:
@@ -68,7 +80,7 @@ def configure(level: str | None, form: str) -> None:
     if form == "json":
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter())
     # On the handler, not the root logger: lines propagated from a job's logger skip the
     # levels of the loggers above it, never a handler's.
     handler.setLevel(level or logging.INFO)

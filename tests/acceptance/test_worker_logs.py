@@ -6,10 +6,13 @@ from __future__ import annotations
 import json
 import signal
 
+import pytest
+import sqlalchemy as sa
 from flask import Flask
 
+from flask_ratchet.schema import job_log
 from tests.acceptance.conftest import Workers, wait_until
-from tests.apps import fail_until, ratchet, record_run, refuse
+from tests.apps import db, fail_until, logs_secrets, ratchet, record_run, refuse
 
 
 def ended(*job_ids: object) -> bool:
@@ -62,3 +65,24 @@ def test_log_level_warning_hides_the_workers_info_lines(app: Flask, workers: Wor
     output = workers.output(proc)
     assert f"job {dead} (tests.apps:refuse) failed for good" in output
     assert " INFO " not in output, output  # "worker … started" and the like are INFO
+
+
+@pytest.mark.parametrize("form", ["text", "json"])
+def test_the_workers_lines_mask_what_jobs_log(app: Flask, workers: Workers, form: str) -> None:
+    password, token = "hunter" + "9", "t0k-" + "77"  # made here: no source line holds them
+    job_id = logs_secrets.enqueue(f"postgresql://shop:{password}@db/prod", token).id
+    proc = workers.start("--burst", "--log-format", form)
+    assert proc.wait(120) == 0, workers.output(proc)
+    assert ended(job_id)
+    out = workers.output(proc)
+    assert password not in out and token not in out, out
+    assert "connecting to postgresql://shop:***@db/prod with token=***" in out  # ctx.logger
+    assert "retrying postgresql://shop:***@db/prod, password=***" in out  # a module's logger
+    with db.engine.connect() as conn:
+        stored = conn.execute(
+            sa.select(job_log.c.message).where(job_log.c.job_id == job_id)
+        ).scalars()
+        assert sorted(stored) == [
+            "connecting to postgresql://shop:***@db/prod with token=***",
+            "retrying postgresql://shop:***@db/prod, password=***",
+        ]

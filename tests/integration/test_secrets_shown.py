@@ -4,15 +4,18 @@ on SQLite and PostgreSQL, also for rows written straight into the tables."""
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from datetime import UTC, datetime
 
+import pytest
 import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet.redact import MASK
 from flask_ratchet.schema import job, job_log, job_queue
-from tests.apps import add, ratchet
+from flask_ratchet.testing import run_jobs
+from tests.apps import add, logs_secrets, ratchet
 
 ADMIN = {"X-Role": "admin"}
 URL = "postgresql://u:secret@h/db"
@@ -101,3 +104,18 @@ def test_jobs_show_masks_the_raw_text_of_an_unreadable_column(app: Flask) -> Non
         args=["ratchet", "jobs", "show", "--reveal-secrets", str(job_id)]
     )
     assert json.loads(revealed.output)["params"] == f"{{not json {URL}"
+
+
+def test_the_apps_own_log_handlers_get_a_jobs_lines_masked(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    password, token = "hunter" + "5", "t0k-" + "55"
+    logs_secrets.enqueue(f"postgresql://shop:{password}@db/prod", token)
+    with caplog.at_level(logging.INFO):
+        run_jobs(app)
+    own = [r for r in caplog.records if r.name == "flask_ratchet.job"]
+    # The job logger's lines are masked before any handler (caplog's, here) sees them; a
+    # module's own logger is the app's to configure.
+    assert [r.getMessage() for r in own] == [
+        "connecting to postgresql://shop:***@db/prod with token=***"
+    ]

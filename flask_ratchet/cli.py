@@ -27,7 +27,20 @@ from .redact import masked, stored_text_masked
 from .states import JobStatus
 from .store.executions import job_logs
 
-ratchet_cli = AppGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
+
+class RatchetGroup(AppGroup):
+    """``flask ratchet``: any of its commands run against tables that are missing or older than
+    this version needs ends with the one line that says so and what to run (exit code 1), not
+    a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except SchemaNotReady as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+ratchet_cli = RatchetGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
 
 
 @ratchet_cli.command("worker")

@@ -80,12 +80,23 @@ def test_the_console_shows_what_to_run(empty_engine: sa.Engine) -> None:
     assert client.get("/ratchet/jobs", headers=ADMIN).status_code == 200
 
 
-def test_a_worker_without_its_tables_exits_with_one_line(empty_engine: sa.Engine) -> None:
-    worker = host_cli(
-        empty_engine, "ratchet", "worker", "--burst", HOST_RATCHET_AUTO_CREATE="false"
-    )
-    out, err = worker.communicate(timeout=120)
-    assert worker.returncode == 1, out + err
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("worker", "--burst"),
+        ("jobs", "list"),
+        ("jobs", "show", "01a21bed-0000-7000-8000-000000000000"),
+        ("queues", "list"),
+        ("recurring", "list"),
+    ],
+    ids=lambda command: " ".join(command[:2]),
+)
+def test_a_command_without_its_tables_exits_with_one_line(
+    empty_engine: sa.Engine, command: tuple[str, ...]
+) -> None:
+    run = host_cli(empty_engine, "ratchet", *command, HOST_RATCHET_AUTO_CREATE="false")
+    out, err = run.communicate(timeout=120)
+    assert run.returncode == 1, out + err
     assert "Traceback" not in err, err
     (line,) = [line for line in err.splitlines() if line.startswith("Error:")]
     assert "are missing" in line and "Run 'flask ratchet db upgrade' once" in line

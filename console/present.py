@@ -14,13 +14,14 @@ from datetime import datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from flask_ratchet import runtime
 from flask_ratchet.job import BatchProgress, Job
 from flask_ratchet.payload import Unreadable
 from flask_ratchet.redact import MASK as MASK
 from flask_ratchet.redact import masked as masked
+from flask_ratchet.redact import masked_arguments, stored_text_masked
 from flask_ratchet.redact import mentions_secret as mentions_secret
 from flask_ratchet.redact import secret_key as secret_key
-from flask_ratchet.redact import stored_text_masked
 from flask_ratchet.retry import sanitize
 
 from .reads.batches import WaitsOn
@@ -58,7 +59,8 @@ def arguments(job: Job) -> Any:
     :class:`Unreadable` ``payload`` column."""
     if isinstance(job.args, Unreadable):
         return job.args
-    return {"args": job.args, "kwargs": job.kwargs}
+    names = runtime.current().registry.parameter_names(job.task)
+    return {"args": masked_arguments(job.args, names), "kwargs": job.kwargs}
 
 
 def audit_filter(target: str) -> str:

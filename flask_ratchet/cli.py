@@ -23,7 +23,7 @@ from .cron import DIALECT_FIELDS, DIALECT_LABELS, CronError, dialect, next_fire_
 from .errors import InvalidOption, SchemaNotReady
 from .ids import job_id_of
 from .payload import Unreadable
-from .redact import masked, stored_text_masked
+from .redact import masked, masked_arguments, stored_text_masked
 from .states import JobStatus
 from .store.executions import job_logs
 
@@ -231,6 +231,9 @@ def jobs_show(job_id: str, reveal_secrets: bool) -> None:
     fields = {name: getattr(job, name) for name in job.__dataclass_fields__}
     if not reveal_secrets:
         fields = _secrets_masked(fields)
+        if not isinstance(job.args, Unreadable):
+            names = runtime.current().registry.parameter_names(job.task)
+            fields["args"] = masked_arguments(job.args, names)
     click.echo(json.dumps(fields, indent=2, default=str))
 
 

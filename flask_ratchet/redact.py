@@ -13,7 +13,7 @@ backtrack over a long word (a quadratic pass over a 10 MB message holds the GIL 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 #: What a masked structured value shows.
@@ -94,6 +94,22 @@ def masked(value: Any) -> Any:
     {'db': 'postgresql://app:••••••@db/prod', 'api_key': '••••••', 'n': 3}
     """
     return _walked(value, lambda text: url_passwords_masked(text, MASK))
+
+
+def masked_arguments(args: Any, names: Sequence[str]) -> Any:
+    """A job's positional ``args`` as :func:`masked` shows them, each also masked whole when the
+    parameter it binds to (``names``, in order) looks secret: ``charge("tok_1")`` of
+    ``def charge(card_token)`` shows ``["••••••"]``.
+
+    >>> masked_arguments(["tok_1", 3], ["card_token", "amount"])
+    ['••••••', 3]
+    """
+    if not isinstance(args, list):
+        return masked(args)
+    return [
+        MASK if i < len(names) and secret_key(names[i]) else masked(value)
+        for i, value in enumerate(args)
+    ]
 
 
 def free_text_masked(value: Any) -> Any:

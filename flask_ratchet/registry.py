@@ -8,6 +8,7 @@ again before running anything.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import threading
@@ -40,6 +41,23 @@ class Task:
     def service_name(self) -> str:
         """The service whose circuit breaker guards this task: ``service``, or its name."""
         return self.service or self.name
+
+    @property
+    def positional_names(self) -> tuple[str, ...]:
+        """The names of the function's positional parameters, in order: what a job's ``args``
+        bind to (empty for a function whose signature cannot be read)."""
+        return positional_names(self.func)
+
+
+@functools.lru_cache(maxsize=1024)
+def positional_names(func: Callable[..., Any]) -> tuple[str, ...]:
+    """The names of ``func``'s positional parameters, in order."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):
+        return ()
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return tuple(p.name for p in parameters if p.kind in kinds)
 
 
 def default_name(func: Callable[..., Any]) -> str:
@@ -127,6 +145,12 @@ class TaskRegistry:
     def get(self, name: str) -> Task | None:
         """Return the registered task called ``name``, if any."""
         return self._by_name.get(name)
+
+    def parameter_names(self, name: object) -> tuple[str, ...]:
+        """What a job of the task called ``name`` binds its ``args`` to (empty for a task not
+        registered in this process, or a stored name that is not text)."""
+        task = self._by_name.get(name) if isinstance(name, str) else None
+        return () if task is None else task.positional_names
 
     def for_submit(self, target: Callable[..., Any] | str, allowed: tuple[str, ...]) -> Task:
         """Return the task to enqueue for a function or a registered name.

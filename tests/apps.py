@@ -90,6 +90,12 @@ def record_run(n: int) -> int:
 
 
 @ratchet.task
+def charge_card(card_token: str, amount: int) -> int:
+    """A task whose first argument is a secret by its parameter's name alone."""
+    return amount
+
+
+@ratchet.task
 def logs_secrets(dsn: str, token: str) -> None:
     """Logs a database URL and a token, through its own logger and a module's."""
     JobContext.current().logger.info("connecting to %s with token=%s", dsn, token)

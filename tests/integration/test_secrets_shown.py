@@ -15,7 +15,7 @@ from flask import Flask
 from flask_ratchet.redact import MASK
 from flask_ratchet.schema import job, job_log, job_queue
 from flask_ratchet.testing import run_jobs
-from tests.apps import add, logs_secrets, ratchet
+from tests.apps import add, charge_card, logs_secrets, ratchet
 
 ADMIN = {"X-Role": "admin"}
 URL = "postgresql://u:secret@h/db"
@@ -119,3 +119,15 @@ def test_the_apps_own_log_handlers_get_a_jobs_lines_masked(
     assert [r.getMessage() for r in own] == [
         "connecting to postgresql://shop:***@db/prod with token=***"
     ]
+
+
+def test_an_argument_is_masked_by_the_name_of_the_parameter_it_binds_to(app: Flask) -> None:
+    token = "tok_live_" + "8f2"
+    job_id = charge_card.enqueue(token, 5).id
+    page = app.test_client().get(f"/ratchet/jobs/{job_id}", headers=ADMIN)
+    assert page.status_code == 200 and token not in page.text
+    runner = app.test_cli_runner()
+    shown = json.loads(runner.invoke(args=["ratchet", "jobs", "show", str(job_id)]).output)
+    assert shown["args"] == [MASK, 5]  # card_token is secret, amount is not
+    revealed = runner.invoke(args=["ratchet", "jobs", "show", "--reveal-secrets", str(job_id)])
+    assert json.loads(revealed.output)["args"] == [token, 5]

@@ -187,6 +187,16 @@ class PgEndHub:
                     self._cond.notify_all()
 
 
+def _forget_hubs_in_child() -> None:
+    """In a forked child: no hub of the parent's (their threads did not come along), and a lock
+    that no thread of the parent may be holding."""
+    PgEndHub._hubs = {}
+    PgEndHub._hubs_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_hubs_in_child)
+
+
 class PgEndWatch:
     """One waiter's view of its process's :class:`PgEndHub`; ``within``: seconds it waits at
     most for the shared connection to listen."""

@@ -86,7 +86,7 @@ class ClusterCollector:
         try:
             figures = self.read()
         except (SQLAlchemyError, SchemaNotReady) as exc:
-            log.warning("cluster metrics: the database did not answer: %s", _why(exc))
+            log.warning("cluster metrics not read: %s", _why(exc))
             up = _family("ratchet_cluster_up")
             up.add_metric([], 0)
             yield up
@@ -103,9 +103,11 @@ class ClusterCollector:
 
 
 def _why(exc: Exception) -> str:
-    """What a log line says of a failed read: the error's type, and for tables not ready the
-    message (it names the revisions and the command, and holds no secret)."""
-    return str(exc) if isinstance(exc, SchemaNotReady) else exc.__class__.__name__
+    """What a log line says of a failed read: for tables not ready, the message (it names the
+    revisions and the command, and holds no secret); else that the database did not answer."""
+    if isinstance(exc, SchemaNotReady):
+        return str(exc)
+    return f"the database did not answer ({exc.__class__.__name__})"
 
 
 def families(figures: ClusterFigures) -> Iterator[GaugeMetricFamily]:

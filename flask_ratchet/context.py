@@ -54,7 +54,14 @@ class MaskedLines(logging.Filter):
         hidden = text_masked(text)
         if hidden != text:
             record.msg, record.args = hidden, None
+        if record.exc_info and not record.exc_text:
+            # Formatters print the traceback from exc_text when it is set: masked, once.
+            record.exc_text = text_masked(_TRACEBACKS.formatException(record.exc_info))
         return True
+
+
+#: Formats a line's traceback as logging's formatters do.
+_TRACEBACKS = logging.Formatter()
 
 
 job_logger.addFilter(MaskedLines())

@@ -96,6 +96,15 @@ def charge_card(card_token: str, amount: int) -> int:
 
 
 @ratchet.task
+def logs_a_failure(dsn: str) -> None:
+    """Logs a caught error whose message holds a database URL, with its traceback."""
+    try:
+        raise ConnectionError(f"cannot reach {dsn}")
+    except ConnectionError:
+        JobContext.current().logger.exception("giving up")
+
+
+@ratchet.task
 def logs_secrets(dsn: str, token: str) -> None:
     """Logs a database URL and a token, through its own logger and a module's."""
     JobContext.current().logger.info("connecting to %s with token=%s", dsn, token)

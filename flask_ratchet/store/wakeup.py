@@ -22,6 +22,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -36,8 +37,22 @@ ENDED_CHANNEL = "ratchet_ended"
 
 log = logging.getLogger("flask_ratchet.worker")
 
-#: Seconds a process that exits waits for its last NOTIFY to be sent.
+#: Seconds a process that exits waits for its last NOTIFYs to be sent (all its notifiers
+#: together).
 FLUSH_AT_EXIT = 2.0
+#: This process's notifiers, for the flush at exit and the reset after a fork.
+_NOTIFIERS: weakref.WeakSet[Notifier] = weakref.WeakSet()
+
+
+def _flush_at_exit() -> None:
+    deadline = time.monotonic() + FLUSH_AT_EXIT
+    for notifier in list(_NOTIFIERS):
+        notifier.flush(max(0.0, deadline - time.monotonic()))
+
+
+def _forget_parents_notifiers() -> None:
+    for notifier in list(_NOTIFIERS):
+        notifier._forget_parent()
 
 
 class Notifier:
@@ -66,7 +81,7 @@ class Notifier:
         self._asked = 0
         self._answered = 0
         self._progress = threading.Condition()
-        self._flushes_at_exit_in = 0  # the pid whose exit flushes
+        _NOTIFIERS.add(self)
 
     def request(self) -> None:
         """Ask for a NOTIFY."""
@@ -80,15 +95,23 @@ class Notifier:
                     target=self._run, name="ratchet-notify", daemon=True
                 )
                 self._thread.start()
-            if self._flushes_at_exit_in != os.getpid():
-                self._flushes_at_exit_in = os.getpid()
-                atexit.register(self.flush, FLUSH_AT_EXIT)
 
     def flush(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for every request made so far to be sent; return
-        whether they were (a NOTIFY that fails is given up, as at any time)."""
+        """Wait up to ``timeout`` seconds for every request made so far in this process to be
+        sent; return whether they were (a NOTIFY that fails is given up, as at any time)."""
+        if self._pid != os.getpid():  # none asked for here (a forked child forgets the parent's)
+            return True
         with self._progress:
             return self._progress.wait_for(lambda: self._answered >= self._asked, timeout)
+
+    def _forget_parent(self) -> None:
+        """In a forked child: none of the parent's requests, threads or locks (another thread
+        of the parent may have held them as it forked)."""
+        self._wanted = threading.Event()
+        self._lock = threading.Lock()
+        self._progress = threading.Condition()
+        self._thread, self._pid = None, 0
+        self._asked = self._answered = 0
 
     def _run(self) -> None:
         import psycopg
@@ -106,7 +129,7 @@ class Notifier:
                     asked = self._asked  # what this NOTIFY answers
                 try:
                     if conn is None or conn.closed:
-                        conn = psycopg.connect(self._conninfo, autocommit=True)
+                        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5)
                     conn.execute(f"NOTIFY {self._channel}")
                     self.sent += 1
                     with self._progress:
@@ -197,3 +220,7 @@ class SqliteWatcher(threading.Thread):
                     self._on_wake()
         finally:
             conn.close()
+
+
+atexit.register(_flush_at_exit)
+os.register_at_fork(after_in_child=_forget_parents_notifiers)

@@ -57,13 +57,18 @@ class JsonFormatter(logging.Formatter):
 
 
 class TextFormatter(logging.Formatter):
-    """``time LEVEL logger: message``, and the traceback, with secrets masked."""
+    """``time LEVEL logger: message``, and the traceback, with secrets masked in the message and
+    the traceback (not in the logger's name: ``shop.tokens: …`` is no ``key: value``)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    def format(self, record: logging.LogRecord) -> str:
-        return text_masked(super().format(record))
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = text_masked(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return text_masked(super().formatException(ei))
 
 
 def configure(level: str | None, form: str) -> None:

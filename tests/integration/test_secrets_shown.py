@@ -15,7 +15,7 @@ from flask import Flask
 from flask_ratchet.redact import MASK
 from flask_ratchet.schema import job, job_log, job_queue
 from flask_ratchet.testing import run_jobs
-from tests.apps import add, charge_card, logs_secrets, ratchet
+from tests.apps import add, charge_card, logs_a_failure, logs_secrets, ratchet
 
 ADMIN = {"X-Role": "admin"}
 URL = "postgresql://u:secret@h/db"
@@ -131,3 +131,25 @@ def test_an_argument_is_masked_by_the_name_of_the_parameter_it_binds_to(app: Fla
     assert shown["args"] == [MASK, 5]  # card_token is secret, amount is not
     revealed = runner.invoke(args=["ratchet", "jobs", "show", "--reveal-secrets", str(job_id)])
     assert json.loads(revealed.output)["args"] == [token, 5]
+
+
+def test_a_jobs_logged_traceback_reaches_the_apps_handlers_masked(
+    app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    password = "hunter" + "6"
+    logs_a_failure.enqueue(f"postgresql://shop:{password}@db/prod")
+    with caplog.at_level(logging.INFO):
+        run_jobs(app)
+    (record,) = [r for r in caplog.records if r.name == "flask_ratchet.job"]
+    shown = logging.Formatter().format(record)  # as an app's own handler prints it
+    assert "giving up" in shown and "ConnectionError: cannot reach" in shown
+    assert password not in shown and "postgresql://shop:***@db/prod" in shown
+
+
+def test_the_workers_text_lines_keep_logger_names_that_look_like_keys() -> None:
+    from flask_ratchet.worker.logs import TextFormatter
+
+    record = logging.LogRecord("shop.api_tokens", logging.WARNING, "f", 1, "%s keys", (12,), None)
+    assert TextFormatter().format(record).endswith("WARNING shop.api_tokens: 12 keys")
+    secret = logging.LogRecord("shop", logging.WARNING, "f", 1, "token=%s", ("t-1",), None)
+    assert TextFormatter().format(secret).endswith("WARNING shop: token=***")

@@ -230,23 +230,24 @@ def jobs_show(job_id: str, reveal_secrets: bool) -> None:
         raise click.ClickException(f"no job has id {job_id}")
     fields = {name: getattr(job, name) for name in job.__dataclass_fields__}
     if not reveal_secrets:
-        fields = _secrets_masked(fields)
-        if not isinstance(job.args, Unreadable):
-            names = runtime.current().registry.parameter_names(job.task)
-            fields["args"] = masked_arguments(job.args, names)
+        fields = _secrets_masked(fields, runtime.current().registry.parameter_names(job.task))
     click.echo(json.dumps(fields, indent=2, default=str))
 
 
-def _secrets_masked(fields: dict[str, Any]) -> dict[str, Any]:
+def _secrets_masked(fields: dict[str, Any], arg_names: tuple[str, ...]) -> dict[str, Any]:
     """A job's fields with the values under secret-looking keys and URL passwords masked in
-    what the job was given and gave back, and secrets masked in its error."""
+    what the job was given and gave back (a positional argument also by the name of its
+    parameter, ``arg_names``), and secrets masked in its error."""
     shown = dict(fields)
     for name in ("args", "kwargs", "params", "result"):
         value = shown[name]
         # The raw text of a column that cannot be decoded may hold secrets all the same.
-        shown[name] = (
-            stored_text_masked(value.text) if isinstance(value, Unreadable) else masked(value)
-        )
+        if isinstance(value, Unreadable):
+            shown[name] = stored_text_masked(value.text)
+        elif name == "args":
+            shown[name] = masked_arguments(value, arg_names)
+        else:
+            shown[name] = masked(value)
     if shown["error"] is not None:
         shown["error"] = stored_text_masked(shown["error"])
     return shown

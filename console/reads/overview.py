@@ -137,10 +137,10 @@ def throughput(conn: Connection, now: datetime, window: Window = DEFAULT_WINDOW)
         )
 
     counted = sa.select(bars.c.bar, runs().label("runs"), runs(failed).label("failed"))
-    counts = {int(bar): (int(n), int(bad)) for bar, n, bad in conn.execute(counted)}
+    rows = conn.execute(counted.order_by(bars.c.bar))  # one per bar: the CTE has them all
     return [
-        Bucket(edges[i], window.bucket, n - bad, bad)
-        for i, (n, bad) in ((i, counts.get(i, (0, 0))) for i in range(window.bars))
+        Bucket(low, window.bucket, n - bad, bad)
+        for low, (_, n, bad) in zip(edges, rows, strict=False)
     ]
 
 

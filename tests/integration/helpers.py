@@ -5,12 +5,15 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from flask import current_app
 
+from flask_ratchet.ids import uuid7
+from flask_ratchet.schema import execution
 from flask_ratchet.states import JobStatus
 from tests.apps import add, ratchet
 
@@ -121,3 +124,25 @@ def each_database_that_holds(
         for column, value, databases in damage
         for database in databases
     ]
+
+
+def add_execution(
+    conn: sa.Connection,
+    job_id: uuid.UUID,
+    started: datetime,
+    status: str,
+    node_id: str = "n",
+    **columns: Any,
+) -> None:
+    """An execution row of ``job_id``'s first attempt, written by hand (``columns``: the rest)."""
+    conn.execute(
+        sa.insert(execution).values(
+            execution_id=uuid7(),
+            job_id=job_id,
+            attempt=1,
+            node_id=node_id,
+            status=status,
+            started_at=started,
+            **columns,
+        )
+    )

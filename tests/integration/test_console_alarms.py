@@ -19,12 +19,11 @@ from flask_ratchet.console.reads import overview as reports
 from flask_ratchet.console.reads.jobs import Count
 
 from flask_ratchet import Priority
-from flask_ratchet.ids import uuid7
-from flask_ratchet.schema import execution, job, node, queue_state
+from flask_ratchet.schema import job, node, queue_state
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.types import NodeInfo
 from tests.apps import add, create_app, db, ratchet
-from tests.integration.helpers import job_in
+from tests.integration.helpers import add_execution, job_in
 from tests.integration.test_console import ADMIN, Console
 
 #: What the console's live_after makes of the default heartbeat interval (10 s).
@@ -377,19 +376,6 @@ def test_the_schema_page_draws_no_alarms(empty_engine: sa.Engine) -> None:
 
 
 # -- the chart ---------------------------------------------------------------------------------
-
-
-def add_execution(conn: sa.Connection, job_id: uuid.UUID, started: datetime, status: str) -> None:
-    conn.execute(
-        sa.insert(execution).values(
-            execution_id=uuid7(),
-            job_id=job_id,
-            attempt=1,
-            node_id="n",
-            status=status,
-            started_at=started,
-        )
-    )
 
 
 def test_throughput_fills_each_windows_bars(app: Flask) -> None:

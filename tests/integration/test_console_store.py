@@ -13,12 +13,12 @@ from flask_ratchet.console.reads import jobs as queries
 from flask_ratchet.console.reads import overview as reports
 
 from flask_ratchet.ids import uuid7
-from flask_ratchet.schema import execution, job_log, job_tag
+from flask_ratchet.schema import job_log, job_tag
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store import health
 from tests.acceptance.conftest import wait_until
 from tests.apps import add, ratchet
-from tests.integration.helpers import count, job_in, lock_waits
+from tests.integration.helpers import add_execution, count, job_in, lock_waits
 
 
 def delete(job_id: uuid.UUID) -> bool:
@@ -31,16 +31,7 @@ def test_delete_takes_ended_jobs_with_everything_that_belongs_to_them(app: Flask
     succeeded = job_in(JobStatus.SUCCEEDED)
     with ratchet.transaction() as conn:
         conn.execute(sa.insert(job_tag).values(job_id=failed, tag="t"))
-        conn.execute(
-            sa.insert(execution).values(
-                execution_id=uuid7(),
-                job_id=failed,
-                attempt=1,
-                node_id="node-a",
-                status="FAILED",
-                started_at=datetime.now(UTC),
-            )
-        )
+        add_execution(conn, failed, datetime.now(UTC), "FAILED", node_id="node-a")
         conn.execute(
             sa.insert(job_log).values(
                 job_id=failed, attempt=1, logged_at=datetime.now(UTC), level="INFO", message="m"
@@ -100,17 +91,8 @@ def test_throughput_buckets_the_last_hour_by_minute(app: Flask) -> None:
     with ratchet.transaction() as conn:
         now = ratchet.state.store.now(conn)
         for minutes_ago, status in ((0, "SUCCEEDED"), (0, "FAILED"), (5, "SUCCEEDED"), (90, "OK")):
-            conn.execute(
-                sa.insert(execution).values(
-                    execution_id=uuid7(),
-                    job_id=failed,
-                    attempt=1,
-                    node_id="n",
-                    status=status,
-                    started_at=now - timedelta(minutes=minutes_ago),
-                    queue_wait_ms=100.0 * (minutes_ago + 1),
-                )
-            )
+            started = now - timedelta(minutes=minutes_ago)
+            add_execution(conn, failed, started, status, queue_wait_ms=100.0 * (minutes_ago + 1))
         minutes = reports.throughput(conn, now)
         p95 = health.p95_queue_wait(conn, now)
     assert len(minutes) == 60

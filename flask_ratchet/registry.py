@@ -42,16 +42,11 @@ class Task:
         """The service whose circuit breaker guards this task: ``service``, or its name."""
         return self.service or self.name
 
-    @property
-    def positional_names(self) -> tuple[str, ...]:
-        """The names of the function's positional parameters, in order: what a job's ``args``
-        bind to (empty for a function whose signature cannot be read)."""
-        return positional_names(self.func)
-
 
 @functools.lru_cache(maxsize=1024)
 def positional_names(func: Callable[..., Any]) -> tuple[str, ...]:
-    """The names of ``func``'s positional parameters, in order."""
+    """The names of ``func``'s positional parameters, in order: what a job's ``args`` bind to
+    (empty for a function whose signature cannot be read)."""
     try:
         parameters = inspect.signature(func).parameters.values()
     except (TypeError, ValueError):
@@ -150,7 +145,7 @@ class TaskRegistry:
         """What a job of the task called ``name`` binds its ``args`` to (empty for a task not
         registered in this process, or a stored name that is not text)."""
         task = self._by_name.get(name) if isinstance(name, str) else None
-        return () if task is None else task.positional_names
+        return () if task is None else positional_names(task.func)
 
     def for_submit(self, target: Callable[..., Any] | str, allowed: tuple[str, ...]) -> Task:
         """Return the task to enqueue for a function or a registered name.

@@ -316,12 +316,17 @@ class Runtime:
 
     def tell_ended(self) -> None:
         """Tell waiters in other processes (``JobHandle.wait``) that jobs ended here (a cancel
-        from the API or the console): the dialect's notifier of ends (PostgreSQL's ``NOTIFY
-        ratchet_ended``; SQLite waiters see the commit themselves). A worker tells its own."""
+        from the API or the console, a worker's outcomes)."""
+        notify = self.ended_notifier()
+        if notify is not None:
+            notify()
+
+    def ended_notifier(self) -> Callable[[], None] | None:
+        """The dialect's notifier of ends, one per process and app (PostgreSQL's ``NOTIFY
+        ratchet_ended``; ``None`` on SQLite, whose waiters see the commit themselves)."""
         if self._tell_ended is False:
             self._tell_ended = self.store.dialect.ended_notifier(self.engine.url)
-        if callable(self._tell_ended):
-            self._tell_ended()
+        return self._tell_ended if callable(self._tell_ended) else None
 
 
 def _forget_events(session: Session, *args: Any) -> None:

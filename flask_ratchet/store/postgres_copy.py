@@ -13,7 +13,7 @@ transaction's ``now()`` as the creation time and the due time counted from it.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -75,11 +75,19 @@ def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         now: datetime = row[0].astimezone(UTC)
         dues = [new.due(now) for new in jobs]
         # Errors as SQLAlchemy's (a refused row is an IntegrityError, as from the statement).
-        with translated_errors(conn, _JOB, None), _traced(_JOB), cur.copy(_JOB) as copy:
+        with (
+            translated_errors(conn, _JOB, None),
+            tracing.statement("postgresql", _JOB),
+            cur.copy(_JOB) as copy,
+        ):
             copy.set_types(_JOB_TYPES)
             for new, due in zip(jobs, dues, strict=True):
                 copy.write_row(_job_row(new, now, due))
-        with translated_errors(conn, _QUEUE, None), _traced(_QUEUE), cur.copy(_QUEUE) as copy:
+        with (
+            translated_errors(conn, _QUEUE, None),
+            tracing.statement("postgresql", _QUEUE),
+            cur.copy(_QUEUE) as copy,
+        ):
             copy.set_types(_QUEUE_TYPES)
             for new, due in zip(jobs, dues, strict=True):
                 o = new.options
@@ -87,7 +95,11 @@ def copy_jobs(conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
                     (new.job_id, _PENDING, o.queue, due, int(o.priority), 0, o.max_retries, 0, now)
                 )
         if any(new.options.tags for new in jobs):
-            with translated_errors(conn, _TAG, None), _traced(_TAG), cur.copy(_TAG) as copy:
+            with (
+                translated_errors(conn, _TAG, None),
+                tracing.statement("postgresql", _TAG),
+                cur.copy(_TAG) as copy,
+            ):
                 copy.set_types(_TAG_TYPES)
                 for new in jobs:
                     for tag in new.options.tags:
@@ -114,11 +126,6 @@ def _transaction(conn: Connection) -> Iterator[psycopg.Connection[Any]]:
         return
     with translated_errors(conn, "BEGIN", None), raw.transaction():
         yield raw
-
-
-def _traced(sql: str) -> AbstractContextManager[Any]:
-    """A span around one of the COPYs while tracing is on (see :func:`tracing.statement`)."""
-    return tracing.statement("postgresql", sql)
 
 
 def _job_row(new: NewJob, now: datetime, due: datetime) -> tuple[Any, ...]:

@@ -52,7 +52,10 @@ class JsonFormatter(logging.Formatter):
             if value is not None:
                 line[name] = value if isinstance(value, int) else str(value)
         if record.exc_info:
-            line["exception"] = text_masked(self.formatException(record.exc_info))
+            # A job's line comes with its traceback formatted and masked already (exc_text).
+            line["exception"] = text_masked(
+                record.exc_text or self.formatException(record.exc_info)
+            )
         return json.dumps(line, ensure_ascii=False)
 
 

@@ -138,8 +138,9 @@ class Worker(Supervision):
             self.state.ensure_schema()
             self.store = self.state.store
             url = self.state.engine.url
+            # The app's own: a job that cancels another tells waiters through the same one.
+            self._tell_ended = self.state.ended_notifier()
         self.engine = self.store.dialect.worker_engine(url, self.concurrency)
-        self._tell_ended = self.store.dialect.ended_notifier(url)
         self.claim_engine = self.store.claim_engine(self.engine)
         for engine in (self.engine, self.claim_engine):
             fresh_pool_after_fork(engine)  # a job may fork (multiprocessing, subprocess helpers)

@@ -225,7 +225,7 @@ def _capture(
 def _describe(scope: Scope, claimed: ClaimedJob, node: str | None) -> None:
     """Tag ``scope`` with the attempt's job, and name the task as its transaction."""
     tags = {
-        "ratchet.job_id": str(claimed.job_id),
+        sentry_masks.JOB_TAG: str(claimed.job_id),
         "ratchet.task": str(claimed.task),
         "ratchet.queue": str(claimed.queue),
         "ratchet.attempt": str(claimed.attempt),

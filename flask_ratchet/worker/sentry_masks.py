@@ -62,10 +62,10 @@ JOB_TAG = "ratchet.job_id"
 WALKED = ("extra", "user", "request")
 #: Tags left as they are: ratchet's own (the job's id, task, queue, attempt, node).
 OWN_TAGS = "ratchet."
-#: The parts of sentry-sdk's ``trace`` context that hold what the job's code said (the rest:
-#: ids, op, status, and the sampling data, whose DSN public key is no secret and must reach
-#: Sentry as it is).
-TRACE_SAID = ("description", "data", "tags")
+#: The parts of a span, and of sentry-sdk's ``trace`` context, that hold what the job's code
+#: said (the rest: ids, op, status, and the sampling data, whose DSN public key is no secret
+#: and must reach Sentry as it is).
+SAID = ("description", "data", "tags")
 #: The client's hooks that get the masking, last before sending.
 HOOKS = ("before_send", "before_send_transaction")
 
@@ -113,24 +113,18 @@ def masked_event(event: Event) -> Event:
             module == "logging" and isinstance(frame.get("vars"), dict) and "args" in frame["vars"]
         ):
             frame["vars"]["args"] = MASK  # a log call's parameters: "token=%s", ("t-1",)
-        for key in ("vars", "pre_context", "context_line", "post_context"):
-            if key in frame:
-                frame[key] = free_text_masked(frame[key])
+        _mask_parts(frame, ("vars", "pre_context", "context_line", "post_context"))
     for value in _values(event, "exception"):
         if isinstance(value.get("value"), str):
             value["value"] = text_masked(value["value"])
     for crumb in _values(event, "breadcrumbs"):
-        for key in ("message", "data"):
-            if key in crumb:
-                crumb[key] = free_text_masked(crumb[key])
+        _mask_parts(crumb, ("message", "data"))
     entry = event.get("logentry")
     if isinstance(entry, dict):
         event["logentry"] = masked_logentry(entry)
     if isinstance(event.get("message"), str):
         event["message"] = text_masked(event["message"])
-    for key in WALKED:
-        if key in event:
-            event[key] = free_text_masked(event[key])  # type: ignore[literal-required]
+    _mask_parts(event, WALKED)  # type: ignore[arg-type]
     tags = event.get("tags")
     if isinstance(tags, dict):
         # Ratchet's own tags name the job: a task's name is no secret, even in a module
@@ -146,20 +140,24 @@ def masked_event(event: Event) -> Event:
     spans = event.get("spans")
     for span in spans if isinstance(spans, list) else ():
         if isinstance(span, dict):
-            for key in ("description", "data", "tags"):
-                if key in span:
-                    span[key] = free_text_masked(span[key])
+            _mask_parts(span, SAID)
     return event
+
+
+def _mask_parts(part: dict[str, Any], keys: tuple[str, ...]) -> None:
+    """Mask each of ``keys`` that ``part`` has, in place."""
+    for key in keys:
+        if key in part:
+            part[key] = free_text_masked(part[key])
 
 
 def _masked_context(name: str, context: Any) -> Any:
     if name == "ratchet":
         return context  # ours: the job, described as its tags are
     if name == "trace" and isinstance(context, dict):
-        return {
-            key: free_text_masked(value) if key in TRACE_SAID else value
-            for key, value in context.items()
-        }
+        said = dict(context)  # a copy: the trace context is the scope's own
+        _mask_parts(said, SAID)
+        return said
     return free_text_masked(context)
 
 

@@ -68,7 +68,7 @@ class Job:
     ``paused_from``, ``priority`` or ``backoff`` that is not one of its enum's values (compare
     ``status`` with a :class:`JobStatus`: an unreadable one equals none). A stored time outside
     what Python can hold (before year 1, after 9999, ``infinity``) reads as
-    :data:`~flask_ratchet.schema.EARLIEST` or :data:`~flask_ratchet.schema.LATEST`.
+    :data:`~flask_ratchet.columns.EARLIEST` or :data:`~flask_ratchet.columns.LATEST`.
     """
 
     id: uuid.UUID

@@ -47,13 +47,11 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
     """Bring ratchet's tables on ``engine`` up to ``revision``, in one transaction.
 
     Several at once (every pod of a deploy upgrading as it starts) run one after the other,
-    behind the database's lock (``lock_schema``): each later one finds the work done.
+    behind the database's lock (``schema_transaction``): each later one finds the work done.
     """
     from alembic import command
 
-    store = store_for(engine)
-    with store.begin(engine) as conn:
-        store.dialect.lock_schema(conn)
+    with store_for(engine).dialect.schema_transaction(engine) as conn:
         command.upgrade(_config(conn), revision)
 
 
@@ -61,9 +59,7 @@ def downgrade(engine: Engine, revision: str) -> None:
     """Take ratchet's tables on ``engine`` down to ``revision`` (``base`` drops them)."""
     from alembic import command
 
-    store = store_for(engine)
-    with store.begin(engine) as conn:
-        store.dialect.lock_schema(conn)
+    with store_for(engine).dialect.schema_transaction(engine) as conn:
         command.downgrade(_config(conn), revision)
 
 

@@ -10,18 +10,14 @@ RUNNING, PAUSED) and carries everything the claim needs, so the claim touches on
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime
+import re
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.functions import FunctionElement
 
+from .columns import DOUBLE, LONG_TEXT, MYSQL_NAMES, StoredUuid, UtcDateTime, is_mysql
 from .options import DEFAULT_QUEUE, QUEUE_MAX_LENGTH, Priority
 from .states import JobStatus
 
@@ -36,132 +32,6 @@ metadata = sa.MetaData(naming_convention=NAMING)
 VERSION_TABLE = "ratchet_alembic_version"
 
 
-#: What a stored time outside Python's range reads as: PostgreSQL holds years from 4713 BC to
-#: 294276 and ``infinity``, SQLite any text. The earliest is a day inside Python's range, so it
-#: is a ``datetime`` in any session time zone psycopg converts it to; the latest is the last
-#: second of 9999, at or after :data:`flask_ratchet.flows.NOT_YET` (a step's due time), which
-#: must read back as it was written.
-EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
-LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
-
-
-class Representable(FunctionElement[datetime]):
-    """A stored time, held within ``EARLIEST``..``LATEST`` as it is read (PostgreSQL): psycopg
-    cannot load a time outside Python's range, and one such row would fail every read of it."""
-
-    name = "representable"
-    inherit_cache = True
-
-    def __init__(self, time: ColumnElement[datetime]) -> None:
-        super().__init__(time)
-        self.type = time.type
-
-
-@compiles(Representable)
-def _representable_as_is(element: Representable, compiler: SQLCompiler, **kw: Any) -> str:
-    return str(compiler.process(element.clauses, **kw))  # SQLite: see process_result_value
-
-
-@compiles(Representable, "postgresql")
-def _representable_postgresql(element: Representable, compiler: SQLCompiler, **kw: Any) -> str:
-    inner = compiler.process(element.clauses, **kw)
-    earliest, latest = (
-        f"TIMESTAMPTZ '{EARLIEST.isoformat()}'",
-        f"TIMESTAMPTZ '{LATEST.isoformat()}'",
-    )
-    # Not GREATEST/LEAST: they skip NULLs, and NULL must stay NULL.
-    return (
-        f"CASE WHEN {inner} < {earliest} THEN {earliest} "
-        f"WHEN {inner} > {latest} THEN {latest} ELSE {inner} END"
-    )
-
-
-class UtcDateTime(sa.TypeDecorator[datetime]):
-    """A timestamp that is always an aware UTC ``datetime`` in Python.
-
-    PostgreSQL stores ``timestamptz``; SQLite stores naive UTC text, which sorts in time order.
-    Every stored value is read as a ``datetime``: one Python cannot hold, or text SQLite holds
-    that is not a time, reads as ``EARLIEST`` or ``LATEST`` (a row written by hand must not make
-    every page that lists it fail).
-    """
-
-    impl = sa.DateTime(timezone=True)
-    cache_ok = True
-
-    def column_expression(self, colexpr: ColumnElement[Any]) -> ColumnElement[datetime]:
-        return Representable(colexpr)
-
-    def result_processor(
-        self, dialect: Dialect, coltype: object
-    ) -> Callable[[Any], datetime | None] | None:
-        process = super().result_processor(dialect, coltype)
-        if process is None or dialect.name != "sqlite":
-            return process
-        parse = process
-
-        def tolerant(value: Any) -> datetime | None:
-            try:
-                return parse(value)
-            except (ValueError, TypeError, OverflowError):
-                return _nearest_end(value)
-
-        return tolerant
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: pass an aware datetime (e.g. tzinfo=UTC)")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if isinstance(value, str):  # raw SQLite text from an untyped expression
-            value = datetime.fromisoformat(value)
-        if value.tzinfo is None:
-            return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
-        return value.astimezone(UTC)  # type: ignore[no-any-return]
-
-
-def _nearest_end(text: Any) -> datetime:
-    """The end of Python's range nearest to a stored time it cannot hold: years past 9999 (more
-    than four digits) are late, anything else (a year 0, a negative year, not a time) early."""
-    year = str(text).split("-", 1)[0]
-    return LATEST if year.isdigit() and len(year) > 4 else EARLIEST
-
-
-#: What an id column reads as when SQLite holds text there that is not a UUID (written by hand):
-#: the nil UUID, which ratchet never writes (its ids are UUIDv7).
-UNREADABLE_ID = uuid.UUID(int=0)
-
-
-class StoredUuid(sa.TypeDecorator[uuid.UUID]):
-    """A UUID column read defensively. PostgreSQL's ``uuid`` type holds nothing else; SQLite
-    stores text, and a value there that is not a UUID reads as :data:`UNREADABLE_ID` instead of
-    failing every query that reads the row (a claim, a page, retention)."""
-
-    impl = sa.Uuid()
-    cache_ok = True
-
-    def result_processor(
-        self, dialect: Dialect, coltype: object
-    ) -> Callable[[Any], uuid.UUID | None] | None:
-        process = super().result_processor(dialect, coltype)
-        if process is None or dialect.supports_native_uuid:
-            return process
-        parse = process
-
-        def tolerant(value: Any) -> uuid.UUID | None:
-            try:
-                return parse(value)
-            except (ValueError, TypeError, AttributeError):
-                return UNREADABLE_ID
-
-        return tolerant
-
-
 def _id(name: str = "job_id", **kw: Any) -> sa.Column[Any]:
     return sa.Column(name, StoredUuid(), **kw)
 
@@ -173,14 +43,46 @@ def _job_fk(**kw: Any) -> sa.Column[Any]:
 
 
 def _index_where(name: str | None, *columns: str, where: str) -> sa.Index:
-    """An index of only the rows where the SQL condition ``where`` holds, on both databases."""
+    """An index of only the rows where the SQL condition ``where`` holds (PostgreSQL, SQLite;
+    on MariaDB and MySQL see :func:`index_columns`)."""
     predicate = sa.text(where)
-    return sa.Index(name, *columns, postgresql_where=predicate, sqlite_where=predicate)
+    return sa.Index(
+        name, *columns, postgresql_where=predicate, sqlite_where=predicate, info={"where": where}
+    )
 
 
 def _partial_index(*columns: str, where: str) -> sa.Index:
     """An index of the rows whose ``where`` column is not NULL."""
     return _index_where(None, *columns, where=f"{where} IS NOT NULL")
+
+
+_EQUALITY = re.compile(r"(\w+) = '")
+
+
+def index_columns(dialect: Dialect, columns: Sequence[str], where: str | None) -> list[str]:
+    """The columns of an index of the rows where ``where`` holds, as ``dialect`` builds it.
+
+    MariaDB and MySQL have no partial indexes: there the index holds every row, and where the
+    condition is an equality (``status = 'PENDING'``) its column leads, so that the rows the
+    condition selects are still one range of the index (the claim reads PENDING rows only, in
+    due order, whatever else the table holds)."""
+    lead = _EQUALITY.match(where or "")
+    if lead is None or not is_mysql(dialect):
+        return list(columns)
+    return [lead.group(1), *(c for c in columns if c != lead.group(1))]
+
+
+def table_options(dialect: Dialect) -> dict[str, str]:
+    """``CREATE TABLE`` options for ``dialect``, never taken from the server's defaults.
+
+    On MariaDB and MySQL: InnoDB, ``utf8mb4`` and a binary collation without padding, so that
+    keys differing in case, accents or trailing spaces are distinct, as they are on PostgreSQL
+    and SQLite (``utf8mb4_bin`` still pads: ``'k'`` equals ``'k '``)."""
+    if not is_mysql(dialect):
+        return {}
+    collation = "utf8mb4_nopad_bin" if dialect.is_mariadb else "utf8mb4_0900_bin"  # type: ignore[attr-defined]
+    options = {"engine": "InnoDB", "charset": "utf8mb4", "collate": collation}
+    return {f"{prefix}_{k}": v for prefix in MYSQL_NAMES for k, v in options.items()}
 
 
 STATUS = sa.String(16)
@@ -202,12 +104,12 @@ job = sa.Table(
     _queue_column(),
     sa.Column("job_type", sa.String(16), nullable=False),  # see flask_ratchet.flows.JobType
     sa.Column("priority", sa.SmallInteger, nullable=False),
-    sa.Column("payload", sa.Text, nullable=False),  # JSON {"args": [...], "kwargs": {...}}
-    sa.Column("params", sa.Text),  # JSON object
+    sa.Column("payload", LONG_TEXT, nullable=False),  # JSON {"args": [...], "kwargs": {...}}
+    sa.Column("params", LONG_TEXT),  # JSON object
     sa.Column("max_retries", sa.Integer, nullable=False),
     sa.Column("backoff", sa.String(16), nullable=False),
-    sa.Column("backoff_base", sa.Float, nullable=False),
-    sa.Column("timeout", sa.Float),
+    sa.Column("backoff_base", DOUBLE, nullable=False),
+    sa.Column("timeout", DOUBLE),
     sa.Column("resource_name", sa.String(100)),
     sa.Column("idempotency_key", KEY, unique=True),
     sa.Column("business_key", KEY),
@@ -219,19 +121,19 @@ job = sa.Table(
     sa.Column("first_due_at", UtcDateTime, nullable=False),
     # Survivors of the hot row, written at the terminal transition.
     sa.Column("terminal_status", STATUS),
-    sa.Column("terminal_error", sa.Text),
-    sa.Column("result", sa.Text),  # JSON
+    sa.Column("terminal_error", LONG_TEXT),
+    sa.Column("result", LONG_TEXT),  # JSON
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("finished_at", UtcDateTime),
-    sa.Column("progress", sa.Text),  # JSON {"done", "total", "message"}, the last reported
+    sa.Column("progress", LONG_TEXT),  # JSON {"done", "total", "message"}, the last reported
     # The batch a child belongs to (its parent job's id).
     _id("batch_id"),
     # Whether the job's end sets off more work (a batch to count, dependent steps or branches
     # to release or cancel, callbacks): only such jobs pay for looking, see store/flows.py.
     sa.Column("follow_up", sa.Boolean, nullable=False, server_default=sa.false()),
-    sa.Column("callbacks", sa.Text),  # JSON {"success": [task, ...], "failure": [...]}
+    sa.Column("callbacks", LONG_TEXT),  # JSON {"success": [task, ...], "failure": [...]}
     # The submission's trace context (JSON: traceparent, …) while tracing is on; see tracing.py.
-    sa.Column("trace_context", sa.Text),
+    sa.Column("trace_context", LONG_TEXT),
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
     # Partial where most rows hold NULL: a job is written (and ended) without an entry in
@@ -286,11 +188,11 @@ job_queue = sa.Table(
     sa.Column("picked_by", sa.String(64)),
     sa.Column("picked_at", UtcDateTime),
     sa.Column("paused_from_status", STATUS),
-    sa.Column("last_error", sa.Text),
-    sa.Column("progress", sa.Text),  # JSON, while the job runs
+    sa.Column("last_error", LONG_TEXT),
+    sa.Column("progress", LONG_TEXT),  # JSON, while the job runs
     # Workers that handed the job back not knowing its task: see flask_ratchet/refusals.py.
     sa.Column("refused_since", UtcDateTime),
-    sa.Column("refused_by", sa.Text),
+    sa.Column("refused_by", LONG_TEXT),
     sa.Column("version", sa.Integer, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
     # The claim reads one index per priority level, in due order: see store/postgres.py.
@@ -355,10 +257,10 @@ execution = sa.Table(
     sa.Column("status", STATUS, nullable=False),
     sa.Column("started_at", UtcDateTime, nullable=False, index=True),
     sa.Column("finished_at", UtcDateTime),
-    sa.Column("duration_ms", sa.Float),
-    sa.Column("queue_wait_ms", sa.Float),
-    sa.Column("error", sa.Text),
-    sa.Column("traceback", sa.Text),
+    sa.Column("duration_ms", DOUBLE),
+    sa.Column("queue_wait_ms", DOUBLE),
+    sa.Column("error", LONG_TEXT),
+    sa.Column("traceback", LONG_TEXT),
     # The overview's chart counts a bar's runs on the started_at index alone, and its failed
     # runs here (rows are written once, when a run ends: a success never touches this index).
     _index_where(
@@ -382,7 +284,7 @@ job_log = sa.Table(
     sa.Column("attempt", sa.Integer, nullable=False),
     sa.Column("logged_at", UtcDateTime, nullable=False, index=True),
     sa.Column("level", sa.String(16), nullable=False),
-    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("message", LONG_TEXT, nullable=False),
 )
 
 node = sa.Table(
@@ -395,7 +297,7 @@ node = sa.Table(
     sa.Column("concurrency", sa.Integer, nullable=False),
     sa.Column("started_at", UtcDateTime, nullable=False),
     sa.Column("last_heartbeat", UtcDateTime, nullable=False, index=True),
-    sa.Column("info", sa.Text),  # JSON
+    sa.Column("info", LONG_TEXT),  # JSON
 )
 
 lock = sa.Table(
@@ -414,7 +316,7 @@ dlq_alert = sa.Table(
     _job_fk(nullable=False),
     sa.Column("task", sa.String(255), nullable=False),
     sa.Column("error_hash", sa.String(64), nullable=False),
-    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("error", LONG_TEXT, nullable=False),
     sa.Column("hour", UtcDateTime, nullable=False),  # the hour it dedupes within
     sa.Column("occurrences", sa.Integer, nullable=False),
     sa.Column("created_at", UtcDateTime, nullable=False, index=True),
@@ -430,8 +332,8 @@ recurring = sa.Table(
     sa.Column("task", sa.String(255), nullable=False),
     sa.Column("cron", sa.String(255), nullable=False),
     sa.Column("zone", sa.String(64), nullable=False),
-    sa.Column("payload", sa.Text, nullable=False),
-    sa.Column("options", sa.Text, nullable=False),  # JSON of the child jobs' options
+    sa.Column("payload", LONG_TEXT, nullable=False),
+    sa.Column("options", LONG_TEXT, nullable=False),  # JSON of the child jobs' options
     sa.Column("misfire", sa.String(32), nullable=False),
     sa.Column("status", STATUS, nullable=False),  # ACTIVE, PAUSED, CANCELED
     sa.Column("next_fire", UtcDateTime),
@@ -455,8 +357,8 @@ batch = sa.Table(
     sa.Column("total", sa.Integer, nullable=False),
     sa.Column("succeeded", sa.Integer, nullable=False),
     sa.Column("failed", sa.Integer, nullable=False),  # failed or canceled children
-    sa.Column("child_run_ms", sa.Float, nullable=False),  # the children's run time, summed
-    sa.Column("child_wait_ms", sa.Float, nullable=False),  # their queue wait, summed
+    sa.Column("child_run_ms", DOUBLE, nullable=False),  # the children's run time, summed
+    sa.Column("child_wait_ms", DOUBLE, nullable=False),  # their queue wait, summed
     sa.Column("progress_task", sa.String(255)),  # called as children end
     sa.Column("created_at", UtcDateTime, nullable=False, index=True),
     sa.Column("finished_at", UtcDateTime),  # set once, by the one transaction that finalises
@@ -470,9 +372,9 @@ workflow_condition = sa.Table(
     sa.Column("parent_id", StoredUuid(), nullable=False, index=True),
     sa.Column("kind", sa.String(16), nullable=False),  # see flask_ratchet.flows.Condition
     sa.Column("predicate", sa.String(255)),  # a registered task, for WHEN
-    sa.Column("threshold", sa.Float),  # for SUCCESS_RATE and FAILURE_COUNT
+    sa.Column("threshold", DOUBLE),  # for SUCCESS_RATE and FAILURE_COUNT
     sa.Column("decision", sa.String(16)),  # TRIGGERED, SKIPPED or ERROR once decided
-    sa.Column("error", sa.Text),  # why routing failed (a predicate that raised)
+    sa.Column("error", LONG_TEXT),  # why routing failed (a predicate that raised)
     sa.Column("decided_at", UtcDateTime),
 )
 
@@ -481,7 +383,7 @@ resource_limit = sa.Table(
     metadata,
     sa.Column("resource_name", sa.String(100), primary_key=True),
     sa.Column("max_concurrent", sa.Integer, nullable=False),
-    sa.Column("retry_delay", sa.Float, nullable=False),
+    sa.Column("retry_delay", DOUBLE, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
 )
 
@@ -504,7 +406,7 @@ job_archive = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("finished_at", UtcDateTime),
     sa.Column("archived_at", UtcDateTime, nullable=False, index=True),
-    sa.Column("data", sa.Text, nullable=False),  # JSON snapshot of the cold row
+    sa.Column("data", LONG_TEXT, nullable=False),  # JSON snapshot of the cold row
 )
 
 audit = sa.Table(
@@ -516,28 +418,25 @@ audit = sa.Table(
     sa.Column("role", sa.String(16), nullable=False),
     sa.Column("action", sa.String(32), nullable=False),  # retry, cancel, pause, resume, delete
     sa.Column("scope", sa.String(16), nullable=False),  # job, selected, filter
-    sa.Column("target", sa.Text, nullable=False),  # a job id, or the filter, as JSON
+    sa.Column("target", LONG_TEXT, nullable=False),  # a job id, or the filter, as JSON
     sa.Column("requested", sa.Integer, nullable=False),
     sa.Column("changed", sa.Integer, nullable=False),
 )
 
 
-def const(value: JobStatus | int) -> Any:
-    """A status or priority written into the SQL text rather than bound.
-
-    The partial indexes (``status = 'PENDING'``, ``priority <> 2``) are usable only where
-    PostgreSQL can prove the predicate from the query text; a bound parameter would do only
-    while the driver's statement is not yet prepared with a generic plan. Safe: the value is a
-    member of an enum (or a validated priority level), never request text.
-    """
-    if isinstance(value, JobStatus):
-        return sa.literal_column(f"'{value.value}'", sa.String)
-    return sa.literal_column(str(int(value)), sa.SmallInteger)
-
-
-def aware(value: Any) -> datetime:
-    """A timestamp read back from the database (a string, or naive, on SQLite) in UTC."""
-    if isinstance(value, str):
-        value = datetime.fromisoformat(value)
-    assert isinstance(value, datetime)
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+def metadata_for(dialect: Dialect) -> sa.MetaData:
+    """ratchet's tables as they are on ``dialect``'s database: :data:`metadata` itself, or on
+    MariaDB and MySQL a copy whose partial indexes are built by :func:`index_columns`."""
+    if not is_mysql(dialect):
+        return metadata
+    copy = sa.MetaData(naming_convention=NAMING)
+    for table in metadata.sorted_tables:
+        moved = table.to_metadata(copy)
+        wheres = {index.name: index.info.get("where") for index in table.indexes}
+        for index in list(moved.indexes):
+            columns = [c.name for c in index.columns]
+            wanted = index_columns(dialect, columns, wheres.get(index.name))
+            if wanted != columns:
+                moved.indexes.discard(index)
+                sa.Index(index.name, *(moved.c[name] for name in wanted))
+    return copy

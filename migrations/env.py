@@ -10,6 +10,7 @@ from __future__ import annotations
 from alembic import context
 
 from flask_ratchet.migrate import include_object
+from flask_ratchet.migrate_mysql import adapt
 from flask_ratchet.schema import VERSION_TABLE, metadata
 
 connection = context.config.attributes.get("connection")
@@ -25,5 +26,6 @@ context.configure(
     render_as_batch=True,  # SQLite alters tables by copying them
     compare_type=True,
 )
+adapt(context.get_context())  # MariaDB and MySQL: see flask_ratchet/migrate_mysql.py
 with context.begin_transaction():
     context.run_migrations()

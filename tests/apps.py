@@ -8,13 +8,21 @@ import os
 import time
 from typing import Any
 
+import sqlalchemy as sa
+import sqlalchemy.orm
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from flask_ratchet import Backoff, DoNotRetry, JobContext, Priority, Ratchet
 
-db = SQLAlchemy()
+
+class Base(DeclarativeBase):
+    # MariaDB needs a length for every VARCHAR.
+    registry = sa.orm.registry(type_annotation_map={str: sa.String(255)})
+
+
+db = SQLAlchemy(model_class=Base)
 ratchet = Ratchet()
 
 

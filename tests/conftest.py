@@ -1,8 +1,10 @@
-"""Fixtures: every integration test runs on a fresh SQLite file and on real PostgreSQL.
+"""Fixtures: every integration test runs on a fresh SQLite file, on real PostgreSQL and on real
+MariaDB.
 
-PostgreSQL comes from ``RATCHET_TEST_DATABASE_URL`` (default: the local server). Each run creates
-its own database on that server (``ratchet_test_<pid>``), migrates it once, truncates it before each
-test and drops it at the end. If PostgreSQL cannot be reached the tests fail: they never skip.
+PostgreSQL comes from ``RATCHET_TEST_DATABASE_URL`` and MariaDB from
+``RATCHET_TEST_MARIADB_URL`` (default: the local servers). Each run creates its own database on
+each server (``ratchet_test_<pid>``), migrates it once, empties it before each test and drops it
+at the end. If a server cannot be reached the tests fail: they never skip.
 """
 
 from __future__ import annotations
@@ -21,8 +23,14 @@ from tests.apps import create_app, db, dispose_made
 PG_SERVER = os.environ.get(
     "RATCHET_TEST_DATABASE_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
 )
+MARIADB_SERVER = os.environ.get(
+    "RATCHET_TEST_MARIADB_URL", "mariadb+pymysql://root@127.0.0.1:3306/test?charset=utf8mb4"
+)
 #: One database per test run, so that runs sharing a server (CI and a developer) never collide.
 PG_DATABASE = f"ratchet_test_{os.getpid()}"
+MARIADB_DATABASE = PG_DATABASE
+#: The databases every integration test runs on.
+DATABASES = ["sqlite", "postgresql", "mariadb"]
 
 
 @pytest.fixture(scope="session")
@@ -51,12 +59,46 @@ def pg_url() -> Iterator[str]:
     admin.dispose()
 
 
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """A migrated MariaDB database of the test run's own, made with the server's default
+    character set and collation (ratchet's tables name their own)."""
+    server = sa.make_url(MARIADB_SERVER)
+    admin = sa.create_engine(server)
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {MARIADB_DATABASE}")
+            conn.exec_driver_sql(f"CREATE DATABASE {MARIADB_DATABASE}")
+    except sa.exc.OperationalError as exc:
+        pytest.fail(
+            f"MariaDB is unreachable at {server.render_as_string(hide_password=True)}: {exc}\n"
+            "The suite needs a real MariaDB; set RATCHET_TEST_MARIADB_URL to one.",
+            pytrace=False,
+        )
+    url = server.set(database=MARIADB_DATABASE).render_as_string(hide_password=False)
+    engine = sa.create_engine(url)
+    migrate.upgrade(engine)
+    db.metadata.create_all(engine)  # the test app's own tables
+    engine.dispose()
+    yield url
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {MARIADB_DATABASE}")
+    admin.dispose()
+
+
 def truncate_all(url: str) -> None:
     """Empty every ratchet table and the test app's own tables."""
     engine = sa.create_engine(url)
-    names = ", ".join(f'"{t}"' for t in [*schema.metadata.tables, *db.metadata.tables])
+    tables = [*schema.metadata.tables, *db.metadata.tables]
     with engine.begin() as conn:
-        conn.exec_driver_sql(f"TRUNCATE {names} CASCADE")
+        if engine.dialect.name == "postgresql":
+            names = ", ".join(f'"{t}"' for t in tables)
+            conn.exec_driver_sql(f"TRUNCATE {names} CASCADE")
+        else:  # MariaDB: DELETE is quicker than TRUNCATE (a DDL statement) for a few rows
+            conn.exec_driver_sql("SET FOREIGN_KEY_CHECKS = 0")
+            for name in tables:
+                conn.exec_driver_sql(f"DELETE FROM `{name}`")
+            conn.exec_driver_sql("SET FOREIGN_KEY_CHECKS = 1")
     engine.dispose()
 
 
@@ -67,12 +109,13 @@ def _close_apps_connections() -> Iterator[None]:
     dispose_made()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=DATABASES)
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A clean database: a new SQLite file, or the truncated PostgreSQL test database."""
+    """A clean database: a new SQLite file, or the emptied PostgreSQL or MariaDB test
+    database."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'ratchet.db'}"
-    url: str = request.getfixturevalue("pg_url")
+    url: str = request.getfixturevalue("pg_url" if request.param == "postgresql" else "mariadb_url")
     truncate_all(url)
     return url
 
@@ -90,11 +133,11 @@ def app(database_url: str) -> Iterator[Flask]:
 
 @pytest.fixture
 def dialect(database_url: str) -> str:
-    """``sqlite`` or ``postgresql``."""
+    """``sqlite``, ``postgresql`` or ``mariadb``."""
     return sa.make_url(database_url).get_backend_name()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=DATABASES)
 def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.Engine]:
     """An engine on a database with no tables at all."""
     if request.param == "sqlite":
@@ -103,6 +146,18 @@ def empty_engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[sa.
         engine.dispose()
         return
     name = f"ratchet_migration_test_{os.getpid()}"
+    if request.param == "mariadb":
+        admin = sa.create_engine(MARIADB_SERVER)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+            conn.exec_driver_sql(f"CREATE DATABASE {name}")
+        engine = sa.create_engine(sa.make_url(MARIADB_SERVER).set(database=name))
+        yield engine
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}")
+        admin.dispose()
+        return
     admin = sa.create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

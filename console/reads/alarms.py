@@ -22,7 +22,8 @@ from datetime import datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from flask_ratchet.schema import const, job, job_queue, node, queue_state
+from flask_ratchet.columns import const
+from flask_ratchet.schema import job, job_queue, node, queue_state
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store import health
 

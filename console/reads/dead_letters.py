@@ -10,7 +10,8 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from flask_ratchet.schema import aware, dlq_alert
+from flask_ratchet.columns import aware
+from flask_ratchet.schema import dlq_alert
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
+from flask_ratchet.columns import const
 from flask_ratchet.options import Priority
 from flask_ratchet.paging import Page, cursor_id, read_cursor
 from flask_ratchet.paging import cursor as cursor_of
 from flask_ratchet.payload import Unreadable, read_member
-from flask_ratchet.schema import const, job, job_queue
+from flask_ratchet.schema import job, job_queue
 from flask_ratchet.states import LIVE, JobStatus
 from flask_ratchet.store.jobs import narrowed, tags_of
 

@@ -17,7 +17,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from flask_ratchet.schema import UtcDateTime, audit, const, execution
+from flask_ratchet.columns import UtcDateTime, const
+from flask_ratchet.schema import audit, execution
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.dialect import Dialect
 

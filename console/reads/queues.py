@@ -15,8 +15,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from flask_ratchet.columns import const
 from flask_ratchet.options import DEFAULT_QUEUE
-from flask_ratchet.schema import const, execution, job, job_queue
+from flask_ratchet.schema import execution, job, job_queue
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.health import oldest_due_age
 from flask_ratchet.store.queues import Queues

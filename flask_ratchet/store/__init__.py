@@ -1,5 +1,5 @@
 """The only SQL in flask-ratchet: one :class:`Store` per database, made of per-noun parts that
-share one :class:`~.dialect.Dialect` (PostgreSQL's or SQLite's).
+share one :class:`~.dialect.Dialect` (PostgreSQL's, MariaDB's or SQLite's).
 
 ========================  =================================================================
 ``store.jobs``            job rows: submission, the claim, operators' status changes, reads
@@ -23,12 +23,14 @@ from datetime import datetime
 
 from sqlalchemy.engine import Connection, Engine
 
+from ..columns import MYSQL_NAMES
 from ..config import RatchetConfig
 from .cluster import Cluster
 from .dialect import Dialect
 from .executions import Executions
 from .flows import Flows
 from .jobs import Jobs
+from .mysql import MySQLDialect, check_server
 from .postgres import PostgresDialect
 from .queues import Queues
 from .recurring import Recurring
@@ -92,7 +94,10 @@ def store_for(engine: Engine, config: RatchetConfig | None = None) -> Store:
     if name == "sqlite":
         config = config or RatchetConfig()
         return Store(SqliteDialect(synchronous=config.sqlite_synchronous))
-    raise ValueError(f"flask-ratchet does not support {name!r} yet; use PostgreSQL or SQLite")
+    if name in MYSQL_NAMES:
+        check_server(engine)
+        return Store(MySQLDialect())
+    raise ValueError(f"flask-ratchet does not support {name!r}; use PostgreSQL, MariaDB or SQLite")
 
 
 def check_shared(engine: Engine, config: RatchetConfig) -> None:

@@ -191,8 +191,8 @@ class Batches:
         total, succeeded, failed = conn.execute(
             sa.select(
                 sa.func.count(),
-                sa.func.count().filter(ok),
-                sa.func.count().filter(ended & ~ok),
+                sa.func.count(sa.case((ok, 1))),  # not FILTER (WHERE …): MariaDB lacks it
+                sa.func.count(sa.case((ended & ~ok, 1))),
             )
             .select_from(job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id))
             .where(job.c.batch_id == batch_id)

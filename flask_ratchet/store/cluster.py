@@ -17,11 +17,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..columns import UNREADABLE_ID, UtcDateTime
 from ..ids import uuid7
 from ..options import Priority
 from ..schema import (
-    UNREADABLE_ID,
-    UtcDateTime,
     audit,
     batch,
     business_key,
@@ -228,7 +227,8 @@ class Cluster:
 
         A lease is free when nobody holds it or its holder let it expire.
         """
-        stmt = self.dialect.upsert(
+        held = self.dialect.upserted(
+            conn,
             lock,
             ("lock_name",),
             {
@@ -245,8 +245,9 @@ class Cluster:
             where=lambda _: sa.or_(
                 lock.c.locked_by == owner, lock.c.expires_at < self.dialect.now_sql()
             ),
-        ).returning(lock.c.locked_by)
-        return conn.execute(stmt).scalar() == owner
+            returning=[lock.c.locked_by],
+        )
+        return held is not None and held.locked_by == owner
 
     def release_lease(self, conn: Connection, name: str, owner: str) -> bool:
         """Give the lease up, if ``owner`` holds it."""
@@ -290,7 +291,7 @@ class Cluster:
         """Move up to ``limit`` jobs that ended over ``older_than`` seconds ago to the archive.
 
         A row whose id is not a UUID (SQLite text written by hand, read as
-        :data:`~flask_ratchet.schema.UNREADABLE_ID`) stays where it is: it cannot be deleted by
+        :data:`~flask_ratchet.columns.UNREADABLE_ID`) stays where it is: it cannot be deleted by
         its id, and archiving a copy under the nil id would fail every later pass."""
         fetched = conn.execute(
             sa.select(job)

@@ -23,7 +23,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..schema import node
@@ -93,11 +93,12 @@ class Dialect:
         # No pre-ping (a round trip per checkout): every caller retries after a connection error.
         return sa.create_engine(url, pool_size=4, max_overflow=4)
 
-    def lock_schema(self, conn: Connection) -> None:
-        """Hold the lock that serialises changes to ratchet's tables until ``conn``'s
-        transaction ends, so that several upgrades at once (the pods of one deploy) run one
-        after the other, each later one finding the work done. SQLite's ``BEGIN IMMEDIATE``
-        already serialises them."""
+    def schema_transaction(self, engine: Engine) -> AbstractContextManager[Connection]:
+        """A write transaction to change ratchet's tables in, holding the lock that serialises
+        such changes until it has ended, so that several upgrades at once (the pods of one
+        deploy) run one after the other, each later one finding the work done. SQLite's
+        ``BEGIN IMMEDIATE`` already serialises them."""
+        return self.begin(engine)
 
     # -- the clock -----------------------------------------------------------------------------
 
@@ -185,6 +186,22 @@ class Dialect:
             set_=update(stmt.excluded),
             where=None if where is None else where(stmt.excluded),
         )
+
+    def upserted(
+        self,
+        conn: Connection,
+        table: sa.Table,
+        keys: Sequence[str],
+        values: dict[str, Any],
+        update: Callable[[Any], dict[str, Any]],
+        where: Callable[[Any], ColumnElement[bool]] | None = None,
+        returning: Sequence[Any] = (),
+    ) -> Row[Any] | None:
+        """Run :meth:`upsert` and return ``returning`` (default: the primary key) of the row it
+        inserted or updated, or ``None`` if a row with the same ``keys`` exists and ``where``
+        did not hold for it (nothing was written)."""
+        stmt = self.upsert(table, keys, values, update, where)
+        return conn.execute(stmt.returning(*(returning or table.primary_key.columns))).first()
 
     # -- submission and the claim --------------------------------------------------------------
 

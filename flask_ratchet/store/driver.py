@@ -21,6 +21,7 @@ driver made them, without result processing.
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -131,9 +132,19 @@ def translated_errors(conn: Connection, statement: str, params: Any) -> Iterator
         ) from exc
 
 
-_SAVEPOINT = sa.text("SAVEPOINT ratchet_write")
-_RELEASE = sa.text("RELEASE SAVEPOINT ratchet_write")
-_ROLLBACK_TO = sa.text("ROLLBACK TO SAVEPOINT ratchet_write")
+@functools.cache
+def _savepoint_statements(depth: int) -> tuple[sa.TextClause, sa.TextClause, sa.TextClause]:
+    """SAVEPOINT, RELEASE and ROLLBACK TO for a savepoint ``depth`` levels deep."""
+    name = f"ratchet_write_{depth}"
+    return (
+        sa.text(f"SAVEPOINT {name}"),
+        sa.text(f"RELEASE SAVEPOINT {name}"),
+        sa.text(f"ROLLBACK TO SAVEPOINT {name}"),
+    )
+
+
+#: ``Connection.info`` key: how many of these savepoints are open on the connection.
+_DEPTH = "ratchet_savepoints"
 
 
 @contextmanager
@@ -144,17 +155,23 @@ def savepoint(conn: Connection) -> Iterator[None]:
     On the driver's cursor: ``Connection.begin_nested`` costs about 60 µs here on SQLite (a
     fifth of a submission in a request) against 11 µs, and on PostgreSQL 140 µs against the
     two round trips' 63 µs. SQLAlchemy does not see this savepoint, so the block must not end
-    the transaction. A nested one reuses the name, which SQL resolves to the newest.
+    the transaction. A nested one has a name of its own: MariaDB replaces a savepoint of the
+    same name instead of nesting it.
     """
-    driver_statement(_SAVEPOINT, conn.dialect).execute(conn, {})
+    depth = conn.info.get(_DEPTH, 0)
+    begin, release, rollback_to = _savepoint_statements(depth)
+    driver_statement(begin, conn.dialect).execute(conn, {})
+    conn.info[_DEPTH] = depth + 1
     try:
         yield
     except BaseException:
         if not conn.invalidated:  # a lost connection has no savepoint to go back to
-            driver_statement(_ROLLBACK_TO, conn.dialect).execute(conn, {})
-            driver_statement(_RELEASE, conn.dialect).execute(conn, {})
+            driver_statement(rollback_to, conn.dialect).execute(conn, {})
+            driver_statement(release, conn.dialect).execute(conn, {})
         raise
-    driver_statement(_RELEASE, conn.dialect).execute(conn, {})
+    finally:
+        conn.info[_DEPTH] = depth
+    driver_statement(release, conn.dialect).execute(conn, {})
 
 
 # Per dialect object (so per engine and its settings), dropped with it.

@@ -19,9 +19,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..columns import aware
 from ..ids import uuid7
 from ..refusals import dead_letter_reason, read_refusals, with_refusal, write_refusals
-from ..schema import aware, business_key, dlq_alert, execution, job_log, job_queue
+from ..schema import business_key, dlq_alert, execution, job_log, job_queue
 from ..states import Action, JobStatus, sources, target
 from .dialect import Dialect
 from .flows import Flows

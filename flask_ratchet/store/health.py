@@ -17,8 +17,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..columns import const
 from ..options import Priority
-from ..schema import const, execution, job, job_queue
+from ..schema import execution, job, job_queue
 from ..states import JobStatus
 
 #: The p95 queue wait is taken over at most this many of the last hour's newest executions.

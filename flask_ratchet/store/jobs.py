@@ -199,11 +199,13 @@ class Jobs:
         paused = conn.execute(
             sa.update(job_queue)
             .where(job_queue.c.job_id == job_id, job_queue.c.status.in_(live_from))
-            .values(
-                status=JobStatus.PAUSED,
-                paused_from_status=job_queue.c.status,
-                version=job_queue.c.version + 1,
-                updated_at=self.dialect.now_sql(),
+            # In this order: MariaDB assigns left to right, each later value seeing the earlier
+            # ones, so the old status is kept before it is overwritten.
+            .ordered_values(
+                (job_queue.c.paused_from_status, job_queue.c.status),
+                (job_queue.c.status, JobStatus.PAUSED),
+                (job_queue.c.version, job_queue.c.version + 1),
+                (job_queue.c.updated_at, self.dialect.now_sql()),
             )
         )
         # A terminal FAILED job has no hot row: pausing it puts one back, guarded by the cold

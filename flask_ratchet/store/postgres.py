@@ -32,9 +32,10 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..columns import EARLIEST, UtcDateTime
 from ..errors import DuplicateBusinessKey
 from ..options import Priority
-from ..schema import EARLIEST, UtcDateTime, business_key
+from ..schema import business_key
 from ..states import LIVE, Action, JobStatus, sources, target
 from .dialect import Dialect, chunks
 from .driver import driver_statement
@@ -293,8 +294,12 @@ class PostgresDialect(Dialect):
         ).scalar()
         return str(held or keys[0])
 
-    def lock_schema(self, conn: Connection) -> None:
-        conn.execute(_LOCK_SCHEMA, {"key": SCHEMA_LOCK_KEY})
+    @contextmanager
+    def schema_transaction(self, engine: Engine) -> Iterator[Connection]:
+        with self.begin(engine) as conn:
+            # Held until the transaction ends: the next upgrade reads the committed revision.
+            conn.execute(_LOCK_SCHEMA, {"key": SCHEMA_LOCK_KEY})
+            yield conn
 
     def now(self, conn: Connection) -> datetime:
         return conn.execute(sa.select(self.now_sql())).scalar_one()

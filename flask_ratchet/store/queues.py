@@ -18,9 +18,10 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..columns import const
 from ..job import QueueSummary
 from ..options import DEFAULT_QUEUE
-from ..schema import const, job, job_queue, queue_state
+from ..schema import job, job_queue, queue_state
 from ..states import JobStatus
 from .dialect import Dialect
 
@@ -69,7 +70,8 @@ class Queues:
     def set_paused(self, conn: Connection, name: str, paused: bool, by: str | None) -> bool:
         """Pause (or resume) queue ``name``; whether its state changed (False: it already was)."""
         now = self.dialect.now_sql()
-        stmt = self.dialect.upsert(
+        written = self.dialect.upserted(
+            conn,
             queue_state,
             keys=("name",),
             values={"name": name, "paused": paused, "changed_at": now, "changed_by": by},
@@ -80,8 +82,8 @@ class Queues:
             },
             where=lambda new: queue_state.c.paused != new.paused,
         )
-        # RETURNING, not the row count: psycopg reports none for an upsert.
-        changed = conn.execute(stmt.returning(queue_state.c.name)).first() is not None
+        # The row written, not the row count: psycopg reports none for an upsert.
+        changed = written is not None
         self.forget_paused()
         return changed
 
@@ -156,11 +158,12 @@ class Queues:
         rows = conn.execute(
             sa.select(
                 q.c.queue,
-                sa.func.count().filter(pending),
-                sa.func.count().filter(due),
-                sa.func.count().filter(q.c.status == JobStatus.RUNNING),
-                sa.func.count().filter(q.c.status == JobStatus.PAUSED),
-                sa.func.min(q.c.scheduled_time).filter(due),
+                # CASE, not FILTER (WHERE …), which MariaDB lacks.
+                sa.func.count(sa.case((pending, 1))),
+                sa.func.count(sa.case((due, 1))),
+                sa.func.count(sa.case((q.c.status == JobStatus.RUNNING, 1))),
+                sa.func.count(sa.case((q.c.status == JobStatus.PAUSED, 1))),
+                sa.func.min(sa.case((due, q.c.scheduled_time))),
             ).group_by(q.c.queue)
         ).all()
         states = self.states(conn)

@@ -25,10 +25,11 @@ import uuid
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..columns import StoredUuid
 from ..errors import InvalidOption
 from ..resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from ..resources import resource_limit as checked_limit
-from ..schema import StoredUuid, job_queue, node, resource_limit, resource_permit
+from ..schema import job_queue, node, resource_limit, resource_permit
 from ..states import JobStatus
 from .dialect import Dialect
 from .types import Acquisition, Permit
@@ -42,28 +43,27 @@ class Resources:
 
     def set_resource_limit(self, conn: Connection, limit: ResourceLimit) -> None:
         """Create or change a resource's limit (a row that already says so is left alone)."""
-        conn.execute(
-            self.dialect.upsert(
-                resource_limit,
-                ("resource_name",),
-                {
-                    "resource_name": limit.name,
-                    "max_concurrent": limit.max_concurrent,
-                    "retry_delay": limit.retry_delay,
-                    "updated_at": self.dialect.now_sql(),
-                },
-                lambda new: {
-                    "max_concurrent": new.max_concurrent,
-                    "retry_delay": new.retry_delay,
-                    "updated_at": new.updated_at,
-                },
-                # Every worker writes RATCHET_RESOURCES when it starts: most of those writes
-                # change nothing and need not lock the row or bump updated_at.
-                where=lambda new: sa.or_(
-                    resource_limit.c.max_concurrent != new.max_concurrent,
-                    resource_limit.c.retry_delay != new.retry_delay,
-                ),
-            )
+        self.dialect.upserted(
+            conn,
+            resource_limit,
+            ("resource_name",),
+            {
+                "resource_name": limit.name,
+                "max_concurrent": limit.max_concurrent,
+                "retry_delay": limit.retry_delay,
+                "updated_at": self.dialect.now_sql(),
+            },
+            lambda new: {
+                "max_concurrent": new.max_concurrent,
+                "retry_delay": new.retry_delay,
+                "updated_at": new.updated_at,
+            },
+            # Every worker writes RATCHET_RESOURCES when it starts: most of those writes
+            # change nothing and need not lock the row or bump updated_at.
+            where=lambda new: sa.or_(
+                resource_limit.c.max_concurrent != new.max_concurrent,
+                resource_limit.c.retry_delay != new.retry_delay,
+            ),
         )
 
     def get_resource_limit(self, conn: Connection, name: str) -> ResourceLimit | None:

@@ -21,8 +21,9 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..columns import UtcDateTime
 from ..options import Priority
-from ..schema import UtcDateTime, job, job_queue, queue_state
+from ..schema import job, job_queue, queue_state
 from ..states import Action, sources, target
 from .dialect import Dialect
 from .driver import driver_statement

@@ -16,6 +16,7 @@ from flask_ratchet.retry import MAX_ERROR, MAX_TRACEBACK
 from flask_ratchet.schema import node
 from tests.acceptance.conftest import Workers, wait_until
 from tests.apps import db, log_lines, raise_huge, ratchet, record_run
+from tests.integration.helpers import stored_id
 
 
 def job(job_id: uuid.UUID) -> Job:
@@ -25,7 +26,7 @@ def job(job_id: uuid.UUID) -> Job:
 
 
 def rows(sql: str, job_id: uuid.UUID) -> list[sa.Row[tuple[object, ...]]]:
-    key = job_id if db.engine.dialect.name == "postgresql" else job_id.hex
+    key = stored_id(job_id, db.engine)
     with db.engine.connect() as conn:
         return list(conn.execute(sa.text(sql), {"id": key}))
 

@@ -15,6 +15,7 @@ from flask_ratchet import JobStatus
 from flask_ratchet.job import Job
 from tests.acceptance.conftest import PATIENT, Workers, most_at_once, wait_until
 from tests.apps import call_flaky_service, db, hold_probe_api, ratchet
+from tests.integration.helpers import stored_id
 
 
 def job(job_id: uuid.UUID) -> Job:
@@ -29,7 +30,7 @@ def rows(sql: str, **params: Any) -> list[Any]:
 
 
 def executions(job_id: uuid.UUID) -> list[str]:
-    key = job_id if db.engine.dialect.name == "postgresql" else job_id.hex
+    key = stored_id(job_id, db.engine)
     return [
         r.status
         for r in rows(

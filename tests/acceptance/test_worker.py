@@ -26,7 +26,7 @@ from tests.apps import (
     wait_for_file,
 )
 from tests.conftest import truncate_all
-from tests.integration.helpers import count
+from tests.integration.helpers import count, stored_id
 
 
 def job(job_id: uuid.UUID) -> Job:
@@ -95,7 +95,7 @@ def test_outcomes_retries_and_dead_letters(app: Flask, workers: Workers) -> None
         "WHERE job_id = :id ORDER BY attempt"
     )
     with db.engine.connect() as conn:
-        key = third_time if db.engine.dialect.name == "postgresql" else third_time.hex
+        key = stored_id(third_time, db.engine)
         runs = conn.execute(executions, {"id": key}).all()
         logs = conn.execute(
             sa.text("SELECT count(*) FROM ratchet_job_log WHERE job_id = :id"), {"id": key}
@@ -112,7 +112,7 @@ def test_backoff_is_measured_on_the_database_clock(app: Flask, workers: Workers)
     workers.start()
     wait_until(lambda: status(never) == JobStatus.FAILED, what="the job to fail twice")
     with db.engine.connect() as conn:
-        key = never if db.engine.dialect.name == "postgresql" else never.hex
+        key = stored_id(never, db.engine)
         starts = (
             conn.execute(
                 sa.text(
@@ -210,7 +210,7 @@ def test_cancel_while_running_stops_the_job_and_discards_its_result(
 def test_unknown_tasks_go_to_the_dead_letter_queue(app: Flask, workers: Workers) -> None:
     job_id = ratchet.enqueue_now(record_run, 1).id
     with db.engine.begin() as conn:
-        key = job_id if db.engine.dialect.name == "postgresql" else job_id.hex
+        key = stored_id(job_id, db.engine)
         conn.execute(
             sa.text("UPDATE ratchet_job SET task = 'gone.module:task' WHERE job_id = :id"),
             {"id": key},
@@ -238,7 +238,7 @@ def test_the_allow_list_runs_only_functions_defined_in_the_module(
     proof = tmp_path / "ran"
     job_id = ratchet.enqueue_now(record_run, 1).id
     with db.engine.begin() as conn:
-        key = job_id if db.engine.dialect.name == "postgresql" else job_id.hex
+        key = stored_id(job_id, db.engine)
         conn.execute(
             sa.text("UPDATE ratchet_job SET task = :task, payload = :payload WHERE job_id = :id"),
             {"task": name, "payload": f'{{"args":["touch {proof}"],"kwargs":{{}}}}', "id": key},
@@ -303,6 +303,6 @@ def test_errors_with_nul_characters_are_stored(app: Flask, workers: Workers) -> 
     with db.engine.connect() as conn:
         trace = conn.execute(
             sa.text("SELECT traceback FROM ratchet_execution WHERE job_id = :id"),
-            {"id": job_id if db.engine.dialect.name == "postgresql" else job_id.hex},
+            {"id": stored_id(job_id, db.engine)},
         ).scalar_one()
     assert "DoNotRetry: bad\ufffdbyte" in trace

@@ -18,12 +18,21 @@ from flask_ratchet.states import JobStatus
 from tests.apps import add, ratchet
 
 
+def stored_id(job_id: uuid.UUID, dialect: str | sa.Engine) -> Any:
+    """``job_id`` as a raw statement binds it on ``dialect`` (a name, or an engine's)."""
+    name = dialect if isinstance(dialect, str) else dialect.dialect.name
+    if name == "postgresql":
+        return job_id
+    return job_id.bytes if name in ("mysql", "mariadb") else job_id.hex
+
+
 def count(table: str, url: str | None = None) -> int:
     """Rows in ``table``, read on a fresh connection (so only committed rows count)."""
     engine = sa.create_engine(url or current_app.config["SQLALCHEMY_DATABASE_URI"])
     try:
         with engine.connect() as conn:
-            return int(conn.exec_driver_sql(f"SELECT count(*) FROM {table}").scalar_one())
+            quoted = engine.dialect.identifier_preparer.quote(table)
+            return int(conn.exec_driver_sql(f"SELECT count(*) FROM {quoted}").scalar_one())
     finally:
         engine.dispose()
 
@@ -78,38 +87,61 @@ def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
         )
 
 
+def add_refusing_trigger(
+    conn: sa.Connection,
+    name: str,
+    table: str,
+    condition: str,
+    on: str = "INSERT",
+    message: str = "refused by a test trigger",
+) -> None:
+    """A trigger refusing (an ``IntegrityError``) every row of ``table`` that ``on`` (INSERT or
+    UPDATE) would write where ``condition`` (SQL over ``NEW``) holds, on each database."""
+    dialect = conn.dialect.name
+    if dialect == "sqlite":
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER {name} BEFORE {on} ON {table} WHEN {condition} "
+            f"BEGIN SELECT RAISE(ABORT, '{message}'); END"
+        )
+    elif dialect == "postgresql":
+        conn.exec_driver_sql(
+            f"CREATE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN IF {condition} THEN RAISE EXCEPTION '{message}' "
+            "USING ERRCODE = 'check_violation'; END IF; RETURN NEW; END $$"
+        )
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER {name} BEFORE {on} ON {table} FOR EACH ROW EXECUTE FUNCTION {name}()"
+        )
+    else:  # MariaDB: 1048 (a NOT NULL column refused) is one of the driver's IntegrityErrors
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER {name} BEFORE {on} ON {table} FOR EACH ROW BEGIN "
+            f"IF {condition} THEN SIGNAL SQLSTATE '23000' "
+            f"SET MYSQL_ERRNO = 1048, MESSAGE_TEXT = '{message}'; END IF; END"
+        )
+
+
+def drop_refusing_trigger(conn: sa.Connection, name: str, table: str) -> None:
+    """Drop a trigger :func:`add_refusing_trigger` made."""
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"DROP TRIGGER {name} ON {table}")
+        conn.exec_driver_sql(f"DROP FUNCTION {name}()")
+    else:
+        conn.exec_driver_sql(f"DROP TRIGGER {name}")
+
+
 @contextmanager
 def refusing(url: str, table: str, condition: str, on: str = "INSERT") -> Iterator[None]:
     """While inside, the database refuses (an ``IntegrityError``) every row of ``table`` that
     ``on`` (INSERT or UPDATE) would write where ``condition`` (SQL over ``NEW``) holds: a
     trigger, standing for any constraint a later statement of an operation may break."""
     engine = sa.create_engine(url)
-    sqlite = engine.dialect.name == "sqlite"
     with engine.begin() as conn:
-        if sqlite:
-            conn.exec_driver_sql(
-                f"CREATE TRIGGER ratchet_test_refuse BEFORE {on} ON {table} WHEN {condition} "
-                "BEGIN SELECT RAISE(ABORT, 'refused by a test trigger'); END"
-            )
-        else:
-            conn.exec_driver_sql(
-                "CREATE FUNCTION ratchet_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                f"BEGIN IF {condition} THEN RAISE EXCEPTION 'refused by a test trigger' "
-                "USING ERRCODE = 'check_violation'; END IF; RETURN NEW; END $$"
-            )
-            conn.exec_driver_sql(
-                f"CREATE TRIGGER ratchet_test_refuse BEFORE {on} ON {table} "
-                "FOR EACH ROW EXECUTE FUNCTION ratchet_test_refuse()"
-            )
+        add_refusing_trigger(conn, "ratchet_test_refuse", table, condition, on)
     try:
         yield
     finally:
         with engine.begin() as conn:
-            conn.exec_driver_sql(
-                "DROP TRIGGER ratchet_test_refuse" + ("" if sqlite else f" ON {table}")
-            )
-            if not sqlite:
-                conn.exec_driver_sql("DROP FUNCTION ratchet_test_refuse()")
+            drop_refusing_trigger(conn, "ratchet_test_refuse", table)
         engine.dispose()
 
 

@@ -26,7 +26,14 @@ from flask_ratchet.recurring import RecurringStatus
 from flask_ratchet.schema import audit, dlq_alert, job, job_queue, recurring
 from flask_ratchet.states import JobStatus
 from tests.apps import add, charge, create_app, db, ratchet
-from tests.integration.helpers import count, job_in, refusing
+from tests.integration.helpers import (
+    add_refusing_trigger,
+    count,
+    drop_refusing_trigger,
+    job_in,
+    refusing,
+    stored_id,
+)
 
 ADMIN = {"X-Role": "admin"}
 READ = {"X-Role": "read"}
@@ -634,32 +641,17 @@ def test_a_job_failing_in_the_database_is_refused_alone(console: Console, dialec
     # A trigger that breaks the retry of one job (as a concurrent change breaking a constraint
     # would): the others are still retried and the action is audited.
     with ratchet.transaction() as conn:
-        if dialect == "sqlite":
-            conn.exec_driver_sql(
-                "CREATE TRIGGER ratchet_test_boom BEFORE INSERT ON ratchet_job_queue "
-                f"WHEN NEW.job_id = '{bad.hex}' BEGIN SELECT RAISE(ABORT, 'boom'); END"
-            )
-        else:
-            conn.exec_driver_sql(
-                "CREATE FUNCTION ratchet_test_boom() RETURNS trigger LANGUAGE plpgsql AS $$ "
-                f"BEGIN IF NEW.job_id = '{bad}' THEN RAISE EXCEPTION 'boom'; END IF; "
-                "RETURN NEW; END $$"
-            )
-            conn.exec_driver_sql(
-                "CREATE TRIGGER ratchet_test_boom BEFORE INSERT ON ratchet_job_queue "
-                "FOR EACH ROW EXECUTE FUNCTION ratchet_test_boom()"
-            )
+        raw = stored_id(bad, dialect)
+        literal = f"X'{raw.hex()}'" if isinstance(raw, bytes) else f"'{raw}'"
+        add_refusing_trigger(
+            conn, "ratchet_test_boom", "ratchet_job_queue", f"NEW.job_id = {literal}"
+        )
     try:
         confirm = console.get("/ratchet/jobs/bulk?action=retry&task=billing.charge")
         done = console.post("/ratchet/jobs/bulk", confirmed_form(confirm))
     finally:
         with ratchet.transaction() as conn:
-            conn.exec_driver_sql(
-                "DROP TRIGGER ratchet_test_boom"
-                + ("" if dialect == "sqlite" else " ON ratchet_job_queue")
-            )
-            if dialect != "sqlite":
-                conn.exec_driver_sql("DROP FUNCTION ratchet_test_boom()")
+            drop_refusing_trigger(conn, "ratchet_test_boom", "ratchet_job_queue")
     assert "2 of 3 jobs retried" in done.text and "1 refused" in done.text
     assert ratchet.get_job(bad).status == JobStatus.FAILED  # type: ignore[union-attr]
     assert {ratchet.get_job(i).status for i in failed if i != bad} == {JobStatus.PENDING}  # type: ignore[union-attr]

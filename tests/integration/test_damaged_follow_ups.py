@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
+from flask_ratchet.columns import StoredUuid
 from flask_ratchet.schema import batch, job_queue, workflow_condition
 from tests.apps import add, db, ratchet
 from tests.flow_tasks import batch_item, follow_up, produce, progress_seen
@@ -31,7 +32,7 @@ def write(table: sa.Table, key: sa.Column[uuid.UUID], row: uuid.UUID, **values: 
     sets = ", ".join(f"{column} = :{column}" for column in values)
     statement = sa.text(f"UPDATE {table.name} SET {sets} WHERE {key.name} = :row")
     with db.engine.begin() as conn:
-        conn.execute(statement.bindparams(sa.bindparam("row", row, type_=sa.Uuid())), values)
+        conn.execute(statement.bindparams(sa.bindparam("row", row, type_=StoredUuid())), values)
 
 
 def follow_ups(parent: uuid.UUID) -> dict[str, uuid.UUID]:
@@ -83,11 +84,27 @@ def test_a_damaged_condition_cancels_its_dependent_alone(
     assert live_jobs() == 0
 
 
-#: A batch follow-up's threshold ratchet never writes (SQLite stores NaN as NULL).
-THRESHOLD_DAMAGE: list[object] = [NAN, None, -1.0, math.inf, 7.5]
+#: A batch follow-up's threshold ratchet never writes (SQLite stores NaN as NULL; MariaDB holds
+#: neither NaN nor infinity), and the databases that can hold it.
+EVERYWHERE = ("sqlite", "postgresql", "mariadb")
+THRESHOLD_DAMAGE: list[tuple[object, tuple[str, ...]]] = [
+    (NAN, ("sqlite", "postgresql")),
+    (None, EVERYWHERE),
+    (-1.0, EVERYWHERE),
+    (math.inf, ("sqlite", "postgresql")),
+    (7.5, EVERYWHERE),
+]
 
 
-@pytest.mark.parametrize("value", THRESHOLD_DAMAGE)
+@pytest.mark.parametrize(
+    ("database_url", "value"),
+    [
+        pytest.param(database, value, id=f"{database}-{value!r}")
+        for value, databases in THRESHOLD_DAMAGE
+        for database in databases
+    ],
+    indirect=["database_url"],
+)
 def test_a_damaged_threshold_cancels_its_follow_up_alone(app: Flask, value: object) -> None:
     builder = ratchet.enqueue_batch("thresholds")
     for i in range(1, 4):
@@ -122,10 +139,10 @@ def test_a_text_threshold_cancels_its_follow_up_alone(app: Flask) -> None:
 
 #: (column of ratchet_batch, what it holds, the dialects that can store it).
 BATCH_DAMAGE: list[tuple[str, object, tuple[str, ...]]] = [
-    ("total", -1, ("sqlite", "postgresql")),
-    ("succeeded", 2**31 - 1, ("sqlite", "postgresql")),
-    ("failed", -5, ("sqlite", "postgresql")),
-    ("failed", 2**31 - 2, ("sqlite", "postgresql")),
+    ("total", -1, EVERYWHERE),
+    ("succeeded", 2**31 - 1, EVERYWHERE),
+    ("failed", -5, EVERYWHERE),
+    ("failed", 2**31 - 2, EVERYWHERE),
     ("total", "three", ("sqlite",)),
 ]
 
@@ -164,12 +181,12 @@ def test_a_follow_up_the_database_refuses_leaves_the_outcome_written(
     handle = ratchet.enqueue(produce, 20).then(follow_up, "next").submit()
     root, step = handle.ids
     beside = ratchet.enqueue_now(add, 1, 2).id
-    # Releasing the step adds one to its version: past the 32-bit end on PostgreSQL, which
-    # refuses the statement (SQLite's integers are 64-bit: there the step is released).
+    # Releasing the step adds one to its version: past the 32-bit end on PostgreSQL and MariaDB,
+    # which refuse the statement (SQLite's integers are 64-bit: there the step is released).
     write(job_queue, job_queue.c.job_id, step, version=2**31 - 1)
     work(app)
     assert status(root) == status(beside) == JobStatus.SUCCEEDED
     found = ratchet.get_job(root)
     assert found is not None and found.error is None and found.result == {"n": 20}
-    assert status(step) == (JobStatus.PENDING if dialect == "postgresql" else JobStatus.SUCCEEDED)
+    assert status(step) == (JobStatus.SUCCEEDED if dialect == "sqlite" else JobStatus.PENDING)
     assert ratchet.queue_health()["counts"]["RUNNING"] == 0

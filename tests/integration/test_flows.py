@@ -301,9 +301,9 @@ def test_a_batch_child_canceled_by_hand_counts_as_failed(app: Flask) -> None:
     handle = builder.submit()
     with db.engine.connect() as conn:
         first = conn.execute(
-            sa.text("SELECT job_id FROM ratchet_job WHERE job_type = 'BATCH_CHILD' LIMIT 1")
-        ).scalar()
-    assert ratchet.cancel_job(uuid.UUID(str(first)))
+            sa.select(job.c.job_id).where(job.c.job_type == "BATCH_CHILD").limit(1)
+        ).scalar_one()
+    assert ratchet.cancel_job(first)
     work(app)
     progress = handle.progress()
     assert (progress.succeeded, progress.failed, progress.finished) == (2, 1, True)

@@ -67,7 +67,7 @@ def half_written_jobs() -> int:
 
 def orders() -> int:
     with db.engine.connect() as conn:
-        return int(conn.execute(sa.text('SELECT count(*) FROM "order"')).scalar_one())
+        return int(conn.execute(sa.select(sa.func.count()).select_from(Order)).scalar_one())
 
 
 # (the call, the error, what its message must name); every call is refused before it writes.

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -20,7 +22,7 @@ def diff(engine: sa.Engine) -> list[object]:
         ctx = MigrationContext.configure(
             conn, opts={"compare_type": True, "include_object": migrate.include_object}
         )
-        return list(compare_metadata(ctx, schema.metadata))
+        return list(compare_metadata(ctx, schema.metadata_for(conn.dialect)))
 
 
 def ratchet_tables(engine: sa.Engine) -> set[str]:
@@ -154,18 +156,23 @@ def test_0007_gives_existing_jobs_the_default_queue(empty_engine: sa.Engine) -> 
     """Jobs written before queues existed (here: downgraded to 0006 and upgraded again) are in
     the default queue, and the schema is exactly schema.py's once more."""
     migrate.upgrade(empty_engine, "0006")
+    job_id = uuid.UUID("0190f0a0-0000-7000-8000-000000000001")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
     with empty_engine.begin() as conn:
-        conn.exec_driver_sql(
-            "INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, max_retries, "
-            "backoff, backoff_base, created_at, first_due_at, attempts) VALUES ("
-            "'0190f0a0-0000-7000-8000-000000000001', 't', 'SINGLE', 2, '{}', 0, 'NONE', 1, "
-            "'2026-01-01 00:00:00+00:00', '2026-01-01 00:00:00+00:00', 0)"
-        )
-        conn.exec_driver_sql(
-            "INSERT INTO ratchet_job_queue (job_id, status, scheduled_time, priority, attempts, "
-            "max_retries, version, updated_at) VALUES ('0190f0a0-0000-7000-8000-000000000001', "
-            "'PENDING', '2026-01-01 00:00:00+00:00', 2, 0, 0, 0, '2026-01-01 00:00:00+00:00')"
-        )
+        # Only the columns 0006 has: the statement names nothing else.
+        conn.execute(
+            sa.insert(schema.job).values(
+                job_id=job_id, task="t", job_type="SINGLE", priority=2, payload="{}",
+                max_retries=0, backoff="NONE", backoff_base=1, created_at=at, first_due_at=at,
+                attempts=0,
+            )
+        )  # fmt: skip
+        conn.execute(
+            sa.insert(schema.job_queue).values(
+                job_id=job_id, status="PENDING", scheduled_time=at, priority=2, attempts=0,
+                max_retries=0, version=0, updated_at=at,
+            )
+        )  # fmt: skip
     migrate.upgrade(empty_engine)
     assert diff(empty_engine) == []
     with empty_engine.connect() as conn:

@@ -550,8 +550,13 @@ def test_one_failing_declared_job_does_not_keep_the_others_out(
 
 def outage_engine(url: str) -> sa.Engine:
     """An engine that gives up on a lock after 0.1 s: a held lock makes every pass fail."""
-    if sa.make_url(url).get_backend_name() == "sqlite":
+    backend = sa.make_url(url).get_backend_name()
+    if backend == "sqlite":
         return sa.create_engine(url, connect_args={"timeout": 0.1})
+    if backend == "mariadb":  # a table lock is a metadata lock there: a second at least
+        return sa.create_engine(
+            url, connect_args={"init_command": "SET SESSION lock_wait_timeout = 1"}
+        )
     return sa.create_engine(
         url,
         connect_args={"application_name": "ratchet-outage", "options": "-c lock_timeout=100"},
@@ -566,6 +571,8 @@ class MasterTableLock:
         self._conn: sa.Connection | None = self._engine.connect()
         if self._engine.dialect.name == "sqlite":
             self._conn.exec_driver_sql("BEGIN EXCLUSIVE")
+        elif self._engine.dialect.name == "mariadb":
+            self._conn.exec_driver_sql("LOCK TABLES ratchet_recurring WRITE")
         else:
             self._conn.exec_driver_sql("BEGIN")
             self._conn.exec_driver_sql("LOCK TABLE ratchet_recurring IN ACCESS EXCLUSIVE MODE")
@@ -573,6 +580,8 @@ class MasterTableLock:
     def release(self) -> None:
         """Roll back and close; a no-op the second time."""
         if self._conn is not None:
+            if self._engine.dialect.name == "mariadb":
+                self._conn.exec_driver_sql("UNLOCK TABLES")
             self._conn.exec_driver_sql("ROLLBACK")
             self._conn.close()
             self._conn = None

@@ -211,7 +211,7 @@ def announced(app: Flask) -> Iterator[list[str]]:
 def test_commit_in_the_handler_makes_the_job_visible(routes: Flask) -> None:
     response = routes.test_client().post("/orders/commit")
     assert response.status_code == 200
-    assert in_app(routes, lambda: count('"order"')) == 1
+    assert in_app(routes, lambda: count("order")) == 1
     assert in_app(routes, rows_written) == {
         "ratchet_job": 1,
         "ratchet_job_queue": 1,
@@ -228,7 +228,7 @@ def test_commit_in_the_handler_makes_the_job_visible(routes: Flask) -> None:
 def test_no_commit_means_no_job_no_tag_no_key(routes: Flask, route: str, status: int) -> None:
     routes.testing = False  # let the exception become a 500, as in production
     assert routes.test_client().post(route).status_code == status
-    assert in_app(routes, lambda: count('"order"')) == 0
+    assert in_app(routes, lambda: count("order")) == 0
     assert in_app(routes, rows_written) == dict.fromkeys(in_app(routes, rows_written), 0)
     # the key was never reserved, so it is free
     fresh = in_app(routes, lambda: ratchet.enqueue(add, 1, 1).with_business_key("o-1").submit())
@@ -237,7 +237,7 @@ def test_no_commit_means_no_job_no_tag_no_key(routes: Flask, route: str, status:
 
 def test_a_refused_duplicate_leaves_the_request_transaction_usable(routes: Flask) -> None:
     assert routes.test_client().post("/orders/duplicate").status_code == 200
-    assert in_app(routes, lambda: count('"order"')) == 1
+    assert in_app(routes, lambda: count("order")) == 1
     assert in_app(routes, lambda: count("ratchet_job")) == 1
 
 
@@ -267,7 +267,7 @@ def test_a_bulk_enqueue_joins_the_open_session_transaction(app: Flask) -> None:
     db.session.add(Order(item="pen"))
     ratchet.enqueue_many(ratchet.enqueue(add, i, i).with_tags("bulk") for i in range(50))
     db.session.commit()
-    assert count('"order"') == 1
+    assert count("order") == 1
     assert rows_written() == {
         "ratchet_job": 50,
         "ratchet_job_queue": 50,
@@ -336,7 +336,7 @@ def test_a_refused_later_statement_takes_back_only_what_ratchet_wrote(
     ):
         response = routes.test_client().post(f"/orders/refused/{case}")
     assert response.text == "IntegrityError"
-    assert in_app(routes, lambda: count('"order"')) == 1
+    assert in_app(routes, lambda: count("order")) == 1
     assert in_app(routes, every_table) == before
     assert heard == []
 
@@ -356,7 +356,7 @@ def test_a_refused_replacement_leaves_the_old_job_as_it_was(routes: Flask) -> No
         job = ratchet.get_job(old)
         assert job is not None and job.status == JobStatus.PAUSED
         assert job.superseded_by is None
-        assert count('"order"') == 1
+        assert count("order") == 1
         added = {"ratchet_job": 1, "ratchet_job_queue": 1}  # the later submission's
         assert every_table() == {t: n + added.get(t, 0) for t, n in before.items()}
     assert heard == ["wake"]

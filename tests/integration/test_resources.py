@@ -330,13 +330,13 @@ def test_bad_resource_config_is_an_error_naming_the_key(value: Any, message: str
 
 #: (column of ratchet_resource_limit, what it holds, the dialects that can store it).
 DAMAGED_LIMITS: list[tuple[str, object, tuple[str, ...]]] = [
-    ("max_concurrent", -3, ("sqlite", "postgresql")),
-    ("max_concurrent", 0, ("sqlite", "postgresql")),
+    ("max_concurrent", -3, ("sqlite", "postgresql", "mariadb")),
+    ("max_concurrent", 0, ("sqlite", "postgresql", "mariadb")),
     ("max_concurrent", "many", ("sqlite",)),
     ("retry_delay", float("nan"), ("postgresql",)),
     ("retry_delay", float("inf"), ("sqlite", "postgresql")),
-    ("retry_delay", -1.0, ("sqlite", "postgresql")),
-    ("retry_delay", 1e300, ("sqlite", "postgresql")),
+    ("retry_delay", -1.0, ("sqlite", "postgresql", "mariadb")),
+    ("retry_delay", 1e300, ("sqlite", "postgresql", "mariadb")),
     ("retry_delay", "soon", ("sqlite",)),
 ]
 

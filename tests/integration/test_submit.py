@@ -26,7 +26,7 @@ from flask_ratchet.ids import timestamp_of
 from flask_ratchet.schema import job as job_table
 from flask_ratchet.schema import job_queue
 from tests.apps import add, charge, ratchet, unregistered
-from tests.integration.helpers import count, finish, job_in, rows_written
+from tests.integration.helpers import count, finish, job_in, rows_written, stored_id
 
 
 def test_enqueue_now_persists_a_pending_job_with_task_defaults(app: Flask) -> None:
@@ -356,6 +356,6 @@ def test_database_now_is_used_for_due_times(app: Flask, dialect: str) -> None:
         db_now = ratchet.state.store.now(conn)
         due = conn.execute(
             sa.text("SELECT scheduled_time FROM ratchet_job_queue WHERE job_id = :id"),
-            {"id": handle.id if dialect == "postgresql" else handle.id.hex},
+            {"id": stored_id(handle.id, dialect)},
         ).scalar_one()
     assert due is not None and db_now is not None

@@ -24,7 +24,7 @@ from flask_ratchet.worker import coroutines
 from tests.apps import Order, add, charge, create_app, db, fail_until, ratchet, send_mail
 from tests.async_tasks import async_add, async_leaves_a_stubborn_task
 from tests.flow_tasks import broken, step
-from tests.integration.helpers import count
+from tests.integration.helpers import count, stored_id
 
 
 def test_run_jobs_runs_what_is_due_and_what_that_makes_due(app: Flask) -> None:
@@ -199,7 +199,7 @@ def test_waiting_inside_a_job_run_in_process_is_refused_at_once(app: Flask) -> N
 def test_an_unknown_task_fails_at_once_in_process(app: Flask) -> None:
     handle = add.enqueue(1, 2)
     with db.engine.begin() as conn:
-        key = handle.id if db.engine.dialect.name == "postgresql" else handle.id.hex
+        key = stored_id(handle.id, db.engine)
         conn.execute(
             sa.text("UPDATE ratchet_job SET task = 'gone.module:task' WHERE job_id = :id"),
             {"id": key},

@@ -5,24 +5,23 @@ raising, on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from datetime import UTC, datetime
 
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+from flask_ratchet.console.present import duration
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
+from flask_ratchet.columns import EARLIEST, LATEST, UNREADABLE_ID, StoredUuid
 from flask_ratchet.maintenance.tasks import orphan_recovery, retention
 from flask_ratchet.options import JobOptions
 from flask_ratchet.payload import Unreadable
 from flask_ratchet.recurring import RecurringStatus, encode_options
 from flask_ratchet.schema import (
-    EARLIEST,
-    LATEST,
-    UNREADABLE_ID,
-    StoredUuid,
     audit,
     batch,
     dlq_alert,
@@ -71,7 +70,7 @@ def write(table: sa.Table, job_id: uuid.UUID, **values: object) -> None:
 def write_raw(sql: str, job_id: uuid.UUID) -> None:
     """Run ``sql`` with ``:id`` bound to the job's id (its own text: times out of range)."""
     with db.engine.begin() as conn:
-        conn.execute(sa.text(sql).bindparams(sa.bindparam("id", job_id, type_=sa.Uuid())))
+        conn.execute(sa.text(sql).bindparams(sa.bindparam("id", job_id, type_=StoredUuid())))
 
 
 def ended_job() -> uuid.UUID:
@@ -138,6 +137,8 @@ def test_unreadable_progress_is_shown_as_stored(app: Flask) -> None:
     assert found.progress.text == "<b>{oops"
 
 
+# MariaDB's DATETIME holds no year past 9999: not a test there.
+@pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
 def test_a_time_past_year_9999_reads_as_the_latest_and_is_never_due(
     app: Flask, dialect: str
 ) -> None:
@@ -167,7 +168,11 @@ def test_a_time_past_year_9999_reads_as_the_latest_and_is_never_due(
 
 def test_a_due_time_before_year_1_is_claimed_as_the_earliest(app: Flask, dialect: str) -> None:
     job_id = ratchet.enqueue_now(add, 1, 2).id
-    early = "'-infinity'" if dialect == "postgresql" else "'0000-01-01 00:00:00'"
+    early = {
+        "postgresql": "'-infinity'",
+        "sqlite": "'0000-01-01 00:00:00'",
+        "mariadb": "'0000-00-00 00:00:00'",  # the zero date, which sql_mode may allow
+    }[dialect]
     write_raw(f"UPDATE ratchet_job_queue SET scheduled_time = {early} WHERE job_id = :id", job_id)
     with app.app_context():
         assert app.test_client().get("/ratchet/jobs", headers=READ).status_code == 200
@@ -353,20 +358,22 @@ def test_a_master_of_unknown_status_is_never_fired_and_registers_anew(app: Flask
 
 def test_a_batch_of_endless_metrics_is_shown_as_stored(app: Flask, dialect: str) -> None:
     batch_id = ratchet.enqueue_batch("nightly").add(add, 1, 2).submit().id
-    # SQLite reads a stored NaN as NULL: infinity is what both databases keep.
-    run = float("nan") if dialect == "postgresql" else float("inf")
+    # SQLite reads a stored NaN as NULL, and MariaDB holds neither NaN nor infinity: each
+    # database gets the least sensible value it keeps.
+    run = {"postgresql": math.nan, "sqlite": math.inf, "mariadb": 1.7e308}[dialect]
+    wait = -1.7e308 if dialect == "mariadb" else -math.inf
     with db.engine.begin() as conn:
         conn.execute(
             sa.update(batch)
             .where(batch.c.batch_id == batch_id)
-            .values(child_run_ms=run, child_wait_ms=float("-inf"))
+            .values(child_run_ms=run, child_wait_ms=wait)
         )
     client = app.test_client()
     for url in ("/ratchet/batches", f"/ratchet/batches/{batch_id}"):
         with app.app_context():
             page = client.get(url, headers=READ)
         assert page.status_code == 200, url
-    assert f"{run / 1000} s" in page.text and "-inf s" in page.text
+    assert duration(run / 1000) in page.text and duration(wait / 1000) in page.text
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -14,14 +14,14 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
+from flask_ratchet.columns import UtcDateTime
 from flask_ratchet.context import LogLine
 from flask_ratchet.job import Progress
 from flask_ratchet.maintenance.periodic import Maintenance, PeriodicTask
-from flask_ratchet.schema import UtcDateTime
 from flask_ratchet.store.types import Finished, NodeInfo, Outcome, Recovered
 from flask_ratchet.worker.completer import Completer
 from tests.apps import add, db, ratchet
-from tests.integration.helpers import count
+from tests.integration.helpers import add_refusing_trigger, count, drop_refusing_trigger, stored_id
 
 
 @contextmanager
@@ -128,7 +128,7 @@ def test_dlq_alerts_are_deduplicated_per_job_and_error_per_hour(app: Flask) -> N
 
 def sql_id(job_id: uuid.UUID) -> object:
     """A job id as raw SQL sees it (SQLite stores UUIDs as 32 hex digits)."""
-    return job_id if ratchet.state.engine.dialect.name == "postgresql" else job_id.hex
+    return stored_id(job_id, ratchet.state.engine)
 
 
 def test_orphans_of_silent_nodes_are_requeued_or_failed(app: Flask) -> None:
@@ -234,23 +234,10 @@ def test_a_refused_outcome_is_isolated_and_stored_without_its_details(app: Flask
     ok, poisoned = running(2)
     state = ratchet.state
     with tx() as conn:
-        if state.engine.dialect.name == "postgresql":
-            conn.exec_driver_sql(
-                "CREATE FUNCTION refuse_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-                "IF position('poison' in NEW.error) > 0 THEN "
-                "RAISE EXCEPTION 'poison refused'; END IF; "
-                "RETURN NEW; END $$"
-            )
-            conn.exec_driver_sql(
-                "CREATE TRIGGER refuse_poison BEFORE INSERT ON ratchet_execution "
-                "FOR EACH ROW EXECUTE FUNCTION refuse_poison()"
-            )
-        else:
-            conn.exec_driver_sql(
-                "CREATE TRIGGER refuse_poison BEFORE INSERT ON ratchet_execution "
-                "WHEN instr(NEW.error, 'poison') > 0 "
-                "BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
-            )
+        contains = "strpos" if state.engine.dialect.name == "postgresql" else "instr"
+        add_refusing_trigger(
+            conn, "refuse_poison", "ratchet_execution", f"{contains}(NEW.error, 'poison') > 0"
+        )
     try:
         completer = Completer(state.store, state.engine, "n1")
         completer.start()
@@ -264,12 +251,7 @@ def test_a_refused_outcome_is_isolated_and_stored_without_its_details(app: Flask
         assert (refused.error or "").startswith("the error could not be stored (")
     finally:
         with tx() as conn:
-            conn.exec_driver_sql(
-                "DROP TRIGGER refuse_poison"
-                + (" ON ratchet_execution" if state.engine.dialect.name == "postgresql" else "")
-            )
-            if state.engine.dialect.name == "postgresql":
-                conn.exec_driver_sql("DROP FUNCTION refuse_poison()")
+            drop_refusing_trigger(conn, "refuse_poison", "ratchet_execution")
 
 
 def test_a_maintenance_task_failing_on_what_it_read_runs_again_next_time(

@@ -11,6 +11,7 @@ import os
 
 from flask import Flask, request
 from flask_sqlalchemy import SQLAlchemy
+from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from flask_ratchet import Ratchet
@@ -26,7 +27,7 @@ ratchet = Ratchet()
 
 class Note(db.Model):  # type: ignore[name-defined,misc]
     id: Mapped[int] = mapped_column(primary_key=True)
-    token: Mapped[str]
+    token: Mapped[str] = mapped_column(String(64))  # MariaDB needs a length
 
 
 @ratchet.task

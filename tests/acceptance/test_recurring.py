@@ -79,8 +79,8 @@ def test_three_workers_fire_every_second_exactly_once(
     assert statistics.median(settled) < 0.5, settled
     assert min(settled) >= 0
     # Each child ran at most once (those claimed before the stop ran to the end).
-    runs = count('"run"')
-    assert runs == sa_scalar('SELECT count(DISTINCT job_id) FROM "run"')
+    runs = count("run")
+    assert runs == sa_scalar("SELECT count(DISTINCT job_id) FROM run")
     assert runs >= len(times) // 2
 
 

@@ -57,10 +57,10 @@ def test_no_job_is_lost_or_run_twice(app: Flask, workers: Workers, dialect: str)
         assert proc.wait(timeout=600) == 0, workers.output(proc)
     failures = scalar("SELECT count(*) FROM ratchet_execution WHERE status <> 'SUCCEEDED'")
     assert failures == 0, scalar("SELECT max(error) FROM ratchet_execution")
-    assert count('"run"') == jobs
-    assert scalar('SELECT count(DISTINCT job_id) FROM "run"') == jobs
+    assert count("run") == jobs
+    assert scalar("SELECT count(DISTINCT job_id) FROM run") == jobs
     assert ratchet.queue_health()["counts"]["SUCCEEDED"] == jobs
-    pids = scalar('SELECT count(DISTINCT pid) FROM "run"')
+    pids = scalar("SELECT count(DISTINCT pid) FROM run")
     assert pids == processes, "every worker took a share"
 
 
@@ -248,7 +248,7 @@ def test_the_allow_list_runs_only_functions_defined_in_the_module(
     assert "TaskNotAllowed" in (job(job_id).error or "")
     assert job(job_id).attempts == 1
     assert not proof.exists()
-    assert count('"run"') == 0
+    assert count("run") == 0
 
 
 def test_the_listen_connection_recovers(pg_url: str, tmp_path: Path) -> None:

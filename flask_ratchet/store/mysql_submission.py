@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from contextlib import nullcontext
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -26,20 +26,17 @@ from sqlalchemy.engine import Connection
 from ..errors import DuplicateBusinessKey
 from ..schema import business_key, job, job_queue, job_tag
 from ..states import JobStatus
-from .dialect import chunks
+from .dialect import Dialect, chunks
 from .driver import driver_statement
 from .submission import job_values, refuse_repeated_business_keys
 from .types import Inserted, NewJob
-
-if TYPE_CHECKING:
-    from .mysql import MySQLDialect
 
 #: The unique key a second job with an existing idempotency key conflicts on (MariaDB's error
 #: names it).
 _KEY_INDEX = "uq_ratchet_job_idempotency_key"
 
 
-def insert_jobs(dialect: MySQLDialect, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
+def insert_jobs(dialect: Dialect, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
     """Insert jobs, their queue rows, tags and key reservations; return each job's id, or the
     id its idempotency key matched.
 
@@ -105,7 +102,7 @@ def _original(
     return next(f.job_id for f in fresh if f.idempotency_key == key)
 
 
-def _write(dialect: MySQLDialect, conn: Connection, fresh: Sequence[NewJob]) -> None:
+def _write(dialect: Dialect, conn: Connection, fresh: Sequence[NewJob]) -> None:
     if not fresh:
         return
     now = dialect.now(conn)

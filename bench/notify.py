@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 
 from bench.enqueue_claim import DEFAULT_PG, db, fresh_pg, make_app, noop, ratchet
-from flask_ratchet.store.wakeup import CHANNEL, Notifier
+from flask_ratchet.store.channels import WAKEUP, PgChannels
+from flask_ratchet.store.wakeup import Notifier
 
 
 def run(app, threads: int, seconds: float, submit: Callable[[int], None]) -> int:  # type: ignore[no-untyped-def]
@@ -50,22 +51,22 @@ def measure(url: str, mode: str, threads: int, seconds: float, out: object) -> N
     with app.app_context():
         state = ratchet.state
         state.ensure_schema()
-        notifier = Notifier(state.engine.url)
+        notifier = Notifier(PgChannels(state.engine.url))
         if mode == "after commit (shipped)":
-            state._notify = notifier.request
+            state.wakeups.notifier = lambda: notifier.request  # type: ignore[method-assign]
             n = run(app, threads, seconds, lambda i: ratchet.enqueue_now(noop, i) and None)
         elif mode == "in transaction":
-            state._notify = None
+            state.wakeups.notifier = lambda: None  # type: ignore[method-assign]
 
             def in_transaction(i: int) -> None:
                 with ratchet.transaction() as conn:
                     ratchet.enqueue_now(noop, i)
-                    conn.exec_driver_sql(f"SELECT pg_notify('{CHANNEL}', '')")
+                    conn.exec_driver_sql(f"SELECT pg_notify('{WAKEUP}', '')")
 
             n = run(app, threads, seconds, in_transaction)
             notifier.sent = n
         else:
-            state._notify = None
+            state.wakeups.notifier = lambda: None  # type: ignore[method-assign]
             n = run(app, threads, seconds, lambda i: ratchet.enqueue_now(noop, i) and None)
         db.engine.dispose()
     out.put((n, notifier.sent))  # type: ignore[attr-defined]

@@ -71,14 +71,14 @@ def profiled(i: int) -> None:
 def profiled_app() -> Flask:
     """The worker's app (``--app bench.pickup_profile:profiled_app()``), stamping its wake-ups
     and claims."""
-    listener_init = wakeup.PgListener.__init__
+    listener_init = wakeup.Listener.__init__
 
-    def init(self: wakeup.PgListener, url: sa.URL, on_wake: Callable[[], None], *a: Any) -> None:
+    def init(self: wakeup.Listener, channels: Any, on_wake: Callable[[], None], *a: Any) -> None:
         def woken() -> None:
             _stamp("woken", time.perf_counter())
             on_wake()
 
-        listener_init(self, url, woken, *a)
+        listener_init(self, channels, woken, *a)
 
     claim_due = PostgresDialect.claim_due
 
@@ -89,7 +89,7 @@ def profiled_app() -> Flask:
             _stamp("claim", sent, f"{time.perf_counter():.6f}")
         return claimed
 
-    wakeup.PgListener.__init__ = init  # type: ignore[method-assign,assignment]
+    wakeup.Listener.__init__ = init  # type: ignore[method-assign,assignment]
     PostgresDialect.claim_due = claim  # type: ignore[method-assign,assignment]
     return make_app(os.environ["BENCH_URL"])
 

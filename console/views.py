@@ -8,10 +8,12 @@ the checks every request passes in :mod:`.security`.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, abort, current_app, render_template, request
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
@@ -115,6 +117,26 @@ def _headers(response: Response) -> Response:
     return response
 
 
+def _retried(action: Callable[..., Any]) -> Callable[..., Any]:
+    """``action`` run again from the start, the request's transaction rolled back first, when
+    the database gave it up to break a deadlock or a lock wait (see ``Runtime.again_after``)."""
+
+    @functools.wraps(action)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        runtime = current_app.extensions["ratchet"]
+        attempt = 1
+        while True:
+            try:
+                return action(*args, **kwargs)
+            except DBAPIError as exc:
+                runtime.db.session.rollback()
+                if not runtime.again_after(exc, attempt):
+                    raise
+            attempt += 1
+
+    return run
+
+
 def register(bp: Blueprint) -> None:
     """Attach the views, guards and template helpers to ``bp``."""
     bp.before_request(_guard)
@@ -165,15 +187,25 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/breakers", "breakers", resource_pages.breakers)
     bp.add_url_rule("/breakers/reset", "confirm_breaker_reset", resource_pages.breaker_reset)
 
-    bp.add_url_rule("/jobs/<job_id>/<action>", "act_one", actions.one, methods=["POST"])
-    bp.add_url_rule("/jobs/selected", "act_selected", actions.selected, methods=["POST"])
+    bp.add_url_rule("/jobs/<job_id>/<action>", "act_one", _retried(actions.one), methods=["POST"])
+    bp.add_url_rule("/jobs/selected", "act_selected", _retried(actions.selected), methods=["POST"])
     bp.add_url_rule("/jobs/bulk", "confirm_bulk", actions.confirm_filter, methods=["GET"])
-    bp.add_url_rule("/jobs/bulk", "act_bulk", actions.on_filter, methods=["POST"])
-    bp.add_url_rule("/recurring/<action>", "act_recurring", actions.recurring_one, methods=["POST"])
+    bp.add_url_rule("/jobs/bulk", "act_bulk", _retried(actions.on_filter), methods=["POST"])
     bp.add_url_rule(
-        "/resources/limit", "act_resource_limit", resource_actions.set_limit, methods=["POST"]
+        "/recurring/<action>", "act_recurring", _retried(actions.recurring_one), methods=["POST"]
     )
     bp.add_url_rule(
-        "/breakers/reset", "act_breaker_reset", resource_actions.reset_breaker, methods=["POST"]
+        "/resources/limit",
+        "act_resource_limit",
+        _retried(resource_actions.set_limit),
+        methods=["POST"],
     )
-    bp.add_url_rule("/queues/<action>", "act_queue", queue_actions.set_paused, methods=["POST"])
+    bp.add_url_rule(
+        "/breakers/reset",
+        "act_breaker_reset",
+        _retried(resource_actions.reset_breaker),
+        methods=["POST"],
+    )
+    bp.add_url_rule(
+        "/queues/<action>", "act_queue", _retried(queue_actions.set_paused), methods=["POST"]
+    )

@@ -8,6 +8,7 @@ with the closest known one.
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import re
 import warnings
 from collections.abc import Callable, Mapping
@@ -108,6 +109,13 @@ class RatchetConfig:
     #: Where each worker serves Prometheus metrics (``--metrics-port``): ``(host, port)``, from
     #: ``9100`` or ``"127.0.0.1:9100"``; ``None``: no metrics. Needs the ``prometheus`` extra.
     metrics_port: tuple[str, int] | None = None
+    #: Where wake-ups travel for any database (``redis://…``, the ``redis`` extra): workers hear
+    #: of due jobs, and waiters of ended ones, at once. ``None``: PostgreSQL's own
+    #: ``LISTEN``/``NOTIFY``; SQLite's file; on MariaDB, polling alone.
+    wakeup_url: str | None = None
+    #: What the Redis channels' names begin with (``<prefix>:ratchet_wakeup``): the job
+    #: databases sharing one Redis need each their own. ``None``: ``ratchet:<database name>``.
+    wakeup_prefix: str | None = None
     #: Tests only (``flask_ratchet.testing``): run jobs in the enqueuing process as soon as the
     #: transaction that made them due commits. Allows an in-memory SQLite database.
     eager: bool = False
@@ -320,6 +328,24 @@ def _optional_str(key: str, value: Any) -> str | None:
     return value
 
 
+def _wakeup_url(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not re.fullmatch(r"rediss?://\S+|unix://\S+", value):
+        raise ConfigError(
+            f"{key} must be a Redis URL like 'redis://localhost:6379/0' (or None), got "
+            f"{_url_shown(value)}"
+        )
+    if importlib.util.find_spec("redis") is None:
+        raise ConfigError(f"{key} needs the redis package: pip install 'flask-ratchet[redis]'")
+    return value
+
+
+def _url_shown(value: Any) -> str:
+    """``value`` as a refusal shows it: a password in a URL masked."""
+    return repr(re.sub(r"(://[^/:@\s]*:)[^@/\s]*@", r"\1***@", str(value)))
+
+
 def _bool(key: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise ConfigError(f"{key} must be True or False, got {value!r}")
@@ -419,6 +445,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "resources": _resources,
     "circuit_breakers": _circuit_breakers,
     "metrics_port": _metrics_address,
+    "wakeup_url": _wakeup_url,
+    "wakeup_prefix": _optional_str,
     "eager": _bool,
     "eager_raise": _bool,
 }

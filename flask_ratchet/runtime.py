@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import random
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -21,7 +23,7 @@ from blinker import NamedSignal
 from flask import Flask, current_app, has_request_context
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
 from . import events, facts, migrate
@@ -34,6 +36,8 @@ from .job import BatchProgress
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
 from .store import Store, check_shared, store_for
+from .store.channels import Channels, RedisChannels
+from .store.wakeup import Wakeups
 
 T = TypeVar("T")
 
@@ -45,6 +49,12 @@ _transaction: contextvars.ContextVar[Connection | None] = contextvars.ContextVar
 _inline: contextvars.ContextVar[bool] = contextvars.ContextVar("ratchet_inline", default=False)
 
 log = logging.getLogger("flask_ratchet.events")
+
+#: How many times :meth:`Runtime.run` runs a transaction the database gave up to break a
+#: deadlock or a lock wait, and the pause before the second try (seconds; more before later
+#: ones, each drawn at random so that the transactions that met do not meet again).
+TRIES = 4
+RETRY_PAUSE = 0.02
 
 
 def current(registry: TaskRegistry | None = None, owner: str = "this Ratchet object") -> Runtime:
@@ -92,10 +102,7 @@ class Runtime:
         self._lock = threading.Lock()
         #: Called with no arguments after a transaction that wrote a due job commits.
         self.wake_listeners: list[Callable[[], None]] = []
-        #: The dialect's notifier, once asked for (``False``: not yet).
-        self._notify: Callable[[], None] | bool | None = False
-        #: The dialect's notifier of ends, once asked for (``False``: not yet).
-        self._tell_ended: Callable[[], None] | bool | None = False
+        self._wakeups: tuple[Engine, Wakeups] | None = None
         #: Eager mode (``flask_ratchet.testing``): runs the jobs a commit made due, in this
         #: process, right after the commit; its errors reach whoever committed.
         self.run_inline: Callable[[], object] | None = None
@@ -256,6 +263,45 @@ class Runtime:
         with facts.dropped_on_error(conn), self.store.savepoint(conn):
             yield
 
+    def run(
+        self,
+        work: Callable[[Connection], T],
+        *,
+        atomic: bool = False,
+        own: Callable[[], AbstractContextManager[Connection]] | None = None,
+    ) -> T:
+        """``work(conn)`` on :meth:`connection` (``atomic`` and ``own`` as there); return what
+        it returns.
+
+        In a transaction of its own, ``work`` runs again (up to :data:`TRIES` times in all,
+        after a short random pause) when the database ended that transaction to break a
+        deadlock or gave up a lock wait (:meth:`.Dialect.transient`): ``work`` must be safe
+        to run again from the start, as every operation here is. Joined to the caller's
+        transaction it runs once: that transaction is the caller's to run again.
+        """
+        if self.joined_connection() is not None:
+            with self.connection(own, atomic=atomic) as conn:
+                return work(conn)
+        attempt = 1
+        while True:
+            try:
+                with self.connection(own, atomic=atomic) as conn:
+                    return work(conn)
+            except DBAPIError as exc:
+                if not self.again_after(exc, attempt):
+                    raise
+            attempt += 1
+
+    def again_after(self, exc: DBAPIError, attempt: int) -> bool:
+        """Whether a transaction that failed with ``exc`` at its ``attempt``-th try (from 1)
+        is to run again, the database having given it up to break a deadlock or a lock wait;
+        if so, after a short pause, taken here. See :meth:`run`."""
+        if attempt >= TRIES or not self.store.dialect.transient(exc):
+            return False
+        log.info("a transaction was given up to break a lock wait; running it again")
+        time.sleep(random.uniform(0.5, 1.5) * RETRY_PAUSE * attempt)
+        return True
+
     def write_jobs(
         self,
         write: Callable[[Connection], T],
@@ -263,14 +309,17 @@ class Runtime:
         wake: Callable[[T], bool],
         own: Callable[[], AbstractContextManager[Connection]] | None = None,
     ) -> T:
-        """Run ``write`` on :meth:`connection`, all or nothing (``atomic``), and wake the
-        workers if ``wake(result)``, once the transaction has committed (never before: a woken
-        worker must find the jobs), and at most once per transaction."""
-        with self.connection(own, atomic=True) as conn:
+        """Run ``write`` through :meth:`run`, all or nothing (``atomic``), and wake the workers
+        if ``wake(result)``, once the transaction has committed (never before: a woken worker
+        must find the jobs), and at most once per transaction."""
+
+        def written(conn: Connection) -> T:
             result = write(conn)
             if wake(result):
                 facts.record(conn, [Event(facts.WAKE)])
-        return result
+            return result
+
+        return self.run(written, atomic=True, own=own)
 
     # -- after commit --------------------------------------------------------------------------
 
@@ -303,16 +352,33 @@ class Runtime:
     def _session_announces(self, session: Session) -> None:
         self.announce(session.info.pop("ratchet_events", []))
 
+    @property
+    def wakeups(self) -> Wakeups:
+        """How this app's processes tell each other that jobs are due or ended: over the Redis
+        of ``RATCHET_WAKEUP_URL``, else the database's own channel or watch (see
+        :mod:`flask_ratchet.store.wakeup`)."""
+        engine = self.engine
+        cached = self._wakeups
+        if cached is None or cached[0] is not engine:
+            dialect = self.store.dialect
+            url = self.config.wakeup_url
+            if url is not None:
+                prefix = self.config.wakeup_prefix or f"ratchet:{engine.url.database}"
+                channels: Channels | None = RedisChannels(url, prefix)
+            else:
+                channels = dialect.channels(engine.url)
+            cached = self._wakeups = (engine, Wakeups(channels, dialect, engine.url))
+        return cached[1]
+
     def wake(self) -> None:
         """Tell workers that committed work is due: in this process directly, and elsewhere by
-        the dialect's notifier (PostgreSQL's ``NOTIFY``; SQLite workers see the commit
+        the wake-up channel (PostgreSQL's ``NOTIFY``, Redis; SQLite workers see the commit
         themselves)."""
         for listener in list(self.wake_listeners):
             listener()
-        if self._notify is False:
-            self._notify = self.store.dialect.notifier(self.engine.url)
-        if callable(self._notify):
-            self._notify()
+        notify = self.wakeups.notifier()
+        if notify is not None:
+            notify()
 
     def tell_ended(self) -> None:
         """Tell waiters in other processes (``JobHandle.wait``) that jobs ended here (a cancel
@@ -322,11 +388,9 @@ class Runtime:
             notify()
 
     def ended_notifier(self) -> Callable[[], None] | None:
-        """The dialect's notifier of ends, one per process and app (PostgreSQL's ``NOTIFY
-        ratchet_ended``; ``None`` on SQLite, whose waiters see the commit themselves)."""
-        if self._tell_ended is False:
-            self._tell_ended = self.store.dialect.ended_notifier(self.engine.url)
-        return self._tell_ended if callable(self._tell_ended) else None
+        """The notifier of ends, one per process and app (``NOTIFY ratchet_ended``, Redis;
+        ``None`` where waiters see the commit themselves or read every second)."""
+        return self.wakeups.ended_notifier()
 
 
 def _forget_events(session: Session, *args: Any) -> None:

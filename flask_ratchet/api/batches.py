@@ -312,5 +312,4 @@ class StreamingBatchBuilder(BatchBuilder):
 def batch_progress(runtime: Runtime, batch_id: uuid.UUID | str) -> BatchProgress | None:
     """A batch's counts and metrics (``batch_id`` is its parent job's id), or ``None``."""
     key = job_id_of(batch_id)
-    with runtime.connection() as conn:
-        return runtime.store.flows.batches.batch_progress(conn, key)
+    return runtime.run(lambda conn: runtime.store.flows.batches.batch_progress(conn, key))

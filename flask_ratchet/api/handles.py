@@ -72,7 +72,7 @@ def wait(state: Runtime, job_id: uuid.UUID | str, timeout: timedelta | float | N
     engine, store = state.engine, state.store
     deadline = time.monotonic() + limit
     # Listen before the first read, so that an end between the read and the wait is not lost.
-    watch = store.dialect.end_watch(engine.url, min(limit, LISTEN_TIMEOUT))
+    watch = state.wakeups.end_watch(min(limit, LISTEN_TIMEOUT))
     try:
         while True:
             with engine.connect() as conn:

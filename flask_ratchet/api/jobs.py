@@ -84,24 +84,28 @@ def change_each(
     """
     op = CHANGES[action]
     store = runtime.store
-    changed: list[uuid.UUID] = []
-    refused: list[uuid.UUID] = []
-    with runtime.connection() as conn:
+
+    def change(conn: Connection) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
+        changed: list[uuid.UUID] = []
+        refused: list[uuid.UUID] = []
         store.flows.batches.lock_of(conn, job_ids)
         for job_id in job_ids:
             try:
                 with store.savepoint(conn):  # SQLite: begun first, never a commit of its own
                     ok = op(store.jobs, conn, job_id)
-            except DBAPIError:
+            except DBAPIError as exc:
+                if store.dialect.transient(exc):  # the whole transaction is gone: again
+                    raise
                 ok = False
             (changed if ok else refused).append(job_id)
-    return changed, refused
+        return changed, refused
+
+    return runtime.run(change)
 
 
 def _change(runtime: Runtime, job_id: uuid.UUID | str, op: Change) -> bool:
     key = job_id_of(job_id)
-    with runtime.connection() as conn:
-        return op(runtime.store.jobs, conn, key)
+    return runtime.run(lambda conn: op(runtime.store.jobs, conn, key))
 
 
 def replace(
@@ -119,9 +123,10 @@ def replace(
     """
     key = job_id_of(job_id)
     store = runtime.store
+
     # Atomic: the new job's insert may be refused (its business key held meanwhile) after
     # the old job's cancel was written.
-    with runtime.connection(atomic=True) as conn:
+    def replaced(conn: Connection) -> uuid.UUID:
         old = store.jobs.get_job(conn, key)
         if old is None:
             raise JobNotFound(f"no job has id {key}")
@@ -135,14 +140,15 @@ def replace(
             raise IllegalTransition(f"job {key} ended while it was being replaced")
         (inserted,) = store.jobs.insert_jobs(conn, [new])
         store.jobs.mark_superseded(conn, key, inserted.job_id)
-    return JobHandle(inserted.job_id)
+        return inserted.job_id
+
+    return JobHandle(runtime.run(replaced, atomic=True))
 
 
 def get(runtime: Runtime, job_id: uuid.UUID | str) -> Job | None:
     """A snapshot of one job, or ``None`` if there is no such job."""
     key = job_id_of(job_id)
-    with runtime.connection() as conn:
-        return runtime.store.jobs.get_job(conn, key)
+    return runtime.run(lambda conn: runtime.store.jobs.get_job(conn, key))
 
 
 def find(
@@ -186,16 +192,14 @@ def find(
         created_before,
         None if queue is None else validate_queue(queue),
     )
-    with runtime.connection() as conn:
-        return runtime.store.jobs.find_jobs(conn, where, limit, cursor)
+    return runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, cursor))
 
 
 def queue_health(runtime: Runtime, queue: str | None = None) -> dict[str, Any]:
     """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds), of
     every job or of one queue's."""
     name = None if queue is None else validate_queue(queue)
-    with runtime.connection() as conn:
-        return health.queue_health(conn, runtime.store.now(conn), name)
+    return runtime.run(lambda conn: health.queue_health(conn, runtime.store.now(conn), name))
 
 
 def claim_due(

@@ -39,5 +39,4 @@ def resume_queue(runtime: Runtime, name: str, *, by: str | None = None) -> bool:
 
 def queues(runtime: Runtime) -> list[QueueSummary]:
     """Every queue that holds live jobs or was ever paused, by name."""
-    with runtime.connection() as conn:
-        return runtime.store.queues.summaries(conn, runtime.store.now(conn))
+    return runtime.run(lambda conn: runtime.store.queues.summaries(conn, runtime.store.now(conn)))

@@ -87,8 +87,8 @@ def _refuse_arguments(func: Callable[..., Any]) -> None:
 def register_declared(runtime: Runtime) -> list[RecurringJob]:
     """Register every declared master now, all or nothing."""
     store = runtime.store.recurring
-    with runtime.connection(atomic=True) as conn:
-        return [store.register(conn, d)[0] for d in runtime.recurring_definitions.values()]
+    definitions = list(runtime.recurring_definitions.values())
+    return runtime.run(lambda conn: [store.register(conn, d)[0] for d in definitions], atomic=True)
 
 
 def pause(runtime: Runtime, recurring_id: str) -> bool:
@@ -119,20 +119,17 @@ def run_now(runtime: Runtime, recurring_id: str) -> uuid.UUID | None:
 def get(runtime: Runtime, recurring_id: str) -> RecurringJob | None:
     """A snapshot of one master (also a canceled one), or ``None``."""
     key = validate_key("id", recurring_id)
-    with runtime.connection() as conn:
-        return runtime.store.recurring.get(conn, key)
+    return runtime.run(lambda conn: runtime.store.recurring.get(conn, key))
 
 
 def list_all(runtime: Runtime, include_canceled: bool) -> list[RecurringJob]:
     """Every master with its next fire time, by id."""
-    with runtime.connection() as conn:
-        return runtime.store.recurring.list_all(conn, include_canceled)
+    return runtime.run(lambda conn: runtime.store.recurring.list_all(conn, include_canceled))
 
 
 def _change(runtime: Runtime, recurring_id: str, op: Callable[[Recurring, Any, str], bool]) -> bool:
     key = validate_key("id", recurring_id)
-    with runtime.connection() as conn:
-        return op(runtime.store.recurring, conn, key)
+    return runtime.run(lambda conn: op(runtime.store.recurring, conn, key))
 
 
 class RecurringJobBuilder(OptionsBuilder):
@@ -204,9 +201,8 @@ class RecurringJobBuilder(OptionsBuilder):
         return it. The same definition again changes nothing (see
         :meth:`flask_ratchet.store.recurring.Recurring.register`)."""
         definition = self.build()
-        with self._state.connection(atomic=True) as conn:
-            master, _ = self._state.store.recurring.register(conn, definition)
-        return master
+        store = self._state.store.recurring
+        return self._state.run(lambda conn: store.register(conn, definition)[0], atomic=True)
 
 
 def make_recurring_builder(

@@ -16,6 +16,5 @@ def configure_resource(
     :raises InvalidOption: naming the bad value; nothing is written.
     """
     limit = resource_limit(name, max_concurrent, retry_delay)
-    with runtime.connection() as conn:
-        runtime.store.resources.set_resource_limit(conn, limit)
+    runtime.run(lambda conn: runtime.store.resources.set_resource_limit(conn, limit))
     return limit

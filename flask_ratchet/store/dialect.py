@@ -6,7 +6,7 @@ uses. A database ratchet supports is one subclass of :class:`Dialect` plus its S
 - inserts: ``INSERT … ON CONFLICT`` in the dialect's spelling (:meth:`Dialect.insert_ignoring`,
   :meth:`Dialect.upsert`);
 - the claim: marking due jobs RUNNING, the poller's hot path;
-- wake-ups: how workers in other processes learn that jobs are due;
+- wake-ups: the database's own channel for them, or what stands in for one;
 - locking: whether row locks order writers, and the lock that serialises schema changes;
 - the dialect's own SQL for the two batched hot paths (many jobs submitted, a batch of
   outcomes), where it has one; the shared SQL of :mod:`.submission` and :mod:`.executions`
@@ -20,7 +20,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
@@ -28,7 +28,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..schema import node
 from ..states import JobStatus
+from .channels import Channels
 from .driver import savepoint
+from .end_watches import EndWatch, SleepingWatch
 from .types import ClaimedJob, Finished, Inserted, NewJob
 
 #: Rows per multi-row INSERT, or ids per ``IN (…)``: well under every driver's parameter limit.
@@ -39,14 +41,6 @@ def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:
     """Yield ``items`` in slices of at most ``size``."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
-
-
-class EndWatch(Protocol):
-    """See :meth:`Dialect.end_watch`."""
-
-    def wait(self, seconds: float) -> None: ...
-
-    def close(self) -> None: ...
 
 
 class Dialect:
@@ -100,6 +94,11 @@ class Dialect:
         ``BEGIN IMMEDIATE`` already serialises them."""
         return self.begin(engine)
 
+    def transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` ended a transaction that may simply be run again: the database broke
+        a deadlock or gave up a lock wait (no error of the work itself)."""
+        return False
+
     # -- the clock -----------------------------------------------------------------------------
 
     def now(self, conn: Connection) -> datetime:
@@ -139,27 +138,24 @@ class Dialect:
 
     # -- wake-ups ------------------------------------------------------------------------------
 
-    def notifier(self, url: sa.URL) -> Callable[[], None] | None:
-        """What tells workers in other processes that committed jobs are due, or ``None`` where
-        workers see other processes' commits by themselves (see :mod:`.wakeup`)."""
+    def channels(self, url: sa.URL) -> Channels | None:
+        """The database's own channel for wake-ups (PostgreSQL's ``NOTIFY``), or ``None``: then
+        :meth:`wake_listener` and :meth:`end_watch` are what workers and waiters have, unless
+        ``RATCHET_WAKEUP_URL`` names a channel (see :mod:`.wakeup`)."""
         return None
 
     def wake_listener(
         self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
     ) -> threading.Thread:
-        """A worker's thread (not started) that calls ``on_wake`` when another process has
-        committed due jobs, until ``stop`` is set."""
-        raise NotImplementedError
-
-    def ended_notifier(self, url: sa.URL) -> Callable[[], None] | None:
-        """What a worker calls after writing outcomes, to tell waiters in other processes that
-        jobs ended; ``None`` where waiters see the commits by themselves."""
-        return None
+        """Without a channel: a worker's thread (not started) that calls ``on_wake`` when
+        another process has committed due jobs, until ``stop`` is set. By default it hears
+        nothing (the worker's adaptive poll finds the jobs)."""
+        return threading.Thread(target=stop.wait, name="ratchet-no-listener", daemon=True)
 
     def end_watch(self, url: sa.URL, within: float) -> EndWatch:
-        """What a waiter waits on between reads of a job: it returns early when jobs may have
-        ended (the caller closes it). ``within``: seconds it may take to be ready, at most."""
-        raise NotImplementedError
+        """Without a channel: what a waiter waits on between reads of a job (by default it
+        waits out each interval)."""
+        return SleepingWatch()
 
     # -- inserts -------------------------------------------------------------------------------
 

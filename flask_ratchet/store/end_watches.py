@@ -1,19 +1,20 @@
 """What a waiter (``JobHandle.wait``) waits on between its reads of a job: something that
 returns early when jobs may have ended.
 
-- PostgreSQL: one ``LISTEN ratchet_ended`` connection per process and database, shared by every
-  waiter in the process (a web app whose requests wait would otherwise hold a connection per
-  waiting request). A thread of its own opens it when the first waiter starts, wakes every
-  waiter at each notice (each reads its own job), and closes it :data:`IDLE_CLOSE` seconds after
-  the last waiter left. A waiter starts once the connection listens (so an end between its
-  first read and its first wait is not missed), or after :data:`LISTEN_TIMEOUT` or its own
-  timeout, whichever is shorter, without it. A lost connection wakes every waiter (an end may
-  have gone unheard: they read again) and is opened again by the next wait; a try that fails,
-  or hangs past :data:`LISTEN_TIMEOUT`, is made again only after :data:`RETRY_AFTER`, and
-  meanwhile waiters read their jobs once a second. Keepalives notice a connection that died
-  without a word.
+- Over a channel (PostgreSQL's ``LISTEN ratchet_ended``, or Redis pub/sub): one subscription per
+  process and channel place, shared by every waiter in the process (a web app whose requests wait
+  would otherwise hold a connection per waiting request). A thread of its own opens it when the
+  first waiter starts, wakes every waiter at each notice (each reads its own job), and closes it
+  :data:`IDLE_CLOSE` seconds after the last waiter left. A waiter starts once the subscription
+  hears (so an end between its first read and its first wait is not missed), or after
+  :data:`LISTEN_TIMEOUT` or its own timeout, whichever is shorter, without it. A lost connection
+  wakes every waiter (an end may have gone unheard: they read again) and is opened again by the
+  next wait; a try that fails, or hangs past :data:`LISTEN_TIMEOUT`, is made again only after
+  :data:`RETRY_AFTER`, and meanwhile waiters read their jobs once a second. Keepalives (and
+  Redis's health checks) notice a connection that died without a word.
 - SQLite: ``PRAGMA data_version`` changes whenever another connection commits to the file,
   checked every 10 ms on a connection of the waiter's own.
+- Elsewhere (MariaDB without Redis): :class:`SleepingWatch`, which waits out each interval.
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ import os
 import sqlite3
 import threading
 import time
-from typing import ClassVar
+from typing import ClassVar, Protocol
 
-import sqlalchemy as sa
-
-from .wakeup import ENDED_CHANNEL, conninfo
+from .channels import ENDED, Channels, Subscription
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -40,27 +39,16 @@ LISTEN_TIMEOUT = 5.0
 RETRY_AFTER = 5.0
 #: How often the listener's thread looks whether waiters are left, in seconds.
 CHECK_EVERY = 0.5
-#: libpq options of the listener's connection: a connection that died without a word (a NAT or
-#: a load balancer dropping an idle flow) is noticed within about half a minute, and one that
-#: stops answering while a statement is sent, too.
-CONNECT_OPTIONS: dict[str, int] = {
-    "connect_timeout": 5,
-    "keepalives": 1,
-    "keepalives_idle": 10,
-    "keepalives_interval": 5,
-    "keepalives_count": 3,
-    "tcp_user_timeout": 30_000,
-}
 
 
-class PgEndHub:
-    """The shared listener of one process and database (see the module's docstring)."""
+class EndHub:
+    """The shared listener of one process and channel place (see the module's docstring)."""
 
-    _hubs: ClassVar[dict[tuple[int, str], PgEndHub]] = {}
+    _hubs: ClassVar[dict[tuple[int, str], EndHub]] = {}
     _hubs_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, dsn: str) -> None:
-        self._dsn = dsn
+    def __init__(self, channels: Channels) -> None:
+        self._channels = channels
         self._cond = threading.Condition()
         #: Notices heard, plus one per lost connection: a waiter wakes when it changes.
         self._notices = 0
@@ -72,14 +60,13 @@ class PgEndHub:
         self._retry_at = 0.0
 
     @classmethod
-    def of(cls, url: sa.URL) -> PgEndHub:
-        """This process's hub for the database at ``url`` (a forked child makes its own)."""
-        dsn = conninfo(url)
-        key = (os.getpid(), dsn)
+    def of(cls, channels: Channels) -> EndHub:
+        """This process's hub for ``channels`` (a forked child makes its own)."""
+        key = (os.getpid(), channels.key)
         with cls._hubs_lock:
             hub = cls._hubs.get(key)
             if hub is None:
-                hub = cls._hubs[key] = cls(dsn)
+                hub = cls._hubs[key] = cls(channels)
             return hub
 
     @property
@@ -143,39 +130,38 @@ class PgEndHub:
             self._retry_at = time.monotonic() + RETRY_AFTER
 
     def _run(self) -> None:
-        import psycopg
-
         me = threading.current_thread()
         listened = False
+        subscription: Subscription | None = None
         try:
-            dsn = psycopg.conninfo.make_conninfo(self._dsn, **CONNECT_OPTIONS)
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(f"LISTEN {ENDED_CHANNEL}")
-                with self._cond:
-                    if self._thread is not me:  # given up meanwhile: another one listens
-                        return
-                    self._listening = listened = True
-                    self._cond.notify_all()
-                idle_since: float | None = None
-                while True:
-                    for _ in conn.notifies(timeout=CHECK_EVERY):
-                        with self._cond:
-                            self._notices += 1
-                            self._cond.notify_all()
+            subscription = self._channels.subscription(ENDED)
+            with self._cond:
+                if self._thread is not me:  # given up meanwhile: another one listens
+                    return
+                self._listening = listened = True
+                self._cond.notify_all()
+            idle_since: float | None = None
+            while True:
+                if subscription.heard(CHECK_EVERY):
                     with self._cond:
-                        if self._waiters > 0:
-                            idle_since = None
-                        elif idle_since is None:
-                            idle_since = time.monotonic()
-                        elif time.monotonic() - idle_since >= IDLE_CLOSE:
-                            # Decided under the lock: a waiter joining now starts a new thread.
-                            self._listening = False
-                            self._thread = None
-                            return
-        except psycopg.Error as exc:
+                        self._notices += 1
+                        self._cond.notify_all()
+                with self._cond:
+                    if self._waiters > 0:
+                        idle_since = None
+                    elif idle_since is None:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since >= IDLE_CLOSE:
+                        # Decided under the lock: a waiter joining now starts a new thread.
+                        self._listening = False
+                        self._thread = None
+                        return
+        except self._channels.errors as exc:
             if self._waiters:  # lost while idle, it is opened again when needed: no news
                 log.warning("listening for job ends failed (%s); waiters read their jobs", exc)
         finally:
+            if subscription is not None:
+                subscription.close()
             with self._cond:
                 if self._thread is me:  # lost or failed, not closed for idleness or given up
                     self._listening = False
@@ -190,19 +176,27 @@ class PgEndHub:
 def _forget_hubs_in_child() -> None:
     """In a forked child: no hub of the parent's (their threads did not come along), and a lock
     that no thread of the parent may be holding."""
-    PgEndHub._hubs = {}
-    PgEndHub._hubs_lock = threading.Lock()
+    EndHub._hubs = {}
+    EndHub._hubs_lock = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_forget_hubs_in_child)
 
 
-class PgEndWatch:
-    """One waiter's view of its process's :class:`PgEndHub`; ``within``: seconds it waits at
-    most for the shared connection to listen."""
+class EndWatch(Protocol):
+    """See :meth:`flask_ratchet.store.wakeup.Wakeups.end_watch`."""
 
-    def __init__(self, url: sa.URL, within: float = LISTEN_TIMEOUT) -> None:
-        self._hub: PgEndHub | None = PgEndHub.of(url)
+    def wait(self, seconds: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ChannelEndWatch:
+    """One waiter's view of its process's :class:`EndHub`; ``within``: seconds it waits at
+    most for the shared subscription to hear."""
+
+    def __init__(self, channels: Channels, within: float = LISTEN_TIMEOUT) -> None:
+        self._hub: EndHub | None = EndHub.of(channels)
         self._seen = self._hub.join(within)
 
     def wait(self, seconds: float) -> None:
@@ -247,3 +241,17 @@ class SqliteEndWatch:
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
+
+
+class SleepingWatch:
+    """A waiter's watch where nothing tells of ends: it waits out each interval (``wait``
+    reads its job at least once a second)."""
+
+    def __init__(self) -> None:
+        self._closed = threading.Event()
+
+    def wait(self, seconds: float) -> None:
+        self._closed.wait(seconds)
+
+    def close(self) -> None:
+        self._closed.set()

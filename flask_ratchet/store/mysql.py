@@ -16,12 +16,12 @@
 - **No ON CONFLICT DO NOTHING**: ``INSERT IGNORE`` for tables whose only unique key is their
   primary key; jobs (three unique keys) are written by :mod:`.mysql_submission`, which looks up
   idempotency keys first, so a recurring occurrence's second child is refused, not skipped.
-- **Wake-ups**: no ``LISTEN``; workers poll (adaptively), and are woken in-process.
+- **Wake-ups**: no ``LISTEN``: workers poll (adaptively) and are woken in-process, waiters read
+  their job every second, unless ``RATCHET_WAKEUP_URL`` names a Redis (see :mod:`.wakeup`).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -39,6 +39,9 @@ from .mysql_claim import claim
 from .mysql_submission import insert_jobs
 from .types import ClaimedJob, Inserted, NewJob
 
+#: MariaDB's errors for a transaction chosen to break a deadlock, and for a lock wait given up.
+DEADLOCK = 1213
+LOCK_WAIT_TIMEOUT = 1205
 #: The oldest MariaDB this store runs on: ``SKIP LOCKED`` came in 10.6.
 OLDEST = (10, 6)
 READ_COMMITTED = "READ COMMITTED"
@@ -88,6 +91,10 @@ class MySQLDialect(Dialect):
             if not conn.get_execution_options().get(_RC_OPTION):
                 driver_statement(_SET_READ_COMMITTED, conn.dialect).execute(conn, {})
             yield conn
+
+    def transient(self, exc: BaseException) -> bool:
+        args: tuple[Any, ...] = getattr(getattr(exc, "orig", None), "args", ())
+        return bool(args) and args[0] in (DEADLOCK, LOCK_WAIT_TIMEOUT)
 
     @contextmanager
     def schema_transaction(self, engine: Engine) -> Iterator[Connection]:
@@ -146,17 +153,6 @@ class MySQLDialect(Dialect):
     def hour_sql(self) -> ColumnElement[datetime]:
         hour = sa.func.date_format(sa.func.utc_timestamp(), "%Y-%m-%d %H:00:00")
         return sa.type_coerce(sa.cast(hour, mysql.DATETIME(fsp=6)), UtcDateTime())
-
-    # -- wake-ups ------------------------------------------------------------------------------
-
-    def wake_listener(
-        self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
-    ) -> threading.Thread:
-        # Nothing to listen to: the worker's adaptive poll finds other processes' jobs.
-        return threading.Thread(target=stop.wait, name="ratchet-no-listener", daemon=True)
-
-    def end_watch(self, url: sa.URL, within: float) -> SleepingWatch:
-        return SleepingWatch()
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -253,17 +249,3 @@ class _Proposed:
         if isinstance(value, ClauseElement):
             return value
         return sa.literal(value, self._table.c[name].type)
-
-
-class SleepingWatch:
-    """A waiter's watch where nothing tells of ends: it waits out each interval (``wait``
-    reads its job at least once a second)."""
-
-    def __init__(self) -> None:
-        self._closed = threading.Event()
-
-    def wait(self, seconds: float) -> None:
-        self._closed.wait(seconds)
-
-    def close(self) -> None:
-        self._closed.set()

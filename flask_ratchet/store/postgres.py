@@ -20,9 +20,8 @@ deep the backlog is.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -37,14 +36,13 @@ from ..errors import DuplicateBusinessKey
 from ..options import Priority
 from ..schema import business_key
 from ..states import LIVE, Action, JobStatus, sources, target
+from .channels import PgChannels
 from .dialect import Dialect, chunks
 from .driver import driver_statement
-from .end_watches import PgEndWatch
 from .postgres_completion import COMPLETE_STMT, complete_params
 from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
 from .submission import delete_jobs, job_values, match_duplicates, refuse_repeated_business_keys
 from .types import ClaimedJob, Finished, Inserted, NewJob
-from .wakeup import ENDED_CHANNEL, Notifier, PgListener
 
 _LEVELS = ",".join(str(int(p)) for p in Priority)
 
@@ -171,6 +169,7 @@ _KEY_CONSTRAINT = "pk_ratchet_business_key"
 #: unlikely to be an app's own key).
 SCHEMA_LOCK_KEY = int.from_bytes(b"ratchet!", "big") - 2**63
 _LOCK_SCHEMA = sa.text("SELECT pg_advisory_xact_lock(:key)")
+_TRANSIENT = frozenset({"40P01", "40001", "55P03"})
 
 
 def _earliest(time: str) -> str:
@@ -301,6 +300,10 @@ class PostgresDialect(Dialect):
             conn.execute(_LOCK_SCHEMA, {"key": SCHEMA_LOCK_KEY})
             yield conn
 
+    def transient(self, exc: BaseException) -> bool:
+        # deadlock_detected, serialization_failure, lock_not_available (a lock_timeout)
+        return getattr(getattr(exc, "orig", None), "sqlstate", None) in _TRANSIENT
+
     def now(self, conn: Connection) -> datetime:
         return conn.execute(sa.select(self.now_sql())).scalar_one()
 
@@ -316,21 +319,8 @@ class PostgresDialect(Dialect):
     def hour_sql(self) -> ColumnElement[datetime]:
         return sa.func.date_trunc("hour", sa.func.now(), type_=UtcDateTime())
 
-    def notifier(self, url: sa.URL) -> Callable[[], None]:
-        return Notifier(url).request
-
-    def wake_listener(
-        self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
-    ) -> threading.Thread:
-        return PgListener(url, on_wake, stop)
-
-    def ended_notifier(self, url: sa.URL) -> Callable[[], None]:
-        # At most one NOTIFY per 50 ms (a worker writes outcomes every few ms under load): a
-        # waiter learns of an end that much later at worst, and the server is spared the rest.
-        return Notifier(url, gap=0.05, channel=ENDED_CHANNEL).request
-
-    def end_watch(self, url: sa.URL, within: float) -> PgEndWatch:
-        return PgEndWatch(url, within)
+    def channels(self, url: sa.URL) -> PgChannels:
+        return PgChannels(url)
 
     def status_estimates(self, conn: Connection) -> dict[JobStatus, int]:
         """``reltuples`` times the value's frequency in ``pg_stats``: live statuses from the hot

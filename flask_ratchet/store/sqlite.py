@@ -77,6 +77,10 @@ class SqliteDialect(Dialect):
         with super().savepoint(conn):
             yield
 
+    def transient(self, exc: BaseException) -> bool:
+        # The busy timeout ran out while another connection held the write lock.
+        return isinstance(exc, sa.exc.OperationalError) and "database is locked" in str(exc)
+
     def now(self, conn: Connection) -> datetime:
         return datetime.now(UTC)
 

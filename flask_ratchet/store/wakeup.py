@@ -1,17 +1,18 @@
 """Wake-ups: telling idle pollers that work was committed, so they need not wait for their poll;
 and telling whoever waits for a job's end (``JobHandle.wait``) that jobs have ended.
 
-Polling stays the correctness floor; wake-ups only shorten the wait.
+Polling stays the correctness floor; wake-ups only shorten the wait. :class:`Wakeups` is what a
+process uses, whatever carries them:
 
-- PostgreSQL: ``NOTIFY ratchet_wakeup`` is sent *after* the enqueuing transaction commits, by one
-  background sender per process that coalesces requests (a NOTIFY inside every enqueuing
-  transaction serialises commits on the server's notification queue; see bench/notify.py).
-  Workers ``LISTEN`` on a dedicated autocommit connection that reconnects with backoff.
-  Ends are told the same way on ``ratchet_ended``: a worker asks its second notifier after each
-  batch of outcomes is written, any other process after a commit that ended jobs (a cancel from
-  the API or the console); waiters listen through :mod:`.end_watches`.
-- SQLite: ``PRAGMA data_version`` changes whenever another connection commits to the file; a
-  worker checks it every few milliseconds on a connection of its own.
+- a channel (:mod:`.channels`): PostgreSQL's ``NOTIFY`` / ``LISTEN``, or Redis pub/sub for any
+  database (``RATCHET_WAKEUP_URL``). A notice is sent *after* the committing transaction, by one
+  background sender per process and channel that coalesces requests (a NOTIFY inside every
+  enqueuing transaction serialises commits on the server's notification queue; see
+  bench/notify.py). Workers listen on a connection of their own that reconnects with backoff;
+  waiters share one per process (:mod:`.end_watches`).
+- else the database itself where it can tell: SQLite's ``PRAGMA data_version`` changes whenever
+  another connection commits to the file, checked every few milliseconds.
+- else nothing (MariaDB without Redis): workers poll, waiters read their job every second.
 """
 
 from __future__ import annotations
@@ -24,20 +25,16 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import sqlalchemy as sa
 
-if TYPE_CHECKING:  # imported where used: psycopg is the postgresql extra
-    import psycopg
-
-CHANNEL = "ratchet_wakeup"
-#: Where workers say that jobs ended (after the outcomes committed), for waiters.
-ENDED_CHANNEL = "ratchet_ended"
+from .channels import ENDED, WAKEUP, Channels, Publisher, Subscription
+from .end_watches import ChannelEndWatch, EndWatch
 
 log = logging.getLogger("flask_ratchet.worker")
 
-#: Seconds a process that exits waits for its last NOTIFYs to be sent (all its notifiers
+#: Seconds a process that exits waits for its last notices to be sent (all its notifiers
 #: together).
 FLUSH_AT_EXIT = 2.0
 #: This process's notifiers, for the flush at exit and the reset after a fork.
@@ -56,9 +53,9 @@ def _forget_parents_notifiers() -> None:
 
 
 class Notifier:
-    """Sends ``NOTIFY`` after commits: at most one in flight, never one per job.
+    """Sends notices on ``channel`` after commits: at most one in flight, never one per job.
 
-    Requests made while a NOTIFY is being sent are merged into the next one. The sending thread
+    Requests made while a notice is being sent are merged into the next one. The sending thread
     starts at the first request in a process (never at import or ``init_app``, so forked web
     workers start clean), keeps one connection of its own, and closes it and ends after
     ``idle`` seconds without requests. A process that exits right after a request (a script, a
@@ -66,9 +63,9 @@ class Notifier:
     """
 
     def __init__(
-        self, url: sa.URL, idle: float = 10.0, gap: float = 0.01, channel: str = CHANNEL
+        self, channels: Channels, channel: str = WAKEUP, idle: float = 10.0, gap: float = 0.01
     ) -> None:
-        self._conninfo = conninfo(url)
+        self._channels = channels
         self._channel = channel
         self._idle = idle
         self._gap = gap
@@ -77,14 +74,14 @@ class Notifier:
         self._thread: threading.Thread | None = None
         self._pid = 0
         self.sent = 0
-        #: Requests made, and the count the last NOTIFY sent answered (for the flush at exit).
+        #: Requests made, and the count the last notice sent answered (for the flush at exit).
         self._asked = 0
         self._answered = 0
         self._progress = threading.Condition()
         _NOTIFIERS.add(self)
 
     def request(self) -> None:
-        """Ask for a NOTIFY."""
+        """Ask for a notice."""
         with self._progress:
             self._asked += 1
         self._wanted.set()
@@ -98,7 +95,7 @@ class Notifier:
 
     def flush(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every request made so far in this process to be
-        sent; return whether they were (a NOTIFY that fails is given up, as at any time)."""
+        sent; return whether they were (a notice that fails is given up, as at any time)."""
         if self._pid != os.getpid():  # none asked for here (a forked child forgets the parent's)
             return True
         with self._progress:
@@ -113,10 +110,13 @@ class Notifier:
         self._thread, self._pid = None, 0
         self._asked = self._answered = 0
 
-    def _run(self) -> None:
-        import psycopg
+    def _answer(self, asked: int) -> None:
+        with self._progress:
+            self._answered = asked
+            self._progress.notify_all()
 
-        conn: psycopg.Connection[tuple[object, ...]] | None = None
+    def _run(self) -> None:
+        publisher: Publisher | None = None
         try:
             while True:
                 if not self._wanted.wait(self._idle):
@@ -126,71 +126,67 @@ class Notifier:
                             return
                 self._wanted.clear()
                 with self._progress:
-                    asked = self._asked  # what this NOTIFY answers
+                    asked = self._asked  # what this notice answers
                 try:
-                    if conn is None or conn.closed:
-                        conn = psycopg.connect(self._conninfo, autocommit=True, connect_timeout=5)
-                    conn.execute(f"NOTIFY {self._channel}")
+                    if publisher is None:
+                        publisher = self._channels.publisher(self._channel)
+                    publisher.send()
                     self.sent += 1
-                    with self._progress:
-                        self._answered = asked
-                        self._progress.notify_all()
-                    # A short gap lets requests pile up into one NOTIFY under load; a request
+                    self._answer(asked)
+                    # A short gap lets requests pile up into one notice under load; a request
                     # made meanwhile is still answered by the next one.
                     time.sleep(self._gap)
-                except psycopg.Error:
+                except self._channels.errors:
                     log.warning(
                         "could not send a wake-up; workers will find the job at their next poll"
                     )
-                    with self._progress:  # given up: a flush does not wait for it
-                        self._answered = asked
-                        self._progress.notify_all()
-                    if conn is not None:
-                        conn.close()
-                    conn = None
+                    self._answer(asked)  # given up: a flush does not wait for it
+                    if publisher is not None:
+                        publisher.close()
+                    publisher = None
         finally:
-            if conn is not None:
-                conn.close()
+            if publisher is not None:
+                publisher.close()
 
 
-def conninfo(url: sa.URL) -> str:
-    """A psycopg connection string for a SQLAlchemy PostgreSQL URL."""
-    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+class Listener(threading.Thread):
+    """A worker's thread hearing wake-ups on its own subscription; reconnects with backoff when
+    it drops, and wakes the worker each time it is back (notices sent meanwhile are lost)."""
 
-
-class PgListener(threading.Thread):
-    """LISTENs for wake-ups on its own connection; reconnects with backoff when it drops."""
-
-    def __init__(self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event) -> None:
+    def __init__(
+        self, channels: Channels, on_wake: Callable[[], None], stop: threading.Event
+    ) -> None:
         super().__init__(name="ratchet-listen", daemon=True)
-        self._conninfo = conninfo(url)
+        self._channels = channels
         self._on_wake = on_wake
         self._stop_event = stop
         self.connected = threading.Event()
+        #: The subscription's server process on PostgreSQL, for tests that cut it.
         self.backend_pid: int | None = None
         self.reconnects = 0
 
     def run(self) -> None:
-        import psycopg
-
         backoff = 0.5
         while not self._stop_event.is_set():
+            subscription: Subscription | None = None
             try:
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    self.backend_pid = conn.info.backend_pid
-                    self.connected.set()
-                    backoff = 0.5
-                    self._on_wake()  # notifications sent while we were away are lost: look now
-                    while not self._stop_event.is_set():
-                        for _ in conn.notifies(timeout=1.0):
-                            self._on_wake()
-            except psycopg.Error as exc:
+                subscription = self._channels.subscription(WAKEUP)
+                self.backend_pid = getattr(subscription, "backend_pid", None)
+                self.connected.set()
+                backoff = 0.5
+                self._on_wake()  # notices sent while we were away are lost: look now
+                while not self._stop_event.is_set():
+                    if subscription.heard(1.0):
+                        self._on_wake()
+            except self._channels.errors as exc:
                 self.connected.clear()
                 self.reconnects += 1
                 log.warning("wake-up connection lost (%s); reconnecting in %.1fs", exc, backoff)
                 self._stop_event.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
+            finally:
+                if subscription is not None:
+                    subscription.close()
 
 
 class SqliteWatcher(threading.Thread):
@@ -220,6 +216,63 @@ class SqliteWatcher(threading.Thread):
                     self._on_wake()
         finally:
             conn.close()
+
+
+class Fallback(Protocol):
+    """What a database offers where no channel carries wake-ups (see :class:`.Dialect`)."""
+
+    def wake_listener(
+        self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
+    ) -> threading.Thread: ...
+
+    def end_watch(self, url: sa.URL, within: float) -> EndWatch: ...
+
+
+class Wakeups:
+    """One app's wake-ups in this process: over ``channels`` if there are any, else what the
+    database at ``url`` offers (``fallback``)."""
+
+    def __init__(self, channels: Channels | None, fallback: Fallback, url: sa.URL) -> None:
+        self.channels = channels
+        self._fallback = fallback
+        self._url = url
+        self._notifiers: dict[str, Notifier] = {}
+        self._lock = threading.Lock()
+
+    def _notifier(self, channel: str, gap: float) -> Callable[[], None] | None:
+        if self.channels is None:
+            return None
+        with self._lock:
+            found = self._notifiers.get(channel)
+            if found is None:
+                found = self._notifiers[channel] = Notifier(self.channels, channel, gap=gap)
+        return found.request
+
+    def notifier(self) -> Callable[[], None] | None:
+        """What tells workers in other processes that committed jobs are due; ``None`` where
+        they see other processes' commits by themselves or poll."""
+        return self._notifier(WAKEUP, 0.01)
+
+    def ended_notifier(self) -> Callable[[], None] | None:
+        """What tells waiters in other processes that jobs ended, after the commit; ``None``
+        where they see the commits by themselves or read each second. At most one notice per
+        50 ms (a worker writes outcomes every few ms under load): a waiter learns of an end that
+        much later at worst, and the server is spared the rest."""
+        return self._notifier(ENDED, 0.05)
+
+    def listener(self, on_wake: Callable[[], None], stop: threading.Event) -> threading.Thread:
+        """A worker's thread (not started) that calls ``on_wake`` when another process has
+        committed due jobs, until ``stop`` is set."""
+        if self.channels is None:
+            return self._fallback.wake_listener(self._url, on_wake, stop)
+        return Listener(self.channels, on_wake, stop)
+
+    def end_watch(self, within: float) -> EndWatch:
+        """What a waiter waits on between reads of a job: it returns early when jobs may have
+        ended (the caller closes it). ``within``: seconds it may take to be ready, at most."""
+        if self.channels is None:
+            return self._fallback.end_watch(self._url, within)
+        return ChannelEndWatch(self.channels, within)
 
 
 atexit.register(_flush_at_exit)

@@ -25,7 +25,6 @@ from importlib.metadata import version
 from types import FrameType
 from typing import TYPE_CHECKING
 
-import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -138,6 +137,7 @@ class Worker(Supervision):
             self.state.ensure_schema()
             self.store = self.state.store
             url = self.state.engine.url
+            self.wakeups = self.state.wakeups
             # The app's own: a job that cancels another tells waiters through the same one.
             self._tell_ended = self.state.ended_notifier()
         self.engine = self.store.dialect.worker_engine(url, self.concurrency)
@@ -191,7 +191,7 @@ class Worker(Supervision):
             breakers=self.executor.breakers,
         )
         try:
-            self._start(url)
+            self._start()
             self._poll()
             return self._drain()
         finally:
@@ -201,7 +201,7 @@ class Worker(Supervision):
             self.claim_engine.dispose()
             self.engine.dispose()
 
-    def _start(self, url: sa.URL) -> None:
+    def _start(self) -> None:
         with self.store.begin(self.engine) as conn:
             mine = self.store.cluster.reclaim_own(conn, self.node_id)
             recorded = facts.take(conn)
@@ -237,7 +237,7 @@ class Worker(Supervision):
             burst=self.burst,
         )
         threading.Thread(target=self._watch, name="ratchet-watchdog", daemon=True).start()
-        self.listener = self.store.dialect.wake_listener(url, self.wake, self.stop_event)
+        self.listener = self.wakeups.listener(self.wake, self.stop_event)
         self.listener.start()
         self.state.wake_listeners.append(self.wake)
         log.info(
@@ -281,7 +281,11 @@ class Worker(Supervision):
                             quotas,
                             self._refusing(),
                         )
-                except SQLAlchemyError:
+                except SQLAlchemyError as exc:
+                    if self.store.dialect.transient(exc):
+                        # Given up to break a deadlock with another claimer: claim again now.
+                        log.debug("claim given up by the database; claiming again")
+                        continue
                     log.warning("claim failed; polling again later", exc_info=True)
                 except Exception:
                     # Not the database: most likely a row holding what ratchet never writes.

@@ -9,7 +9,8 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
-from flask_ratchet.store.end_watches import PgEndWatch
+from flask_ratchet.store.channels import PgChannels
+from flask_ratchet.store.end_watches import ChannelEndWatch
 from tests.acceptance.conftest import Workers
 from tests.apps import add, fail_until, ratchet, sleep_for
 
@@ -53,7 +54,7 @@ def test_a_waiter_reads_the_job_a_few_times_not_in_a_tight_loop(
 def test_on_postgresql_a_worker_tells_waiters_that_jobs_ended(app: Flask, workers: Workers) -> None:
     workers.start()
     add.enqueue(0, 0).wait(timeout=60)  # the worker is up
-    watch = PgEndWatch(ratchet.state.engine.url)
+    watch = ChannelEndWatch(PgChannels(ratchet.state.engine.url))
     try:
         add.enqueue(1, 1)
         started = time.monotonic()

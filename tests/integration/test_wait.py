@@ -21,8 +21,8 @@ from flask_ratchet import (
     WaitInTransaction,
     WaitTimeout,
 )
-from flask_ratchet.store.end_watches import IDLE_CLOSE, PgEndHub, PgEndWatch
-from flask_ratchet.store.wakeup import conninfo
+from flask_ratchet.store.channels import PgChannels, conninfo
+from flask_ratchet.store.end_watches import IDLE_CLOSE, ChannelEndWatch, EndHub
 from tests.apps import Order, add, create_app, db, ratchet
 from tests.integration.helpers import count
 
@@ -99,7 +99,7 @@ def test_a_request_waits_only_after_it_commits(database_url: str) -> None:
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_a_cancel_from_the_api_tells_waiters_elsewhere(app: Flask) -> None:
     job_id = add.enqueue(1, 2).id  # no worker: it stays PENDING
-    watch = PgEndWatch(ratchet.state.engine.url)
+    watch = ChannelEndWatch(PgChannels(ratchet.state.engine.url))
     try:
         assert ratchet.cancel_job(job_id)
         started = time.monotonic()
@@ -134,7 +134,7 @@ def test_waiters_in_one_process_share_one_listening_connection(app: Flask) -> No
     threads = [threading.Thread(target=wait_for, args=(job_id,)) for job_id in jobs]
     for thread in threads:
         thread.start()
-    hub = PgEndHub.of(ratchet.state.engine.url)
+    hub = EndHub.of(PgChannels(ratchet.state.engine.url))
     deadline = time.monotonic() + 30
     while hub.waiters < len(jobs) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -165,7 +165,7 @@ def test_a_listener_that_cannot_connect_is_tried_again_only_after_a_pause(
         return connect(*args, **kwargs)
 
     monkeypatch.setattr(psycopg, "connect", counted)
-    hub = PgEndHub(conninfo(sa.make_url("postgresql://root@127.0.0.1:9/nothing_listens_here")))
+    hub = EndHub(PgChannels(sa.make_url("postgresql://root@127.0.0.1:9/nothing_listens_here")))
     assert hub.join(5) is None  # refused: the waiter reads without it
     # Waiters going on (each read followed by a wait) neither wake at once nor make the hub
     # try again and again: a failed try is no notice, and the next comes after RETRY_AFTER.

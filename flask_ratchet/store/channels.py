@@ -1,0 +1,212 @@
+"""Where wake-ups travel: a channel that a process publishes notices on and others hear.
+
+A notice says only "look now": jobs became due, or jobs ended. It is a hint sent after a
+commit, never needed for correctness (workers poll, waiters read their job at least once a
+second), so a notice lost with a connection costs a little latency and nothing else.
+
+Two kinds of channel, each opened by a connection of its own:
+
+- PostgreSQL's ``NOTIFY`` / ``LISTEN`` (psycopg 3), on the job database itself;
+- Redis pub/sub (``RATCHET_WAKEUP_URL = "redis://…"``, the ``redis`` extra), for any store:
+  MariaDB has no ``LISTEN``, and a PostgreSQL behind a transaction pooler cannot keep one.
+
+:class:`Publisher` sends notices; :class:`Subscription` hears them. Both are opened in the
+thread that uses them (a sender's, a listener's) and closed by it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+import sqlalchemy as sa
+
+if TYPE_CHECKING:  # imported where used: psycopg and redis are extras
+    import psycopg
+    import redis
+
+#: Channel names, suffixed to a Redis prefix or used as they are on PostgreSQL.
+WAKEUP = "ratchet_wakeup"
+ENDED = "ratchet_ended"
+
+#: libpq options of a listening connection: a connection that died without a word (a NAT or a
+#: load balancer dropping an idle flow) is noticed within about half a minute, and one that
+#: stops answering while a statement is sent, too.
+PG_CONNECT_OPTIONS: dict[str, int] = {
+    "connect_timeout": 5,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+#: Redis: seconds to connect or to wait for an answer, and between health checks of an idle
+#: subscription (a PING through it: a connection that stopped delivering is found out).
+REDIS_TIMEOUT = 5.0
+REDIS_HEALTH_CHECK = 10.0
+
+
+class Publisher(Protocol):
+    """An open connection that sends notices on one channel."""
+
+    def send(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Subscription(Protocol):
+    """An open connection that hears notices on one channel."""
+
+    def heard(self, timeout: float) -> int:
+        """Wait up to ``timeout`` seconds; return how many notices came (0 if none)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Channels(Protocol):
+    """Opens publishers and subscriptions of one place (a database, a Redis server)."""
+
+    #: Something that names the place, for one shared listener per process and place.
+    key: str
+    #: What opening, sending or hearing raises when the connection fails.
+    errors: tuple[type[Exception], ...]
+
+    def publisher(self, channel: str) -> Publisher: ...
+
+    def subscription(self, channel: str) -> Subscription: ...
+
+
+# -- PostgreSQL -----------------------------------------------------------------------------------
+
+
+def conninfo(url: sa.URL) -> str:
+    """A psycopg connection string for a SQLAlchemy PostgreSQL URL."""
+    return url.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class PgChannels:
+    """``NOTIFY`` and ``LISTEN`` on the PostgreSQL database at ``url``."""
+
+    def __init__(self, url: sa.URL) -> None:
+        import psycopg
+
+        self._dsn = conninfo(url)
+        self.key = self._dsn
+        self.errors: tuple[type[Exception], ...] = (psycopg.Error,)
+
+    def publisher(self, channel: str) -> PgPublisher:
+        return PgPublisher(self._dsn, channel)
+
+    def subscription(self, channel: str) -> PgSubscription:
+        return PgSubscription(self._dsn, channel)
+
+
+class PgPublisher:
+    def __init__(self, dsn: str, channel: str) -> None:
+        import psycopg
+
+        self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+        self._channel = channel
+
+    def send(self) -> None:
+        self._conn.execute(f"NOTIFY {self._channel}")
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+class PgSubscription:
+    def __init__(self, dsn: str, channel: str) -> None:
+        import psycopg
+
+        self._conn: psycopg.Connection[Any] = psycopg.connect(
+            psycopg.conninfo.make_conninfo(dsn, **PG_CONNECT_OPTIONS), autocommit=True
+        )
+        try:
+            self._conn.execute(f"LISTEN {channel}")
+        except BaseException:
+            self._conn.close()
+            raise
+        #: The server process listening, for tests that cut it.
+        self.backend_pid: int | None = self._conn.info.backend_pid
+
+    def heard(self, timeout: float) -> int:
+        return sum(1 for _ in self._conn.notifies(timeout=timeout))
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+# -- Redis ----------------------------------------------------------------------------------------
+
+
+class RedisChannels:
+    """Pub/sub on the Redis server at ``url``, channels named ``<prefix>:<channel>`` (the prefix
+    tells apart the job databases that share a server)."""
+
+    def __init__(self, url: str, prefix: str) -> None:
+        import redis
+
+        self._url = url
+        self._prefix = prefix
+        self.key = f"{url}#{prefix}"
+        self.errors: tuple[type[Exception], ...] = (redis.RedisError, OSError)
+
+    def publisher(self, channel: str) -> RedisPublisher:
+        return RedisPublisher(self._client(), f"{self._prefix}:{channel}")
+
+    def subscription(self, channel: str) -> RedisSubscription:
+        return RedisSubscription(self._client(), f"{self._prefix}:{channel}")
+
+    def _client(self) -> redis.Redis:
+        import redis
+
+        return redis.Redis.from_url(
+            self._url,
+            socket_connect_timeout=REDIS_TIMEOUT,
+            socket_timeout=REDIS_TIMEOUT,
+            socket_keepalive=True,
+            health_check_interval=REDIS_HEALTH_CHECK,
+        )
+
+
+class RedisPublisher:
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        self._client = client
+        self._channel = channel
+
+    def send(self) -> None:
+        self._client.publish(self._channel, b"")
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class RedisSubscription:
+    def __init__(self, client: redis.Redis, channel: str) -> None:
+        import redis
+
+        self._client = client
+        self._pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        try:
+            self._pubsub.subscribe(channel)
+            # The server's confirmation: every notice published from here on is heard.
+            confirmed = self._pubsub.get_message(timeout=REDIS_TIMEOUT)
+            if confirmed is None or confirmed.get("type") != "subscribe":
+                raise redis.TimeoutError(f"SUBSCRIBE {channel} was not confirmed")
+        except BaseException:
+            self.close()
+            raise
+
+    def heard(self, timeout: float) -> int:
+        found = 0
+        wait = timeout
+        # The first message waits; the ones already there are counted without waiting.
+        while (message := self._pubsub.get_message(timeout=wait)) is not None:
+            found += message.get("type") == "message"
+            wait = 0.0
+        return found
+
+    def close(self) -> None:
+        self._pubsub.close()
+        self._client.close()

@@ -1,11 +1,21 @@
 # Everything runs from a virtualenv this Makefile creates: `make test` and `make demo` need
-# nothing installed by hand but python3 (3.11+). PostgreSQL comes from RATCHET_TEST_DATABASE_URL.
+# nothing installed by hand but python3 (3.11+). The databases come from
+# RATCHET_TEST_DATABASE_URL (PostgreSQL), RATCHET_TEST_MARIADB_URL and RATCHET_TEST_REDIS_URL.
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup lint test test-lowest demo bench bench-peers clean
+.PHONY: setup setup-test system-deps lint test test-lowest demo bench bench-peers clean
+
+# Test processes: the suite runs in parallel, each process on databases of its own.
+JOBS ?= 4
+
+# Debian packages the tests use, installed once: MariaDB's client headers (mysqlclient builds on
+# them) and Chromium with its driver (the console's browser test). The demo needs none.
+system-deps:
+	@dpkg -s libmariadb-dev >/dev/null 2>&1 || (apt-get update && apt-get install -y libmariadb-dev)
+	@test -x /usr/bin/chromedriver || (apt-get update && apt-get install -y chromium chromium-driver)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -16,27 +26,29 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# What the tests need beyond setup: the Debian packages, and mysqlclient built on them.
+setup-test: setup system-deps
+	@$(PY) -c "import MySQLdb" 2>/dev/null || $(PY) -m pip install --quiet -e . --group mysqlclient
+
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict flask_ratchet console
 	$(VENV)/bin/lint-imports --no-cache
 
-# The console's browser test drives Debian's chromium through chromedriver; install them once.
-browser-deps:
-	@test -x /usr/bin/chromedriver || (apt-get update && apt-get install -y chromium chromium-driver)
-
-test: lint browser-deps
-	$(PY) -m pytest
+test: lint setup-test
+	$(PY) -m pytest -n $(JOBS)
 
 # The unit and integration tiers on the lowest versions pyproject.toml allows (.ci/lowest.txt),
 # in a virtualenv of their own.
 LOWEST ?= .venv-lowest
-test-lowest:
+# Fewer processes: CI runs it beside `make test`.
+LOWEST_JOBS ?= 2
+test-lowest: system-deps
 	python3 -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade "pip>=25.1"
-	$(LOWEST)/bin/python -m pip install --quiet -c .ci/lowest.txt -e . --group dev
-	$(LOWEST)/bin/python -m pytest tests/unit tests/integration
+	$(LOWEST)/bin/python -m pip install --quiet -c .ci/lowest.txt -e . --group dev --group mysqlclient
+	$(LOWEST)/bin/python -m pytest -n $(LOWEST_JOBS) tests/unit tests/integration
 
 demo: setup
 	$(PY) -m examples.demo

@@ -6,7 +6,7 @@ looks at the batches and at one batch, whose bar fills as the worker runs its ch
 resource limits and circuit breakers pages, and pauses a queue. A screenshot of each page is
 saved under ``tests/browser/screenshots/<database>/`` (ignored by git) for review.
 
-Chromium and its driver are Debian's ``chromium`` and ``chromium-driver`` (``make browser-deps``
+Chromium and its driver are Debian's ``chromium`` and ``chromium-driver`` (``make system-deps``
 installs them). Without them this test fails: it never skips.
 """
 
@@ -62,7 +62,7 @@ def browser(tmp_path: Path) -> Iterator[WebDriver]:
     missing = [str(p) for p in (CHROMIUM, CHROMEDRIVER) if not p.exists()]
     if missing:
         pytest.fail(
-            f"{', '.join(missing)} missing: run 'make browser-deps' "
+            f"{', '.join(missing)} missing: run 'make system-deps' "
             "(apt-get install -y chromium chromium-driver)",
             pytrace=False,
         )

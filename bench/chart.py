@@ -22,7 +22,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask_ratchet.console.reads import overview
 
-from bench.enqueue_claim import DEFAULT_PG, fresh_pg
+from bench.enqueue_claim import DEFAULT_PG, fresh_database
 from flask_ratchet import migrate
 from flask_ratchet.ids import uuid7
 from flask_ratchet.schema import execution, job
@@ -113,7 +113,7 @@ def main() -> None:
     for name in stores:
         with tempfile.TemporaryDirectory() as folder:
             if name == "postgresql":
-                engine = sa.create_engine(fresh_pg(args.pg, DATABASE))
+                engine = sa.create_engine(fresh_database(args.pg, DATABASE))
             else:
                 engine = sa.create_engine(f"sqlite:///{Path(folder) / 'chart.db'}")
             fill(engine, args.runs)

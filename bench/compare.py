@@ -1,7 +1,10 @@
-"""ratchet side by side with Procrastinate, PgQueuer (PostgreSQL) and Huey (SQLite), in one run.
+"""ratchet side by side with Procrastinate, PgQueuer (PostgreSQL) and Huey (SQLite), in one run,
+and ratchet on MariaDB.
 
     python -m bench.compare [--jobs 20000] [--enqueue 10000] [--pickups 200] [--quick]
                             [--pg postgresql://root@127.0.0.1:5432/]
+                            [--mariadb mariadb+pymysql://root@127.0.0.1:3306/test]
+                            [--redis redis://127.0.0.1:6379/0]
 
 The peers are installed, at the versions pinned in ``PINS``, into their own virtualenv
 ``bench/.peers`` (made on the first run, reused while the pins stay the same) and measured by the
@@ -16,6 +19,9 @@ measured with ``bench.worker`` and ``bench.enqueue_claim``, in ``bench_peer_ratc
   job function's start minus the moment before its enqueue call, for every system alike
   (``bench/stamp.py``); ratchet's own ``bench.worker.pickup`` figure is shown beside it.
 
+ratchet on MariaDB has no peer here (no Python job queue runs on it); its idle pickup is measured
+twice, polling alone and with wake-ups through Redis (``RATCHET_WAKEUP_URL``).
+
 Claim cost with 10k vs 1M pending is ratchet's alone: ``python -m bench.enqueue_claim``.
 Prints one Markdown table. Nothing is asserted.
 """
@@ -23,16 +29,18 @@ Prints one Markdown table. Nothing is asserted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import itertools
 import json
+import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +48,16 @@ import psycopg
 import sqlalchemy as sa
 
 from bench import stamp, worker
-from bench.enqueue_claim import bulk, db, fresh_pg, make_app, ratchet, rate, single
+from bench.enqueue_claim import (
+    DEFAULT_MARIADB,
+    bulk,
+    db,
+    fresh_database,
+    make_app,
+    ratchet,
+    rate,
+    single,
+)
 from bench.peers._common import WARMUP
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +73,7 @@ PINS = (
 PICKUP_CONCURRENCY = 4  # what bench.worker.pickup gives ratchet's idle worker
 
 PG_COLUMNS = ("ratchet (PG)", "Procrastinate", "PgQueuer")
+MARIADB_COLUMNS = ("ratchet (MariaDB)", "ratchet (MariaDB, Redis)")
 LITE_COLUMNS = ("ratchet (SQLite)", "Huey")
 DRIVER = {"Procrastinate": "procrastinate", "PgQueuer": "pgqueuer", "Huey": "huey"}
 
@@ -159,7 +177,7 @@ def peer(python: Path, name: str, args: argparse.Namespace, fresh: Callable[[], 
     return figures
 
 
-def ours(url: str, args: argparse.Namespace) -> Figures:
+def ours(url: str, args: argparse.Namespace, pickup_only: bool = False) -> Figures:
     """ratchet's figures on one store (its schema already in place at ``url``)."""
     figures: Figures = {}
 
@@ -188,12 +206,23 @@ def ours(url: str, args: argparse.Namespace) -> Figures:
         latencies = worker.pickup(url, args.pickups)
         add_pickup(figures, "ratchet pickup (bench.worker)", latencies, args.pickups, "db ")
 
-    for conc in (1, 10):
-        measure(f"ratchet drain, concurrency {conc}", lambda c=conc: drain(c))
-    measure("ratchet enqueue", enqueue)
+    if not pickup_only:
+        for conc in (1, 10):
+            measure(f"ratchet drain, concurrency {conc}", lambda c=conc: drain(c))
+        measure("ratchet enqueue", enqueue)
     measure("ratchet pickup", pickup)
     measure("ratchet pickup (bench.worker)", pickup_db)
     return figures
+
+
+@contextlib.contextmanager
+def wakeups_through(redis_url: str) -> Iterator[None]:
+    """Wake-ups through Redis for the apps and workers made inside (``bench.enqueue_claim``)."""
+    os.environ["BENCH_WAKEUP_URL"] = redis_url
+    try:
+        yield
+    finally:
+        del os.environ["BENCH_WAKEUP_URL"]
 
 
 def run(args: argparse.Namespace) -> dict[str, Figures]:
@@ -204,12 +233,16 @@ def run(args: argparse.Namespace) -> dict[str, Figures]:
     }
     alchemy = args.pg.replace("postgresql://", "postgresql+psycopg://", 1)
     try:
-        columns["ratchet (PG)"] = ours(fresh_pg(alchemy, names["ratchet (PG)"]), args)
+        columns["ratchet (PG)"] = ours(fresh_database(alchemy, names["ratchet (PG)"]), args)
         for name in ("Procrastinate", "PgQueuer"):
             columns[name] = peer(python, name, args, lambda n=name: recreate(args.pg, names[n]))
     finally:
         for name in names.values():
             recreate(args.pg, name, drop_only=True)
+    maria = fresh_database(args.mariadb, "bench_ratchet")
+    columns["ratchet (MariaDB)"] = ours(maria, args)
+    with wakeups_through(args.redis):
+        columns["ratchet (MariaDB, Redis)"] = ours(maria, args, pickup_only=True)
     with tempfile.TemporaryDirectory() as tmp:
         lite = f"sqlite:///{Path(tmp) / 'ratchet.db'}"
         app = make_app(lite)
@@ -236,7 +269,7 @@ def table(args: argparse.Namespace, columns: dict[str, Figures]) -> str:
         ("db p95", "idle pickup p95, bench.worker's DB timestamps (ms)"),
         ("db p99", "idle pickup p99, bench.worker's DB timestamps (ms)"),
     ]
-    heads = [*PG_COLUMNS, *LITE_COLUMNS]
+    heads = [*PG_COLUMNS, *MARIADB_COLUMNS, *LITE_COLUMNS]
     lines = [
         "| measurement | " + " | ".join(heads) + " |",
         "|---|" + "---:|" * len(heads),
@@ -262,6 +295,8 @@ NOTES = """\
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pg", default="postgresql://root@127.0.0.1:5432/")
+    parser.add_argument("--mariadb", default=DEFAULT_MARIADB)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
     parser.add_argument("--jobs", type=int, default=None, help="jobs to drain (20,000)")
     parser.add_argument("--enqueue", type=int, default=None, help="jobs to enqueue (10,000)")
     parser.add_argument("--pickups", type=int, default=None, help="pickup jobs (200)")

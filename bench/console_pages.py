@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
-from bench.enqueue_claim import DEFAULT_PG, fresh_pg
+from bench.enqueue_claim import DEFAULT_PG, fresh_database
 from flask_ratchet import Ratchet
 
 DATABASE = "ratchet_console_bench"
@@ -435,7 +435,7 @@ def main() -> None:
     url = server.set(database=DATABASE).render_as_string(hide_password=False)
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     if not args.reuse:
-        build(fresh_pg(args.pg, DATABASE), args.jobs)
+        build(fresh_database(args.pg, DATABASE), args.jobs)
     try:
         measure(url, args.runs)
     finally:

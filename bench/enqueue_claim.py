@@ -1,15 +1,16 @@
-"""Enqueue and claim cost, on PostgreSQL and SQLite.
+"""Enqueue and claim cost, on PostgreSQL, MariaDB and SQLite.
 
-    python -m bench.enqueue_claim [--pg URL] [--deep 1000000] [--single 2000] [--bulk 20000]
+    python -m bench.enqueue_claim [--pg URL] [--mariadb URL] [--deep 1000000] [--single 2000]
+                                  [--bulk 20000]
 
 Measures, each in a database of its own:
 - single enqueue: one job per transaction (``enqueue_now`` outside a request), jobs/s;
 - bulk enqueue: ``enqueue_many`` in transactions of 5,000 jobs, jobs/s;
 - claim cost: the mean and p95 time of ``claim_due(10)`` (then released, so the backlog stays the
-  same) with 10k pending jobs and again with ``--deep`` pending jobs (PostgreSQL only);
+  same) with 10k pending jobs and again with ``--deep`` pending jobs (PostgreSQL and MariaDB);
 - the same for a worker naming one queue of 10k jobs, with none and with ``--deep`` pending jobs
-  in another queue; and for a worker of every queue while that other queue is paused
-  (PostgreSQL and SQLite).
+  (a tenth of it on SQLite) in another queue; and for a worker of every queue while that other
+  queue is paused.
 
 Prints one table. Nothing here is asserted.
 """
@@ -36,6 +37,11 @@ DEFAULT_PG = os.environ.get(
     "RATCHET_TEST_DATABASE_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
 )
 
+#: The MariaDB server, likewise.
+DEFAULT_MARIADB = os.environ.get(
+    "RATCHET_TEST_MARIADB_URL", "mariadb+pymysql://root@127.0.0.1:3306/test"
+)
+
 db = SQLAlchemy()
 ratchet = Ratchet()
 
@@ -51,18 +57,23 @@ async def async_noop(i: int) -> None:
 
 
 def make_app(url: str) -> Flask:
+    """The benchmarks' app on ``url``; wake-ups through ``$BENCH_WAKEUP_URL`` if it is set (the
+    workers a benchmark starts inherit it)."""
     app = Flask(__name__)
     app.config["SQLALCHEMY_DATABASE_URI"] = url
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {"pool_size": 5}
+    app.config["RATCHET_WAKEUP_URL"] = os.environ.get("BENCH_WAKEUP_URL")
     db.init_app(app)
     ratchet.init_app(app)
     return app
 
 
-def fresh_pg(server: str, name: str) -> str:
+def fresh_database(server: str, name: str) -> str:
+    """A new, migrated database ``name`` on the PostgreSQL or MariaDB ``server``."""
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
+    force = " WITH (FORCE)" if admin.dialect.name == "postgresql" else ""
     with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name}{force}")
         conn.exec_driver_sql(f"CREATE DATABASE {name}")
     admin.dispose()
     url = sa.make_url(server).set(database=name).render_as_string(hide_password=False)
@@ -112,11 +123,23 @@ def claim_cost(
     return statistics.fmean(times), times[int(len(times) * 0.95)]
 
 
+def analyze() -> None:
+    """Fresh statistics for the hot table (PostgreSQL, MariaDB), as the server would gather."""
+    engine = ratchet.state.engine
+    if engine.dialect.name == "postgresql":
+        with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
+            conn.exec_driver_sql("VACUUM ANALYZE ratchet_job_queue")
+    elif engine.dialect.name != "sqlite":
+        with engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE TABLE ratchet_job_queue")
+
+
 def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     rows: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         stores = (
-            ("PostgreSQL", fresh_pg(args.pg, "ratchet_bench")),
+            ("PostgreSQL", fresh_database(args.pg, "ratchet_bench")),
+            ("MariaDB", fresh_database(args.mariadb, "ratchet_bench")),
             ("SQLite", f"sqlite:///{Path(tmp) / 'bench.db'}"),
         )
         for label, url in stores:
@@ -130,29 +153,29 @@ def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
                 rows.append((label, f"bulk enqueue ({args.bulk:,} jobs)", f"{r:,.0f} jobs/s"))
                 db.engine.dispose()
         # Claim cost against a backlog of each depth, in a database of its own.
-        app = make_app(fresh_pg(args.pg, "ratchet_bench_claim"))
-        with app.app_context():
-            have = 0
-            for depth in (10_000, args.deep):
-                bulk(depth - have, chunk=5000)
-                have = depth
-                autocommit = ratchet.state.engine.execution_options(isolation_level="AUTOCOMMIT")
-                with autocommit.connect() as conn:
-                    conn.exec_driver_sql("VACUUM ANALYZE ratchet_job_queue")
-                mean, p95 = claim_cost()
-                figure = f"{mean:.2f} ms (p95 {p95:.2f})"
-                rows.append(("PostgreSQL", f"claim 10 of {depth:,} pending", figure))
-            db.engine.dispose()
+        for label, server in (("PostgreSQL", args.pg), ("MariaDB", args.mariadb)):
+            app = make_app(fresh_database(server, "ratchet_bench_claim"))
+            with app.app_context():
+                have = 0
+                for depth in (10_000, args.deep):
+                    bulk(depth - have, chunk=5000)
+                    have = depth
+                    analyze()
+                    mean, p95 = claim_cost()
+                    figure = f"{mean:.2f} ms (p95 {p95:.2f})"
+                    rows.append((label, f"claim 10 of {depth:,} pending", figure))
+                db.engine.dispose()
         rows += other_queues(
-            "PostgreSQL", fresh_pg(args.pg, "ratchet_bench_queues"), args.deep, analyze=True
+            "PostgreSQL", fresh_database(args.pg, "ratchet_bench_queues"), args.deep
+        )
+        rows += other_queues(
+            "MariaDB", fresh_database(args.mariadb, "ratchet_bench_queues"), args.deep
         )
         rows += other_queues("SQLite", f"sqlite:///{Path(tmp) / 'queues.db'}", args.deep // 10)
     return rows
 
 
-def other_queues(
-    label: str, url: str, deep: int, analyze: bool = False
-) -> list[tuple[str, str, str]]:
+def other_queues(label: str, url: str, deep: int) -> list[tuple[str, str, str]]:
     """Claim cost of a worker naming queue ``mail`` (10k jobs) as a backlog of ``deep`` jobs
     grows in queue ``bulk``; then of a worker of every queue while both are paused."""
     rows = []
@@ -162,10 +185,7 @@ def other_queues(
         bulk(10_000, queue="mail")
         for other in (0, deep):
             bulk(other, queue="bulk")
-            if analyze:
-                autocommit = ratchet.state.engine.execution_options(isolation_level="AUTOCOMMIT")
-                with autocommit.connect() as conn:
-                    conn.exec_driver_sql("VACUUM ANALYZE ratchet_job_queue")
+            analyze()
             mean, p95 = claim_cost(queues=["mail"])
             what = f"claim 10 of queue mail (10,000), {other:,} in another queue"
             rows.append((label, what, f"{mean:.2f} ms (p95 {p95:.2f})"))
@@ -184,6 +204,7 @@ def other_queues(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pg", default=DEFAULT_PG)
+    parser.add_argument("--mariadb", default=DEFAULT_MARIADB)
     parser.add_argument("--deep", type=int, default=1_000_000)
     parser.add_argument("--single", type=int, default=2000)
     parser.add_argument("--bulk", type=int, default=20_000)

@@ -16,7 +16,7 @@ import time
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import DEFAULT_PG, fresh_pg
+from bench.enqueue_claim import DEFAULT_PG, fresh_database
 from flask_ratchet import migrate
 
 _FILL_JOBS = """
@@ -37,7 +37,7 @@ _FILENODE = "SELECT pg_relation_filenode('ratchet_job')"
 
 
 def run(args: argparse.Namespace) -> list[tuple[str, str]]:
-    url = fresh_pg(args.pg, "ratchet_bench_migrate")
+    url = fresh_database(args.pg, "ratchet_bench_migrate")
     engine = sa.create_engine(url)
     migrate.downgrade(engine, "0006")
     with engine.begin() as conn:

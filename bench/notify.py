@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from bench.enqueue_claim import DEFAULT_PG, db, fresh_pg, make_app, noop, ratchet
+from bench.enqueue_claim import DEFAULT_PG, db, fresh_database, make_app, noop, ratchet
 from flask_ratchet.store.channels import WAKEUP, PgChannels
 from flask_ratchet.store.wakeup import Notifier
 
@@ -79,7 +79,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    url = fresh_pg(args.pg, "ratchet_bench_notify")
+    url = fresh_database(args.pg, "ratchet_bench_notify")
     ctx = multiprocessing.get_context("spawn")
     for mode in ("after commit (shipped)", "in transaction", "none"):
         out = ctx.Queue()

@@ -35,7 +35,7 @@ import psycopg
 import sqlalchemy as sa
 from flask import Flask
 
-from bench.enqueue_claim import DEFAULT_PG, db, fresh_pg, make_app, ratchet
+from bench.enqueue_claim import DEFAULT_PG, db, fresh_database, make_app, ratchet
 from bench.peers._common import IDLE_SECONDS, stamp_file, stop
 from bench.worker import percentile, reset, warm_client, worker
 from flask_ratchet.store import wakeup
@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--pickups", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    url = fresh_pg(args.pg, "ratchet_bench_pickup")
+    url = fresh_database(args.pg, "ratchet_bench_pickup")
     _watch_notifies()
     print("| stage (ms after the enqueue call began) | p50 | p95 | p99 |")
     print("|---|---:|---:|---:|")

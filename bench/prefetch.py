@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
-from bench.enqueue_claim import DEFAULT_PG, fresh_pg
+from bench.enqueue_claim import DEFAULT_PG, fresh_database
 from flask_ratchet import JobStatus, Ratchet
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +135,7 @@ def main() -> None:
                 url = (
                     f"sqlite:///{Path(tmp) / f'prefetch-{i}.db'}"
                     if label == "SQLite"
-                    else fresh_pg(args.pg, "ratchet_bench_prefetch")
+                    else fresh_database(args.pg, "ratchet_bench_prefetch")
                 )
                 result = one_run(url, args, flag)
                 counts = " / ".join(str(c) for c, _, _ in result["workers"])

@@ -35,7 +35,16 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from bench.enqueue_claim import DEFAULT_PG, async_noop, bulk, db, fresh_pg, make_app, noop, ratchet
+from bench.enqueue_claim import (
+    DEFAULT_PG,
+    async_noop,
+    bulk,
+    db,
+    fresh_database,
+    make_app,
+    noop,
+    ratchet,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -218,7 +227,7 @@ def bench_stores(which: str, pg: str, pg_name: str, tmp: Path) -> list[tuple[str
     migrated: (label, URL) pairs."""
     stores = []
     if which in ("postgresql", "both"):
-        stores.append(("PostgreSQL", fresh_pg(pg, pg_name)))
+        stores.append(("PostgreSQL", fresh_database(pg, pg_name)))
     if which in ("sqlite", "both"):
         lite = f"sqlite:///{tmp / 'bench.db'}"
         app = make_app(lite)

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from .errors import UnreadableJob
-from .options import Backoff, Priority
+from .options import Backoff, JobOptions, Priority
 from .payload import Unreadable, decode_stored
 from .states import JobStatus
 
@@ -109,6 +109,36 @@ class Job:
     def is_terminal(self) -> bool:
         """True for SUCCEEDED, FAILED and CANCELED."""
         return self.status in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED)
+
+    @property
+    def options(self) -> JobOptions:
+        """Every option the job was submitted with (queue, priority, retries, backoff, timeout,
+        resource, tags, params), as one :class:`~flask_ratchet.options.JobOptions`: what a job
+        submitted in its place (``ratchet.replace``) runs with.
+
+        :raises UnreadableJob: naming the column, if one holds what ratchet never writes.
+        """
+        for column, value in (
+            ("priority", self.priority),
+            ("backoff", self.backoff),
+            ("params", self.params),
+        ):
+            if isinstance(value, Unreadable):
+                raise UnreadableJob(f"job {self.id}: column {column!r} holds {value.text!r}")
+        assert not isinstance(self.priority, Unreadable)
+        assert not isinstance(self.backoff, Unreadable)
+        assert not isinstance(self.params, Unreadable)
+        return JobOptions(
+            queue=self.queue,
+            priority=self.priority,
+            max_retries=self.max_retries,
+            backoff=self.backoff,
+            backoff_base=self.backoff_base,
+            timeout=self.timeout,
+            resource=self.resource,
+            tags=self.tags,
+            params=dict(self.params),
+        )
 
 
 @dataclass(frozen=True, slots=True)

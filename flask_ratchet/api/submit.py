@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Self
 
 from .. import payload
 from ..ids import uuid7
-from ..options import Backoff, JobOptions, Priority, validate_key
+from ..job import Job
+from ..options import Backoff, Priority, validate_key
 from ..registry import Task
 from ..runtime import Runtime
 from ..store.types import NewJob
@@ -281,7 +282,7 @@ def make_builder(
 
 def replacement_builder(
     state: Runtime,
-    old: Any,
+    old: Job,
     target: Callable[..., Any] | str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -289,19 +290,11 @@ def replacement_builder(
 ) -> JobBuilder:
     """A builder for the job that replaces ``old`` (a :class:`~flask_ratchet.job.Job`).
 
-    The new job keeps the old one's options and business key: it takes the old job's place.
+    The new job keeps every option of the old one (:attr:`~flask_ratchet.job.Job.options`, its
+    queue included) and its business key: it takes the old job's place.
     """
     builder = make_builder(state, target, args, kwargs, delay=delay)
-    builder._options = JobOptions(
-        priority=old.priority,
-        max_retries=old.max_retries,
-        backoff=old.backoff,
-        backoff_base=old.backoff_base,
-        timeout=old.timeout,
-        resource=old.resource,
-        tags=old.tags,
-        params=old.params,
-    )
+    builder._options = old.options
     builder._business_key = old.business_key
     return builder
 

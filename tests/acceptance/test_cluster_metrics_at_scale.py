@@ -16,7 +16,7 @@ from flask_sqlalchemy import SQLAlchemy
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.console_pages import build
-from bench.enqueue_claim import fresh_pg
+from bench.enqueue_claim import fresh_database
 from flask_ratchet import Ratchet
 from tests.conftest import PG_SERVER
 
@@ -27,7 +27,7 @@ DATABASE = f"ratchet_scale_{os.getpid()}"
 @pytest.fixture(scope="module")
 def million() -> Iterator[str]:
     """A database of its own with a million jobs (the console benchmark's data), dropped after."""
-    url = fresh_pg(PG_SERVER, DATABASE)
+    url = fresh_database(PG_SERVER, DATABASE)
     build(url, JOBS)
     yield url
     admin = sa.create_engine(PG_SERVER, isolation_level="AUTOCOMMIT")

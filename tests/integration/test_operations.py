@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from flask import Flask
 
-from flask_ratchet import IllegalTransition, JobNotFound, JobStatus, Priority, events
+from flask_ratchet import Backoff, IllegalTransition, JobNotFound, JobStatus, Priority, events
 from flask_ratchet.job import Job
+from flask_ratchet.options import JobOptions
 from flask_ratchet.states import C, F, P, R, S, Z
 from tests.apps import add, charge, ratchet
 from tests.integration.helpers import count, finish, job_in
@@ -144,16 +145,37 @@ def test_concurrent_cancels_exactly_one_wins(app: Flask) -> None:
 def test_replace_supersedes_the_old_job_in_one_transaction(app: Flask) -> None:
     old = (
         ratchet.enqueue(add, 1, 1)
+        .with_queue("reports")
         .with_priority(Priority.HIGH)
+        .with_max_retries(7)
+        .with_backoff(Backoff.FIXED, 3)
+        .with_timeout(40)
+        .with_resource("api")
+        .with_param("region", "eu")
         .with_business_key("debounce-1")
-        .with_tags("t")
+        .with_tags("t", "u")
         .submit()
     )
     new = ratchet.replace(old.id, timedelta(minutes=5), add, 2, 2)
     old_job, new_job = get(old.id), get(new.id)
     assert (old_job.status, old_job.superseded_by) == (C, new.id)
     assert (new_job.status, new_job.args, new_job.business_key) == (P, [2, 2], "debounce-1")
-    assert (new_job.priority, new_job.tags) == (Priority.HIGH, ("t",))
+    # Every option, the queue included, as the replaced job had it.
+    assert (
+        new_job.options
+        == old_job.options
+        == JobOptions(
+            queue="reports",
+            priority=Priority.HIGH,
+            max_retries=7,
+            backoff=Backoff.FIXED,
+            backoff_base=3.0,
+            timeout=40.0,
+            resource="api",
+            tags=("t", "u"),
+            params={"region": "eu"},
+        )
+    )
     assert new_job.scheduled_at > old_job.scheduled_at + timedelta(minutes=4)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+from flask_ratchet import migrate
 from tests.acceptance.conftest import Workers, wait_until
 from tests.apps import create_app, db, mark_run, ratchet
 
@@ -56,6 +57,10 @@ class PrivateServer:
         with admin.connect() as conn:
             conn.exec_driver_sql("CREATE DATABASE ratchet")
         admin.dispose()
+        engine = sa.create_engine(self.url())
+        migrate.upgrade(engine)
+        db.metadata.create_all(engine)  # the test app's own tables
+        engine.dispose()
 
     def url(self, database: str = "ratchet") -> str:
         return f"mariadb+pymysql://root@127.0.0.1:{self.port}/{database}?charset=utf8mb4"

@@ -31,6 +31,7 @@ from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
 
 from flask_ratchet import Ratchet, migrate
+from flask_ratchet.schema import job_queue
 
 #: The PostgreSQL server the benchmarks use unless ``--pg`` names another: the test suite's.
 DEFAULT_PG = os.environ.get(
@@ -114,10 +115,9 @@ def claim_cost(
         assert len(claimed) == batch
         with state.engine.begin() as conn:  # back to PENDING, so the backlog does not shrink
             conn.execute(
-                sa.text(
-                    "UPDATE ratchet_job_queue SET status = 'PENDING', picked_by = NULL "
-                    "WHERE picked_by = 'bench'"
-                )
+                sa.update(job_queue)
+                .where(job_queue.c.job_id.in_([c.job_id for c in claimed]))
+                .values(status="PENDING", picked_by=None)
             )
     times.sort()
     return statistics.fmean(times), times[int(len(times) * 0.95)]

@@ -184,3 +184,21 @@ def test_0007_gives_existing_jobs_the_default_queue(empty_engine: sa.Engine) -> 
     migrate.downgrade(empty_engine, "0006")
     columns = {c["name"] for c in sa.inspect(empty_engine).get_columns("ratchet_job")}
     assert "queue" not in columns and "ratchet_queue" not in ratchet_tables(empty_engine)
+
+
+@pytest.mark.parametrize("empty_engine", ["mariadb"], indirect=True)
+def test_a_revision_interrupted_halfway_on_mariadb_runs_again(empty_engine: sa.Engine) -> None:
+    """MariaDB commits each DDL statement: a revision stopped after some of its steps (here
+    0007, after its first column) left them in place, and the next upgrade finishes it."""
+    migrate.upgrade(empty_engine, "0006")
+    with empty_engine.begin() as conn:
+        conn.exec_driver_sql(
+            "ALTER TABLE ratchet_job ADD COLUMN queue VARCHAR(64) NOT NULL DEFAULT 'default'"
+        )
+        conn.exec_driver_sql(
+            "CREATE INDEX ix_ratchet_job_named_queue ON ratchet_job (queue, job_id)"
+        )
+    assert migrate.current(empty_engine) == "0006"
+    migrate.upgrade(empty_engine)
+    assert migrate.current(empty_engine) == migrate.HEAD
+    assert diff(empty_engine) == []

@@ -57,7 +57,8 @@ class Subscription(Protocol):
     """An open connection that hears notices on one channel."""
 
     def heard(self, timeout: float) -> int:
-        """Wait up to ``timeout`` seconds; return how many notices came (0 if none)."""
+        """Wait until a notice comes, or ``timeout`` seconds; return how many came (0 if
+        none). It returns as soon as one has come: the listener acts on it at once."""
         ...
 
     def close(self) -> None: ...
@@ -131,7 +132,8 @@ class PgSubscription:
         self.backend_pid: int | None = self._conn.info.backend_pid
 
     def heard(self, timeout: float) -> int:
-        return sum(1 for _ in self._conn.notifies(timeout=timeout))
+        # Back at the first notice (with any that came in the same packet), not at the timeout.
+        return sum(1 for _ in self._conn.notifies(timeout=timeout, stop_after=1))
 
     def close(self) -> None:
         self._conn.close()

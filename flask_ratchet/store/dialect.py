@@ -247,6 +247,12 @@ class Dialect:
 
     # -- completion ----------------------------------------------------------------------------
 
+    def own_cold_ends(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> bool:
+        """Write terminal outcomes to their cold rows (the parameters of
+        :data:`~flask_ratchet.store.terminal.END_COLD_ROW`, a dict per job) with the dialect's
+        own SQL and return ``True``, or ``False`` to have the shared executemany write them."""
+        return False
+
     def own_completion(
         self, conn: Connection, node_id: str, items: Sequence[Finished]
     ) -> set[uuid.UUID] | None:

@@ -26,7 +26,7 @@ from ..schema import business_key, dlq_alert, execution, job_log, job_queue
 from ..states import Action, JobStatus, sources, target
 from .dialect import Dialect
 from .flows import Flows
-from .terminal import END_COLD_ROW
+from .terminal import end_cold_rows
 from .types import ClaimedJob, Ended, Evaluator, Finished, Outcome, Refused, no_predicates
 
 #: The status each terminal outcome ends a job in.
@@ -131,9 +131,10 @@ class Executions:
         applied = set(ended) | again
         done = [i for i in items if i.job_id in applied]
         if ended:
-            # One statement for the batch (executemany), not a round through the engine per job.
-            conn.execute(
-                END_COLD_ROW.values(finished_at=self.dialect.now_sql()),
+            # One statement for the batch, not a round through the engine per job.
+            end_cold_rows(
+                self.dialect,
+                conn,
                 [
                     {
                         "b_job_id": item.job_id,

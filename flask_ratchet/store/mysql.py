@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -33,7 +34,7 @@ from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql.elements import ClauseElement, ColumnElement
 
 from ..columns import UtcDateTime
-from .dialect import Dialect
+from .dialect import Dialect, chunks
 from .driver import driver_statement
 from .mysql_claim import claim
 from .mysql_submission import insert_jobs
@@ -219,6 +220,11 @@ class MySQLDialect(Dialect):
     def own_insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         return insert_jobs(self, conn, jobs)
 
+    def own_cold_ends(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> bool:
+        for part in chunks(rows):
+            conn.exec_driver_sql(_cold_ends_sql(len(part)), _cold_ends_params(part))
+        return True
+
     # -- the claim -----------------------------------------------------------------------------
 
     def claim_due(
@@ -234,6 +240,31 @@ class MySQLDialect(Dialect):
 
     def indexed(self, table: sa.Table, index: str) -> Any:
         return sa.text(f"{table.name} FORCE INDEX ({index})")
+
+
+_COLD_END_COLUMNS = ("b_job_id", "b_status", "b_result", "b_error", "b_attempts", "b_progress")
+
+
+@functools.lru_cache(maxsize=64)
+def _cold_ends_sql(rows: int) -> str:
+    """``END_COLD_ROW`` for ``rows`` jobs in one statement: the cold rows joined to a derived
+    table of the outcomes (positional parameters, ``_COLD_END_COLUMNS`` for each row)."""
+    first = "SELECT %s AS job_id, %s AS st, %s AS res, %s AS err, %s AS att, %s AS prog"
+    more = " UNION ALL SELECT %s, %s, %s, %s, %s, %s"
+    return (
+        f"UPDATE ratchet_job j JOIN ({first}{more * (rows - 1)}) v ON j.job_id = v.job_id "
+        "SET j.terminal_status = v.st, j.result = v.res, j.terminal_error = v.err, "
+        "j.attempts = v.att, j.progress = v.prog, j.finished_at = UTC_TIMESTAMP(6)"
+    )
+
+
+def _cold_ends_params(rows: Sequence[dict[str, Any]]) -> tuple[Any, ...]:
+    """The parameters of :func:`_cold_ends_sql`, as the driver takes them."""
+    params: list[Any] = []
+    for row in rows:
+        job_id, status, *rest = (row[name] for name in _COLD_END_COLUMNS)
+        params += [job_id.bytes, str(status), *rest]
+    return tuple(params)
 
 
 class _Proposed:

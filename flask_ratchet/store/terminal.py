@@ -34,6 +34,15 @@ END_COLD_ROW = (
     )
 )
 
+
+def end_cold_rows(dialect: Dialect, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Write terminal outcomes to their cold rows (:data:`END_COLD_ROW`'s parameters, a dict
+    per job): in one statement per chunk where the dialect has one (MariaDB's driver sends an
+    executemany of an UPDATE as a statement per row), else as one executemany."""
+    if rows and not dialect.own_cold_ends(conn, rows):
+        conn.execute(END_COLD_ROW.values(finished_at=dialect.now_sql()), list(rows))
+
+
 #: The fact each terminal status is recorded as, and what it adds to the job's id and task.
 _FACTS = {
     JobStatus.SUCCEEDED: (facts.JOB_COMPLETED, "result"),
@@ -127,8 +136,9 @@ def end_live_many(
         if not gone:
             continue
         now = {r.job_id: target(action, JobStatus(r.status)) for r in gone}
-        conn.execute(
-            END_COLD_ROW.values(finished_at=dialect.now_sql()),
+        end_cold_rows(
+            dialect,
+            conn,
             [
                 {
                     "b_job_id": r.job_id,

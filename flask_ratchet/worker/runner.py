@@ -37,10 +37,11 @@ from ..maintenance.recurring import start_recurring
 from ..store.types import Finished, NodeInfo, Outcome
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
-from .executor import Executor, Run
+from .executor import Executor
 from .logs import claimed_fields
 from .metrics import WorkerMetrics
 from .polling import PollingStrategy
+from .runs import Run
 from .supervision import Supervision
 
 if TYPE_CHECKING:

@@ -122,16 +122,16 @@ def test_a_sentry_scope_that_cannot_be_opened_never_fails_a_job(
 def test_a_sentry_sdk_the_hooks_cannot_use_turns_reports_off_and_runs_the_jobs(
     app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from flask_ratchet.worker import executor
+    from flask_ratchet.worker import runs
 
     # As with sentry-sdk 1.x imported by the app: importing the hooks fails.
-    monkeypatch.setattr(executor, "_sentry", None)
+    monkeypatch.setattr(runs, "_sentry", None)
     monkeypatch.setitem(sys.modules, "flask_ratchet.worker.sentry", None)
     assert "sentry_sdk" in sys.modules
     flaky = fail_until.enqueue(2).id
     ran = {job.id: job.status.value for job in run_jobs(app)}
     assert ran == {flaky: "SUCCEEDED"}
-    assert executor.error_reports() is None
+    assert runs.error_reports() is None
     assert "needs sentry-sdk 2.0 or later" in caplog.text
 
 

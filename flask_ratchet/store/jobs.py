@@ -28,7 +28,7 @@ from ..options import Backoff, Priority
 from ..paging import Page, cursor_id
 from ..paging import cursor as cursor_of
 from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue, job_tag
-from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources, target
+from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources
 from .dialect import Dialect
 from .flows import Flows
 from .queues import Queues
@@ -149,41 +149,6 @@ class Jobs:
         if gone is None:
             return False
         ended = finish(self.dialect, conn, job_id, JobStatus.CANCELED, attempts=gone.attempts)
-        self._followed_up(conn, ended)
-        return True
-
-    def complete(
-        self,
-        conn: Connection,
-        job_id: uuid.UUID,
-        node_id: str,
-        status: JobStatus,
-        *,
-        result: str | None = None,
-        error: str | None = None,
-    ) -> bool:
-        """End a RUNNING job this node holds as SUCCEEDED or FAILED (terminal).
-
-        Fenced by ``picked_by``: after orphan recovery or a cancel the row is gone or someone
-        else's, the delete matches nothing, and a late finish changes nothing.
-        """
-        action = Action.SUCCEED if status == JobStatus.SUCCEEDED else Action.FAIL
-        self.flows.batches.lock_of(conn, [job_id])  # a child counts into its batch: see cancel
-        gone = conn.execute(
-            sa.delete(job_queue)
-            .where(
-                job_queue.c.job_id == job_id,
-                job_queue.c.status.in_(sources(action)),
-                job_queue.c.picked_by == node_id,
-            )
-            .returning(job_queue.c.status, job_queue.c.attempts)
-        ).first()
-        if gone is None:
-            return False
-        status = target(action, JobStatus(gone.status))
-        ended = finish(
-            self.dialect, conn, job_id, status, attempts=gone.attempts, error=error, result=result
-        )
         self._followed_up(conn, ended)
         return True
 

@@ -13,8 +13,9 @@ import sqlalchemy as sa
 from flask import current_app
 
 from flask_ratchet.ids import uuid7
-from flask_ratchet.schema import execution
+from flask_ratchet.schema import execution, job, job_queue
 from flask_ratchet.states import JobStatus
+from flask_ratchet.store.types import Finished, Outcome
 from tests.apps import add, ratchet
 
 
@@ -79,12 +80,29 @@ def job_in(status: JobStatus, *, business_key: str | None = None) -> uuid.UUID:
 
 
 def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
-    """End a RUNNING job as the worker would (fenced by ``node``)."""
+    """End a RUNNING job as the worker does (its outcome through the completer's write, fenced
+    by ``node``); whether it was written."""
     state = ratchet.state
+    with state.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(job.c.task, job.c.follow_up, job.c.batch_id, job_queue.c.attempts)
+            .join(job_queue, job_queue.c.job_id == job.c.job_id)
+            .where(job.c.job_id == job_id)
+        ).first()
+    if row is None:
+        return False
+    failed = status == JobStatus.FAILED
+    outcome = Finished(
+        job_id,
+        Outcome.FAILED if failed else Outcome.SUCCEEDED,
+        row.task,
+        row.attempts,
+        error="boom" if failed else None,
+        follow_up=row.follow_up,
+        batch_id=row.batch_id,
+    )
     with state.store.begin(state.engine) as conn:
-        return state.store.jobs.complete(
-            conn, job_id, node, status, error="boom" if status == JobStatus.FAILED else None
-        )
+        return job_id in state.store.executions.complete_many(conn, node, [outcome])
 
 
 def add_refusing_trigger(

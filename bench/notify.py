@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 
 from bench.enqueue_claim import DEFAULT_PG, db, fresh_database, make_app, noop, ratchet
-from flask_ratchet.store.channels import WAKEUP, PgChannels
-from flask_ratchet.store.wakeup import Notifier
+from flask_ratchet.wakeups.channels import WAKEUP, PgChannels
+from flask_ratchet.wakeups.notices import Notifier
 
 
 def run(app, threads: int, seconds: float, submit: Callable[[int], None]) -> int:  # type: ignore[no-untyped-def]

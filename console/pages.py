@@ -23,7 +23,6 @@ from flask_ratchet.paging import Page
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime
 from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
-from flask_ratchet.store import health
 
 from . import filters
 from .htmx import refreshes_a_region
@@ -63,8 +62,8 @@ def overview() -> str:
         now = s.store.now(conn)
         counts = overview_reads.status_counts(conn, s.store.dialect)
         buckets = overview_reads.throughput(conn, now, window)
-        oldest = health.oldest_due_age(conn, now)
-        p95 = health.p95_queue_wait(conn, now)
+        oldest = s.store.health.oldest_due_age(conn, now)
+        p95 = s.store.health.p95_queue_wait(conn, now)
         nodes = node_rows.nodes(conn, now)
         audit = overview_reads.recent_audit(conn)
     return render_template(

@@ -18,8 +18,8 @@ from flask import abort, request, url_for
 from werkzeug.wrappers import Response
 
 from flask_ratchet.api.resources import configure_resource
+from flask_ratchet.breaker import BREAKER_RESET
 from flask_ratchet.resources import ResourceLimit
-from flask_ratchet.store.cluster import BREAKER_RESET
 
 from . import filters
 from .actions import audit

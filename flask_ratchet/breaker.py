@@ -40,6 +40,11 @@ from typing import Any
 #: The longest a call waits while the half-open trial calls are out (``open_for`` if shorter):
 #: long enough not to spin, short enough to follow right behind a trial that succeeds.
 HALF_OPEN_BUSY_DELAY = 1.0
+
+#: The action of the audit row an operator's reset of a circuit breaker writes, which every
+#: worker's heartbeat reads (the breakers are per process: each applies the reset itself).
+BREAKER_RESET = "reset-breaker"
+
 #: Bounds that keep a mistyped setting from allocating a huge window or never closing.
 MAX_WINDOW = 10_000
 MAX_HALF_OPEN_CALLS = 1_000

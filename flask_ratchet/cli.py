@@ -25,7 +25,6 @@ from .ids import job_id_of
 from .payload import Unreadable
 from .redact import masked, masked_arguments, stored_text_masked
 from .states import JobStatus
-from .store.executions import job_logs
 
 
 class RatchetGroup(AppGroup):
@@ -262,10 +261,7 @@ def jobs_logs(job_id: str, limit: int) -> None:
         key = job_id_of(job_id)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    state = runtime.current()
-    with state.connection() as conn:
-        lines = job_logs(conn, key, limit)
-    for line in lines:
+    for line in jobs.logs(runtime.current(), key, limit):
         message = stored_text_masked(line.message)
         click.echo(f"{line.logged_at:%Y-%m-%d %H:%M:%S} #{line.attempt} {line.level:<7} {message}")
 

@@ -36,8 +36,8 @@ from .job import BatchProgress
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
 from .store import Store, check_shared, store_for
-from .store.channels import Channels, RedisChannels
-from .store.wakeup import Wakeups
+from .wakeups.channels import Channels, RedisChannels
+from .wakeups.notices import Wakeups
 
 T = TypeVar("T")
 
@@ -356,7 +356,7 @@ class Runtime:
     def wakeups(self) -> Wakeups:
         """How this app's processes tell each other that jobs are due or ended: over the Redis
         of ``RATCHET_WAKEUP_URL``, else the database's own channel or watch (see
-        :mod:`flask_ratchet.store.wakeup`)."""
+        :mod:`flask_ratchet.wakeups.notices`)."""
         engine = self.engine
         cached = self._wakeups
         if cached is None or cached[0] is not engine:

@@ -30,7 +30,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql import Select
 
-from flask_ratchet.breaker import BreakerSnapshot, BreakerState
+from flask_ratchet.breaker import BREAKER_RESET, BreakerSnapshot, BreakerState
 from flask_ratchet.columns import StoredUuid, aware, const
 from flask_ratchet.errors import InvalidOption
 from flask_ratchet.options import shown
@@ -38,7 +38,6 @@ from flask_ratchet.payload import Unreadable, read_checked
 from flask_ratchet.resources import checked_max_concurrent, checked_retry_delay
 from flask_ratchet.schema import audit, job, job_queue, node, resource_limit, resource_permit
 from flask_ratchet.states import JobStatus
-from flask_ratchet.store.cluster import BREAKER_RESET
 from flask_ratchet.store.dialect import Dialect
 
 from .nodes import live

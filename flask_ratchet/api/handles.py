@@ -21,7 +21,7 @@ from ..ids import job_id_of
 from ..job import Job
 from ..options import seconds
 from ..runtime import Runtime
-from ..store.end_watches import LISTEN_TIMEOUT
+from ..wakeups.end_watches import LISTEN_TIMEOUT
 
 #: The longest a waiter goes without reading the job: the floor under the notifications.
 READ_AT_LEAST_EVERY = 1.0

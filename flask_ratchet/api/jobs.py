@@ -21,8 +21,7 @@ from ..options import seconds, validate_queue
 from ..paging import Page
 from ..runtime import Runtime
 from ..states import Action, JobStatus, allowed
-from ..store import health
-from ..store.jobs import Jobs
+from ..store import Jobs
 from ..store.types import ClaimedJob, JobFilter
 from .handles import JobHandle
 from .submit import replacement_builder
@@ -145,6 +144,13 @@ def replace(
     return JobHandle(runtime.run(replaced, atomic=True))
 
 
+def logs(runtime: Runtime, job_id: uuid.UUID | str, limit: int) -> list[Any]:
+    """The first ``limit`` log lines of one job, oldest first, as stored (not masked): rows
+    with ``logged_at``, ``attempt``, ``level`` and ``message``."""
+    key = job_id_of(job_id)
+    return runtime.run(lambda conn: runtime.store.executions.logs(conn, key, limit))
+
+
 def get(runtime: Runtime, job_id: uuid.UUID | str) -> Job | None:
     """A snapshot of one job, or ``None`` if there is no such job."""
     key = job_id_of(job_id)
@@ -199,7 +205,8 @@ def queue_health(runtime: Runtime, queue: str | None = None) -> dict[str, Any]:
     """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds), of
     every job or of one queue's."""
     name = None if queue is None else validate_queue(queue)
-    return runtime.run(lambda conn: health.queue_health(conn, runtime.store.now(conn), name))
+    store = runtime.store
+    return runtime.run(lambda conn: store.health.queue_health(conn, store.now(conn), name))
 
 
 def claim_due(

@@ -20,7 +20,7 @@ from ..options import JobOptions, validate_key, validate_options
 from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
 from ..registry import Task, TaskRegistry, default_name
 from ..runtime import Runtime
-from ..store.recurring import Recurring
+from ..store import Recurring
 from .submit import OptionsBuilder
 
 

@@ -30,7 +30,6 @@ from ..config import RatchetConfig
 from ..recurring import RecurringDefinition
 from ..retry import first_line
 from ..store import Store
-from ..store.recurring import FIRE_BATCH
 from ..store.types import FirePass
 
 if TYPE_CHECKING:
@@ -190,15 +189,14 @@ class RecurringFirer(threading.Thread):
             )
             self._outage_since = None
 
-    @staticmethod
-    def _delay(result: FirePass) -> float:
+    def _delay(self, result: FirePass) -> float:
         if result.next_due is None:
             return RECHECK
         wait = (result.next_due - result.now).total_seconds()
         if wait > 0:
             return min(wait + MARGIN, RECHECK)
         # Still due after the pass: more than one batch was due, or another node holds it.
-        return 0.0 if len(result.fired) >= FIRE_BATCH else HELD_ELSEWHERE
+        return 0.0 if len(result.fired) >= self._recurring.fire_batch else HELD_ELSEWHERE
 
 
 def start_recurring(

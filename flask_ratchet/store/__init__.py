@@ -9,6 +9,7 @@ share one :class:`~.dialect.Dialect` (PostgreSQL's, MariaDB's or SQLite's).
 ``store.resources``       resource limits and permits
 ``store.queues``          paused queues, and what each queue holds
 ``store.recurring``       recurring masters
+``store.health``          how the queues are doing: due jobs, the oldest one's wait, p95 wait
 ========================  =================================================================
 
 Every method takes the :class:`~sqlalchemy.engine.Connection` to run on, so the caller decides
@@ -29,6 +30,7 @@ from .cluster import Cluster
 from .dialect import Dialect
 from .executions import Executions
 from .flows import Flows
+from .health import Health
 from .jobs import Jobs
 from .mysql import MySQLDialect, check_server
 from .postgres import PostgresDialect
@@ -50,6 +52,7 @@ class Store:
         self.cluster = Cluster(dialect, self.flows)
         self.resources = Resources(dialect)
         self.recurring = Recurring(dialect, self.jobs)
+        self.health = Health()
 
     # Transactions and the clock, which every caller needs: the dialect's.
 
@@ -136,4 +139,4 @@ def check_driver(engine: Engine) -> None:
         )
 
 
-__all__ = ["Store", "check_driver", "check_shared", "store_for"]
+__all__ = ["Jobs", "Recurring", "Store", "check_driver", "check_shared", "store_for"]

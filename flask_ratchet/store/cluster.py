@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
+from ..breaker import BREAKER_RESET
 from ..columns import UNREADABLE_ID, UtcDateTime
 from ..ids import uuid7
 from ..options import Priority
@@ -46,7 +47,6 @@ log = logging.getLogger("flask_ratchet")
 
 _UTC = UtcDateTime()
 #: The audit action by which an operator resets a circuit breaker; workers read it.
-BREAKER_RESET = "reset-breaker"
 
 
 class Cluster:

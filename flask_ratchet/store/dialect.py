@@ -28,9 +28,9 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..schema import node
 from ..states import JobStatus
-from .channels import Channels
+from ..wakeups.channels import Channels
+from ..wakeups.end_watches import EndWatch, SleepingWatch
 from .driver import savepoint
-from .end_watches import EndWatch, SleepingWatch
 from .types import ClaimedJob, Finished, Inserted, NewJob
 
 #: Rows per multi-row INSERT, or ids per ``IN (…)``: well under every driver's parameter limit.

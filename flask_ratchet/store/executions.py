@@ -266,6 +266,10 @@ class Executions:
             )
         )
 
+    def logs(self, conn: Connection, job_id: uuid.UUID, limit: int) -> list[Any]:
+        """See :func:`job_logs`."""
+        return job_logs(conn, job_id, limit)
+
     def still_running(
         self, conn: Connection, node_id: str, job_ids: Sequence[uuid.UUID]
     ) -> set[uuid.UUID]:

@@ -138,3 +138,26 @@ __all__ = [
     "p95_queue_wait",
     "queue_health",
 ]
+
+
+class Health:
+    """``store.health``: the figures above, for callers outside the store (the API, the console's
+    overview), which do not import store modules (see docs/architecture.md, the SQL border)."""
+
+    def queue_health(
+        self, conn: Connection, now: datetime, queue: str | None = None
+    ) -> dict[str, Any]:
+        """See :func:`queue_health`."""
+        return queue_health(conn, now, queue)
+
+    def oldest_due_age(
+        self, conn: Connection, now: datetime, queue: str | None = None
+    ) -> float | None:
+        """See :func:`oldest_due_age`."""
+        return oldest_due_age(conn, now, queue)
+
+    def p95_queue_wait(
+        self, conn: Connection, now: datetime, queue: str | None = None
+    ) -> float | None:
+        """See :func:`p95_queue_wait`."""
+        return p95_queue_wait(conn, now, queue)

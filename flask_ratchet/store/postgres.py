@@ -36,7 +36,7 @@ from ..errors import DuplicateBusinessKey
 from ..options import Priority
 from ..schema import business_key
 from ..states import LIVE, Action, JobStatus, sources, target
-from .channels import PgChannels
+from ..wakeups.channels import PgChannels
 from .dialect import Dialect, chunks
 from .driver import driver_statement
 from .postgres_completion import COMPLETE_STMT, complete_params

@@ -57,6 +57,9 @@ _DEFINITION = ("name", "task", "cron", "zone", "payload", "options", "misfire")
 class Recurring:
     """Recurring masters; their children go in through the jobs part's submission."""
 
+    #: The most masters one firing pass takes (a full pass means more may be due).
+    fire_batch = FIRE_BATCH
+
     def __init__(self, dialect: Dialect, jobs: Jobs) -> None:
         self.dialect = dialect
         self.jobs = jobs

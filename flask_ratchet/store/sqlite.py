@@ -25,11 +25,11 @@ from ..columns import UtcDateTime
 from ..options import Priority
 from ..schema import job, job_queue, queue_state
 from ..states import Action, sources, target
+from ..wakeups.end_watches import SqliteEndWatch
+from ..wakeups.notices import SqliteWatcher
 from .dialect import Dialect
 from .driver import driver_statement
-from .end_watches import SqliteEndWatch
 from .types import ClaimedJob, NewJob
-from .wakeup import SqliteWatcher
 
 # Every write transaction starts with it: run on the driver's cursor (see .driver).
 _BEGIN_IMMEDIATE = sa.text("BEGIN IMMEDIATE")

@@ -9,8 +9,8 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
-from flask_ratchet.store.channels import PgChannels
-from flask_ratchet.store.end_watches import ChannelEndWatch
+from flask_ratchet.wakeups.channels import PgChannels
+from flask_ratchet.wakeups.end_watches import ChannelEndWatch
 from tests.acceptance.conftest import Workers
 from tests.apps import add, fail_until, ratchet, sleep_for
 

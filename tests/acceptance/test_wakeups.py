@@ -14,8 +14,8 @@ import redis
 from flask import Flask
 
 from flask_ratchet import JobStatus
-from flask_ratchet.store.channels import RedisChannels
-from flask_ratchet.store.end_watches import ChannelEndWatch
+from flask_ratchet.wakeups.channels import RedisChannels
+from flask_ratchet.wakeups.end_watches import ChannelEndWatch
 from tests.acceptance.conftest import Workers
 from tests.apps import add, create_app, ratchet
 

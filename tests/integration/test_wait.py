@@ -21,8 +21,8 @@ from flask_ratchet import (
     WaitInTransaction,
     WaitTimeout,
 )
-from flask_ratchet.store.channels import PgChannels, conninfo
-from flask_ratchet.store.end_watches import IDLE_CLOSE, ChannelEndWatch, EndHub
+from flask_ratchet.wakeups.channels import PgChannels, conninfo
+from flask_ratchet.wakeups.end_watches import IDLE_CLOSE, ChannelEndWatch, EndHub
 from tests.apps import Order, add, create_app, db, ratchet
 from tests.integration.helpers import count
 

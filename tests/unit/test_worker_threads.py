@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from flask_ratchet.store.wakeup import SqliteWatcher
+from flask_ratchet.wakeups.notices import SqliteWatcher
 
 
 def test_a_finished_watcher_can_be_joined(tmp_path: Path) -> None:

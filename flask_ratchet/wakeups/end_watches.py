@@ -184,7 +184,7 @@ os.register_at_fork(after_in_child=_forget_hubs_in_child)
 
 
 class EndWatch(Protocol):
-    """See :meth:`flask_ratchet.store.wakeup.Wakeups.end_watch`."""
+    """See :meth:`flask_ratchet.wakeups.notices.Wakeups.end_watch`."""
 
     def wait(self, seconds: float) -> None: ...
 

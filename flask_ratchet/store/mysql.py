@@ -249,8 +249,10 @@ _COLD_END_COLUMNS = ("b_job_id", "b_status", "b_result", "b_error", "b_attempts"
 def _cold_ends_sql(rows: int) -> str:
     """``END_COLD_ROW`` for ``rows`` jobs in one statement: the cold rows joined to a derived
     table of the outcomes (positional parameters, ``_COLD_END_COLUMNS`` for each row)."""
-    first = "SELECT %s AS job_id, %s AS st, %s AS res, %s AS err, %s AS att, %s AS prog"
-    more = " UNION ALL SELECT %s, %s, %s, %s, %s, %s"
+    # The ids travel as hex: a driver may send bytes as a string in the connection's character
+    # set (PyMySQL before 1.1.1, mysqlclient), which a UUID's bytes seldom are.
+    first = "SELECT UNHEX(%s) AS job_id, %s AS st, %s AS res, %s AS err, %s AS att, %s AS prog"
+    more = " UNION ALL SELECT UNHEX(%s), %s, %s, %s, %s, %s"
     return (
         f"UPDATE ratchet_job j JOIN ({first}{more * (rows - 1)}) v ON j.job_id = v.job_id "
         "SET j.terminal_status = v.st, j.result = v.res, j.terminal_error = v.err, "
@@ -263,7 +265,7 @@ def _cold_ends_params(rows: Sequence[dict[str, Any]]) -> tuple[Any, ...]:
     params: list[Any] = []
     for row in rows:
         job_id, status, *rest = (row[name] for name in _COLD_END_COLUMNS)
-        params += [job_id.bytes, str(status), *rest]
+        params += [job_id.hex, str(status), *rest]
     return tuple(params)
 
 

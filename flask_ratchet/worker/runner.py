@@ -334,6 +334,11 @@ class Worker(Supervision):
                 due, now = self.store.cluster.next_due_and_now(conn, queues)
         except SQLAlchemyError:
             return self.config.poll_interval
+        except Exception:
+            # Not the database's answer: a driver that broke on a connection the server dropped
+            # mid-reply, or a row holding what ratchet never writes. The poller goes on.
+            log.exception("reading the next due time failed; polling again later")
+            return self.config.poll_interval
         return float("inf") if due is None else max(0.0, float((due - now).total_seconds()))
 
     def _nothing_left(self) -> bool:

@@ -10,6 +10,9 @@ ini option ``ratchet_app_fixture`` names:
   ``.enqueued(...)``, ``.run()``;
 - ``ratchet_eager``: eager mode for the test: jobs run in the test's process as soon as the
   transaction that enqueued them commits, and a job that fails for good raises.
+
+Both push the app's context for the test, and go with a test client that keeps its requests'
+contexts pushed (pytest-flask's ``client``) in any fixture order (:func:`pushed_for_test`).
 """
 
 from __future__ import annotations

@@ -10,7 +10,9 @@
 The CSRF token is a double-submit token: a random value in an ``HttpOnly``, ``SameSite=Strict``
 cookie scoped to the console, repeated in the page. It needs no server-side session and no
 ``SECRET_KEY`` from the host app; another site can neither read the cookie nor make a browser send
-it, and the ``Origin`` check refuses cross-site POSTs on its own as well.
+it, and the ``Origin`` check refuses cross-site POSTs on its own as well. So the host app's own
+CSRF protection (Flask-WTF's ``CSRFProtect``) is told to leave the console alone
+(:func:`exempt_from_host_csrf`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,12 @@ from __future__ import annotations
 import hmac
 import re
 import secrets
+import sys
 from urllib.parse import urlsplit
 
 from flask import abort, current_app, g, request
+from flask.sansio.app import App
+from flask.sansio.blueprints import Blueprint
 from werkzeug.wrappers import Response
 
 ROLES = ("admin", "read")
@@ -77,6 +82,21 @@ def authorize() -> None:
     sent = request.headers.get(CSRF_HEADER) or request.form.get(CSRF_FIELD, "")
     if g.ratchet_csrf_new or not hmac.compare_digest(sent.encode(), g.ratchet_csrf.encode()):
         abort(403, "missing or wrong CSRF token; reload the page and try again")
+
+
+def exempt_from_host_csrf(app: App, blueprint: Blueprint) -> None:
+    """Exempt the console's ``blueprint`` from ``app``'s Flask-WTF ``CSRFProtect``, if it has
+    one (the same again changes nothing).
+
+    Its global check would refuse every console POST ("The CSRF session token is missing"):
+    they carry the console's own token, checked by :func:`authorize`, never Flask-WTF's.
+    Another extension registered as ``csrf`` is left alone: its ``exempt`` may take no
+    blueprint.
+    """
+    csrf = app.extensions.get("csrf")
+    flask_wtf = sys.modules.get("flask_wtf.csrf")  # imported already by any app that uses it
+    if flask_wtf is not None and isinstance(csrf, flask_wtf.CSRFProtect):
+        csrf.exempt(blueprint)
 
 
 def actor() -> str:

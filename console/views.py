@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Blueprint, abort, current_app, render_template, request
+from flask.sansio.blueprints import BlueprintSetupState
 from sqlalchemy.exc import DBAPIError, OperationalError
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
@@ -109,6 +110,20 @@ def _guard_unrouted() -> None:
         _guard()
 
 
+def _exempt_when_registered(state: BlueprintSetupState) -> None:
+    """A host app that set up Flask-WTF's ``CSRFProtect`` before ratchet: its check runs before
+    any hook of the console's, so the console is exempted at once."""
+    security.exempt_from_host_csrf(state.app, state.blueprint)
+
+
+def _exempt_before_host_csrf() -> None:
+    """A host app that sets up ``CSRFProtect`` after ratchet: this app-wide hook, registered
+    with the console, runs before Flask-WTF's check on every console request."""
+    if request.blueprint == "ratchet_console":
+        blueprint = current_app.blueprints["ratchet_console"]
+        security.exempt_from_host_csrf(current_app, blueprint)
+
+
 def _headers(response: Response) -> Response:
     """The console's headers on every response under its prefix: pages, refusals, routing
     errors and server errors alike (Flask runs app-wide ``after_request`` hooks for each)."""
@@ -139,6 +154,8 @@ def _retried(action: Callable[..., Any]) -> Callable[..., Any]:
 
 def register(bp: Blueprint) -> None:
     """Attach the views, guards and template helpers to ``bp``."""
+    bp.record(_exempt_when_registered)
+    bp.before_app_request(_exempt_before_host_csrf)
     bp.before_request(_guard)
     bp.before_request(_schema_ready)
     bp.before_app_request(_guard_unrouted)

@@ -5,18 +5,22 @@ CANCELED", "dependent Y is due now". Whoever commits that connection's transacti
 (:func:`take`) and, once it has committed, turns them into signals and callbacks
 (:func:`flask_ratchet.runtime.announce`): a receiver never hears of a change that was rolled back.
 The store knows the facts; it knows nothing of who listens.
+
+When the app's ``db.session`` owns the transaction (a request), the facts wait with the session
+instead (:func:`keep_with_session`) until its outermost transaction has committed and ended.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session, SessionTransaction
 from sqlalchemy.pool import Pool
 
 log = logging.getLogger("flask_ratchet.events")
@@ -84,3 +88,64 @@ def _forget(dbapi_connection: Any, record: Any) -> None:
     """Events still kept when a connection goes back to its pool belong to a transaction that
     nobody took them from (it was rolled back): they never happened."""
     record.info.pop(_PENDING, None)
+
+
+#: ``Session.info`` keys: the facts of the session's open transactions, each batch with the
+#: transaction (a savepoint's, or the outermost) it was recorded in; the facts of the outermost
+#: transaction once it has committed; and that the session's listeners are in place.
+_KEPT = "ratchet_events"
+_COMMITTED = "ratchet_committed_events"
+_LISTENING = "ratchet_listening"
+
+
+def keep_with_session(
+    session: Session, events: list[Event], send: Callable[[list[Event]], None]
+) -> None:
+    """Keep ``events`` with ``session``'s transaction; ``send`` them once its outermost
+    transaction has committed and ended.
+
+    Not in SQLAlchemy's ``after_commit``: there the session is still in its 'committed' state,
+    so a receiver or an eager job using it would fail, and an error raised there leaves the
+    session in that state for good (every call, ``rollback()`` included, fails until
+    ``close()``). Once ``after_transaction_end`` has come, the session has no transaction: what
+    ``send`` raises reaches the caller of ``commit()``, and the session stays usable. A
+    savepoint's facts (``begin_nested()``) wait for the outermost commit too, and are dropped
+    if the savepoint rolls back.
+    """
+    if not events:
+        return
+    if not session.info.get(_LISTENING):
+        # Once per session, for its whole life: SQLAlchemy ignores a listener registered
+        # again, so a listener per transaction would hear only the session's first commit.
+        session.info[_LISTENING] = True
+        sa.event.listen(session, "after_commit", _committed)
+
+        def ended(session: Session, transaction: SessionTransaction) -> None:
+            if transaction.nested:
+                _drop(session, transaction)  # still its own: it ended without committing
+            elif transaction.parent is None:  # the outermost (not a flush's subtransaction)
+                session.info.pop(_KEPT, None)  # ended without committing: never happened
+                committed: list[Event] = session.info.pop(_COMMITTED, [])
+                if committed:
+                    send(committed)
+
+        sa.event.listen(session, "after_transaction_end", ended)
+    innermost = session.get_nested_transaction() or session.get_transaction()
+    session.info.setdefault(_KEPT, []).append((innermost, events))
+
+
+def _committed(session: Session) -> None:
+    """A transaction of ``session`` committed: a savepoint's facts become those of the
+    transaction around it; the outermost one's wait for its end."""
+    kept: list[tuple[SessionTransaction | None, list[Event]]] = session.info.get(_KEPT, [])
+    nested = session.get_nested_transaction()  # the one committing, until it is closed
+    if nested is None:
+        session.info[_KEPT] = []
+        session.info.setdefault(_COMMITTED, []).extend(e for _, events in kept for e in events)
+        return
+    session.info[_KEPT] = [(nested.parent if t is nested else t, events) for t, events in kept]
+
+
+def _drop(session: Session, transaction: SessionTransaction) -> None:
+    kept: list[tuple[SessionTransaction | None, list[Event]]] = session.info.get(_KEPT, [])
+    session.info[_KEPT] = [(t, events) for t, events in kept if t is not transaction]

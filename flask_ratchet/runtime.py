@@ -18,13 +18,11 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
-import sqlalchemy as sa
 from blinker import NamedSignal
 from flask import Flask, current_app, has_request_context
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.orm import Session
 
 from . import events, facts, migrate
 from .config import RatchetConfig
@@ -339,18 +337,10 @@ class Runtime:
                 self.run_inline()
 
     def _announce_after_commit(self, recorded: list[Event]) -> None:
-        """Keep events for the request's session; send them once it commits."""
-        if not recorded:
-            return
-        session = self.db.session()
-        kept = session.info.setdefault("ratchet_events", [])
-        if not kept:
-            sa.event.listen(session, "after_commit", self._session_announces, once=True)
-            sa.event.listen(session, "after_rollback", _forget_events, once=True)
-        kept.extend(recorded)
-
-    def _session_announces(self, session: Session) -> None:
-        self.announce(session.info.pop("ratchet_events", []))
+        """Keep events with the app's session; send them once its transaction has committed
+        and ended (see :func:`facts.keep_with_session`): an eager job's error then reaches
+        whoever called ``commit()``, and the session stays usable."""
+        facts.keep_with_session(self.db.session(), recorded, self.announce)
 
     @property
     def wakeups(self) -> Wakeups:
@@ -391,10 +381,6 @@ class Runtime:
         """The notifier of ends, one per process and app (``NOTIFY ratchet_ended``, Redis;
         ``None`` where waiters see the commit themselves or read every second)."""
         return self.wakeups.ended_notifier()
-
-
-def _forget_events(session: Session, *args: Any) -> None:
-    session.info.pop("ratchet_events", None)
 
 
 def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> None:

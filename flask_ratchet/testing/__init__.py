@@ -98,11 +98,14 @@ def run_jobs(
 @contextmanager
 def eager(app: Flask | None = None, *, raise_errors: bool = True) -> Iterator[InlineRunner]:
     """Eager mode inside the block: a job runs in this process as soon as the transaction that
-    enqueued it commits (at once outside a transaction), with retries run at once. A request
-    that enqueues runs its jobs when it commits, inside ``db.session.commit()``.
+    enqueued it commits (at once outside a transaction), with retries run at once. Jobs
+    enqueued in ``db.session`` (a request's) run inside ``db.session.commit()``, once the
+    commit is over and the session has no transaction left (a savepoint's wait for the
+    outermost commit).
 
-    ``raise_errors``: a job that fails for good raises its error to whoever committed (for a
-    request, the test client sees the exception); ``False`` only records it.
+    ``raise_errors``: a job that fails for good raises its error to whoever committed (out of
+    ``db.session.commit()``, the session still usable; for a request, the test client sees the
+    exception); ``False`` only records it.
     """
     target = _app(app)
     state = _state(target)

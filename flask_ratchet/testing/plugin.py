@@ -10,6 +10,9 @@ ini option ``ratchet_app_fixture`` names:
   ``.enqueued(...)``, ``.run()``;
 - ``ratchet_eager``: eager mode for the test: jobs run in the test's process as soon as the
   transaction that enqueued them commits, and a job that fails for good raises.
+
+Both push the app's context for the test, and go with a test client that keeps its requests'
+contexts pushed (pytest-flask's ``client``) in any fixture order (:func:`pushed_for_test`).
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from __future__ import annotations
 import inspect
 import types
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
-from flask import Flask
+from flask import Flask, appcontext_popped
+from flask.ctx import AppContext
+from flask.globals import app_ctx
 
 from . import JobsKit, eager
 
@@ -58,13 +64,13 @@ def fixtures_on(name: str) -> types.ModuleType:
     def ratchet_jobs(**given: object) -> Iterator[JobsKit]:
         """What was enqueued, and running it, for the project's app fixture."""
         app = checked(name, given[name])
-        with app.app_context():
+        with pushed_for_test(app):
             yield JobsKit(app)
 
     def ratchet_eager(**given: object) -> Iterator[JobsKit]:
         """Eager mode for the test (see :func:`flask_ratchet.testing.eager`)."""
         app = checked(name, given[name])
-        with eager(app), app.app_context():
+        with eager(app), pushed_for_test(app):
             yield JobsKit(app)
 
     for function in (ratchet_jobs, ratchet_eager):
@@ -82,3 +88,44 @@ def checked(name: str, app: object) -> Flask:
             "the fixture that does"
         )
     return app
+
+
+@contextmanager
+def pushed_for_test(app: Flask) -> Iterator[None]:
+    """``app``'s context, pushed for the test.
+
+    At the end it is popped at once if it is the current context. If it is not, contexts
+    pushed after it are still there: a test client used as a context manager (pytest-flask's
+    ``client`` fixture) keeps its last request's contexts pushed until its own fixture ends,
+    which pytest may do after this one, and popping ours first would fail ("Popped wrong app
+    context"). It is then popped as soon as the contexts above it are.
+    """
+    ctx = app.app_context()
+    ctx.push()
+    try:
+        yield
+    finally:
+        pop_when_current(ctx)
+
+
+def pop_when_current(ctx: AppContext) -> None:
+    """Pop ``ctx`` now if it is the current app context, or else right after the app context
+    above it is popped (Flask sends ``appcontext_popped`` then)."""
+    if _current() is ctx:
+        ctx.pop()
+        return
+
+    def popped(sender: object, **extra: object) -> None:
+        if _current() is ctx:
+            appcontext_popped.disconnect(popped)
+            ctx.pop()
+
+    appcontext_popped.connect(popped, weak=False)
+
+
+def _current() -> AppContext | None:
+    try:
+        current: AppContext = app_ctx._get_current_object()  # type: ignore[attr-defined]
+    except RuntimeError:  # no app context at all
+        return None
+    return current

@@ -3,15 +3,19 @@ run as its team would: ``pytest`` in the project's folder, in a subprocess."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def pytest_in(
+    folder: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
         cwd=folder,
@@ -19,13 +23,14 @@ def pytest_in(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=300,
         check=False,
+        env=env,
     )
 
 
 def test_the_sample_apps_suite_passes_with_the_plugin(tmp_path: Path) -> None:
     shop = tmp_path / "shop"
     shutil.copytree(ROOT / "examples" / "shop", shop)
-    done = pytest_in(shop)
+    done = pytest_in(shop, "-p", "no:flask")  # not its dependency: pytest-flask is ours
     assert done.returncode == 0, done.stdout + done.stderr
     assert "6 passed" in done.stdout, done.stdout
     # The plugin comes from the package's entry point: left out, its fixtures are unknown.
@@ -93,3 +98,91 @@ def test_the_plugin_takes_the_app_fixture_the_ini_file_names(tmp_path: Path) -> 
     wrong = pytest_in(tmp_path)
     assert wrong.returncode != 0
     assert "need the fixture 'tmp_path' to give a Flask app, got PosixPath" in wrong.stdout
+
+
+PYTEST_FLASK_CONFTEST = """
+import os
+
+import pytest
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
+
+from flask_ratchet import Ratchet
+
+db = SQLAlchemy()
+ratchet = Ratchet()
+
+
+@ratchet.task
+def greet(name: str) -> str:
+    return f"hello {name}"
+
+
+@pytest.fixture
+def app():
+    app = Flask(__name__)
+    app.config["SQLALCHEMY_DATABASE_URI"] = os.environ["RATCHET_TEST_URL"]
+    db.init_app(app)
+    ratchet.init_app(app)
+
+    @app.post("/greet/<name>")
+    def greet_view(name):
+        handle = greet.enqueue(name)
+        db.session.commit()
+        return ratchet.get_job(handle.id).status.value
+
+    return app
+"""
+
+PYTEST_FLASK_TESTS = """
+from flask import has_app_context
+
+
+def greet_twice(client):
+    return [client.post(f"/greet/{name}").text for name in ("ann", "bob")]
+
+
+def test_eager_after_client(client, ratchet_eager):
+    assert greet_twice(client) == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_eager_before_client(ratchet_eager, client):
+    assert greet_twice(client) == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_jobs_after_client(client, ratchet_jobs):
+    assert greet_twice(client) == ["PENDING", "PENDING"]
+    assert [job.result for job in ratchet_jobs.run()] == ["hello ann", "hello bob"]
+
+
+def test_jobs_before_client(ratchet_jobs, client):
+    assert greet_twice(client) == ["PENDING", "PENDING"]
+    assert [job.result for job in ratchet_jobs.run()] == ["hello ann", "hello bob"]
+
+
+def test_both_after_client(client, ratchet_jobs, ratchet_eager):
+    assert greet_twice(client) == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_client_between(ratchet_jobs, client, ratchet_eager):
+    assert greet_twice(client) == ["SUCCEEDED", "SUCCEEDED"]
+
+
+def test_every_context_was_popped():  # runs last: nothing the tests above pushed is left
+    assert not has_app_context()
+"""
+
+
+def test_the_fixtures_work_beside_pytest_flasks_client_in_any_order(
+    tmp_path: Path, database_url: str
+) -> None:
+    """pytest-flask's ``client`` keeps its last request's contexts pushed until its own
+    fixture ends, which may come before or after the kit's fixtures end."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "conftest.py").write_text(PYTEST_FLASK_CONFTEST)
+    (project / "test_beside_pytest_flask.py").write_text(PYTEST_FLASK_TESTS)
+    (project / "pytest.ini").write_text("[pytest]\npythonpath = .\n")
+    done = pytest_in(project, "-p", "flask", env=os.environ | {"RATCHET_TEST_URL": database_url})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "7 passed" in done.stdout and "error" not in done.stdout, done.stdout

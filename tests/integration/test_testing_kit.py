@@ -150,6 +150,72 @@ def test_eager_with_an_in_memory_database_from_the_config() -> None:
         assert failed is not None and failed.status == JobStatus.FAILED
 
 
+def test_a_job_failing_in_eager_mode_raises_from_commit_and_leaves_the_session_usable(
+    app: Flask,
+) -> None:
+    with eager(app):
+        db.session.add(Order(item="book"))
+        broken = fail_until.enqueue(9)  # joins the session's transaction
+        with pytest.raises(ConnectionError, match="attempt 3 failed"):
+            db.session.commit()  # the job runs once the commit is over, and raises
+        db.session.rollback()  # the session is usable: no "in 'committed' state"
+        assert db.session.query(Order).count() == 1  # the order was committed
+        failed = ratchet.get_job(broken.id)
+        assert failed is not None and failed.status == JobStatus.FAILED
+        db.session.add(Order(item="pen"))
+        works = add.enqueue(2, 2)
+        db.session.commit()  # the same session, a second commit: its job runs too
+        done = ratchet.get_job(works.id)
+        assert done is not None and (done.status, done.result) == (JobStatus.SUCCEEDED, 4)
+        assert db.session.query(Order).count() == 2
+
+
+def test_events_are_sent_once_the_sessions_commit_is_over(app: Flask) -> None:
+    """A receiver may use ``db.session``: the transaction that committed has ended (in
+    SQLAlchemy's ``after_commit`` the session is still in its 'committed' state)."""
+    heard: list[tuple[Any, int]] = []
+
+    def receive(sender: Flask, **data: Any) -> None:
+        heard.append((data["job_id"], db.session.query(Order).count()))
+
+    first = add.enqueue(1, 1)
+    second = add.enqueue(2, 2)
+    with events.job_canceled.connected_to(receive):
+        db.session.add(Order(item="book"))
+        ratchet.cancel_job(first.id)
+        db.session.commit()
+        db.session.add(Order(item="pen"))
+        ratchet.cancel_job(second.id)  # the same session again
+        db.session.commit()
+    assert heard == [(first.id, 1), (second.id, 2)]
+
+
+def test_eager_jobs_wait_for_the_outer_commit_not_a_savepoints(app: Flask) -> None:
+    heard: list[Any] = []
+
+    def receive(sender: Flask, **data: Any) -> None:
+        heard.append(data["job_id"])
+
+    dropped = add.enqueue(0, 0)
+    kept = add.enqueue(0, 1)
+    with eager(app), events.job_canceled.connected_to(receive):
+        db.session.add(Order(item="book"))
+        with db.session.begin_nested():  # released: its jobs wait for the outer commit
+            inner = add.enqueue(1, 2)
+        pending = ratchet.get_job(inner.id)
+        assert pending is not None and pending.status == JobStatus.PENDING
+        with pytest.raises(LookupError), db.session.begin_nested():
+            ratchet.cancel_job(dropped.id)  # rolled back with its savepoint: never heard of
+            raise LookupError
+        ratchet.cancel_job(kept.id)
+        db.session.commit()
+    done = ratchet.get_job(inner.id)
+    assert done is not None and (done.status, done.result) == (JobStatus.SUCCEEDED, 3)
+    assert heard == [kept.id]
+    still = ratchet.get_job(dropped.id)
+    assert still is not None and still.status == JobStatus.SUCCEEDED  # not canceled: ran
+
+
 def test_assert_enqueued_matches_arguments_queue_and_options(app: Flask) -> None:
     charge.builder(7).with_tags("eu", "vip").with_priority(Priority.CRITICAL).submit()
     charge.enqueue(8)

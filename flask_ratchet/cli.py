@@ -19,7 +19,15 @@ from flask.cli import AppGroup
 from . import migrate, runtime
 from .api import jobs, queues, recurring
 from .config import parse_metrics_address, parse_queues
-from .cron import DIALECT_FIELDS, DIALECT_LABELS, CronError, dialect, next_fire_times, zone_info
+from .cron import (
+    DIALECT_FIELDS,
+    DIALECT_LABELS,
+    CronError,
+    dialect,
+    next_fire_times,
+    validate,
+    zone_info,
+)
 from .errors import InvalidOption, SchemaNotReady
 from .ids import job_id_of
 from .payload import Unreadable
@@ -350,8 +358,10 @@ def recurring_run_now(recurring_id: str) -> None:
 @click.option("--zone", default="UTC", show_default=True, help="IANA time zone.")
 @click.option("-n", "count", type=click.IntRange(1, 100), default=5, show_default=True)
 def recurring_preview(cron: str, zone: str, count: int) -> None:
-    """Show the dialect and the next fire times of a CRON expression (Unix or Quartz)."""
+    """Show the dialect and the next fire times of a CRON expression (Unix, Quartz, or an
+    interval such as '@every 5m')."""
     try:
+        validate(cron, zone)
         times = next_fire_times(cron, zone, datetime.now(UTC), count)
     except CronError as exc:
         raise click.ClickException(str(exc)) from None

@@ -21,22 +21,21 @@ from sqlalchemy.engine import Connection
 from . import migrate, runtime
 from .api import jobs
 from .api import queues as queues_api
-from .api import recurring as recurring_api
 from .api import resources as resources_api
 from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
 from .api.handles import JobHandle
 from .api.handles import wait as wait_for_job
-from .api.recurring import RecurringJobBuilder, make_recurring_builder
 from .api.submit import JobBuilder, make_builder, submit_jobs
 from .api.tasks import TaskFunction, task_function
 from .breaker import BreakerSettings
 from .config import RatchetConfig
 from .errors import ConfigError
+from .extension_recurring import RecurringMethods
 from .forks import fresh_pool_after_fork
 from .job import BatchProgress, Job, QueueSummary
 from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from .paging import Page
-from .recurring import Misfire, RecurringDefinition, RecurringJob
+from .recurring import RecurringDefinition
 from .registry import TaskRegistry
 from .resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from .runtime import Runtime
@@ -49,7 +48,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-class Ratchet:
+class Ratchet(RecurringMethods):
     """The flask-ratchet extension.
 
     ::
@@ -341,88 +340,6 @@ class Ratchet:
         Always its own short transaction: a claim never joins a request.
         """
         return jobs.claim_due(self.state, limit, node_id, queues)
-
-    # -- recurring -----------------------------------------------------------------------------
-
-    def recurring(
-        self,
-        cron: str,
-        *,
-        zone: str = "UTC",
-        name: str | None = None,
-        id: str | None = None,
-        misfire: Misfire | str = Misfire.FIRE_ONCE,
-        **options: Any,
-    ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]:
-        """Declare a recurring job: ``func`` runs at every occurrence of ``cron`` (Unix cron,
-        5 fields or a macro, or Quartz cron, 6 or 7 fields).
-
-        ::
-
-            @ratchet.recurring("0 0 2 * * ?", zone="Europe/Berlin", name="Nightly cleanup",
-                               priority=Priority.LOW, max_retries=2, misfire=Misfire.SKIP)
-            def nightly_cleanup() -> None: ...
-
-        The function is also registered as a task (with ``options``: ``priority``,
-        ``max_retries``, ``backoff``, ``backoff_base``, ``timeout``, ``resource``, ``tags``) and
-        must take no arguments, or only a ``JobContext``. ``id`` (default ``module:qualname``)
-        names the master: exactly one exists per id however many workers start. Workers
-        register declared masters when they start; ``init_app`` writes nothing.
-
-        :raises CronError: for a bad expression or zone, naming the field.
-        """
-        declare = recurring_api.declare(
-            self.registry, self.recurring_definitions, cron, zone, name, id, misfire, options
-        )
-
-        def register(f: Callable[P, R]) -> TaskFunction[P, R]:
-            return task_function(self.registry, f, declare)
-
-        return register
-
-    def schedule_recurring(
-        self, cron: str, zone: str, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
-    ) -> RecurringJobBuilder:
-        """Start building a recurring master that runs ``fn(*args, **kwargs)`` at every
-        occurrence of ``cron`` in ``zone``. Nothing is written until ``submit()``.
-
-        :raises CronError: for a bad expression or zone, naming the field.
-        """
-        return make_recurring_builder(self.state, cron, zone, fn, args, kwargs)
-
-    def register_recurring(self) -> list[RecurringJob]:
-        """Register every declared master now (workers do this when they start), e.g. from a
-        deploy step."""
-        return recurring_api.register_declared(self.state)
-
-    def pause_recurring(self, recurring_id: str) -> bool:
-        """ACTIVE → PAUSED: no children until resumed. Pausing a paused master returns True."""
-        return recurring_api.pause(self.state, recurring_id)
-
-    def resume_recurring(self, recurring_id: str) -> bool:
-        """PAUSED → ACTIVE, next at the first occurrence after now (paused time is not made up)."""
-        return recurring_api.resume(self.state, recurring_id)
-
-    def cancel_recurring(self, recurring_id: str) -> bool:
-        """End a master (ACTIVE or PAUSED → CANCELED); its id is free to be registered again.
-
-        Children already created are not touched (cancel them with ``cancel_job``).
-        """
-        return recurring_api.cancel(self.state, recurring_id)
-
-    def run_recurring_now(self, recurring_id: str) -> JobHandle | None:
-        """Create one extra child of an ACTIVE or PAUSED master, due now; ``None`` if there is
-        no such master. The schedule is not changed."""
-        job_id = recurring_api.run_now(self.state, recurring_id)
-        return None if job_id is None else JobHandle(job_id)
-
-    def get_recurring(self, recurring_id: str) -> RecurringJob | None:
-        """A snapshot of one master (also a canceled one), or ``None``."""
-        return recurring_api.get(self.state, recurring_id)
-
-    def list_recurring(self, *, include_canceled: bool = False) -> list[RecurringJob]:
-        """Every master with its next fire time, by id."""
-        return recurring_api.list_all(self.state, include_canceled)
 
     # -- batches -------------------------------------------------------------------------------
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any, Self
 
 from .. import payload
 from ..context import required_arguments
+from ..cron import CronError, interval_expression
 from ..cron import normalize as cron_normalize
 from ..cron import validate as cron_validate
 from ..options import JobOptions, validate_key, validate_options
@@ -22,6 +24,26 @@ from ..registry import Task, TaskRegistry, default_name
 from ..runtime import Runtime
 from ..store import Recurring
 from .submit import OptionsBuilder
+
+
+def schedule_of(cron: str | timedelta | None, every: timedelta | float | None = None) -> str:
+    """The expression a master stores for a schedule given as ``cron`` (an expression, or a
+    ``timedelta`` for an interval) or as ``every`` (an interval): exactly one of them.
+
+    An interval is stored as ``@every 5s`` in the master's ``cron`` column, so that one firing
+    path (and one schema) serves both kinds (see :mod:`flask_ratchet.cron.intervals`).
+
+    :raises CronError: for both or neither, or for a bad interval.
+    """
+    if cron is None or every is not None:
+        if cron is not None or every is None:
+            raise CronError(
+                "give a recurring job one schedule: a cron expression, or every=timedelta(...)"
+            )
+        return interval_expression(every)
+    if isinstance(cron, timedelta):
+        return interval_expression(cron)
+    return cron
 
 
 def declare(
@@ -207,14 +229,16 @@ class RecurringJobBuilder(OptionsBuilder):
 
 def make_recurring_builder(
     state: Runtime,
-    cron: str,
+    cron: str | timedelta,
     zone: str,
     target: Callable[..., Any] | str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> RecurringJobBuilder:
-    """Check the schedule, the task and its arguments; raise before anything is built."""
-    cron_validate(cron, zone)
+    """Check the schedule (a cron expression, or a ``timedelta`` for an interval), the task and
+    its arguments; raise before anything is built."""
+    expr = schedule_of(cron)
+    cron_validate(expr, zone)
     task = state.registry.for_submit(target, state.config.allowed_modules)
     text = payload.encode_arguments(task.name, args, kwargs, state.config.max_payload_bytes)
-    return RecurringJobBuilder(state, task, text, cron_normalize(cron), zone)
+    return RecurringJobBuilder(state, task, text, cron_normalize(expr), zone)

@@ -7,6 +7,8 @@ The number of fields says the dialect:
   Celery beat schedules are written in. See :mod:`.unix`.
 - **Quartz cron**, 6 or 7 fields (``second minute hour day-of-month month day-of-week [year]``,
   1 = Sunday, ``?``, ``L``, ``W``, ``#``): Ratchet's own dialect. See :mod:`.quartz`.
+- **Intervals**, ``@every`` and a span (``@every 30s``, ``@every 1h30m``): elapsed time, in
+  multiples of the span since the Unix epoch, in UTC only. See :mod:`.intervals`.
 
 Time zones and daylight saving time, the same in both dialects. An expression names wall-clock
 times in its zone, and each wall-clock time it names fires once:
@@ -33,6 +35,7 @@ from datetime import datetime
 from typing import Literal
 
 from .fields import CronError, split
+from .intervals import EVERY, IntervalSchedule, interval_expression, parse_interval
 from .quartz import QuartzSchedule, parse_quartz
 from .unix import UnixSchedule, parse_unix
 from .zones import instant, zone_info
@@ -43,6 +46,7 @@ __all__ = [
     "CronError",
     "Dialect",
     "dialect",
+    "interval_expression",
     "next_fire",
     "next_fire_times",
     "normalize",
@@ -54,23 +58,32 @@ __all__ = [
 #: The longest expression (normalised) a recurring master can store: its column's width.
 EXPR_MAX_LENGTH = 255
 
-Dialect = Literal["unix", "quartz"]
+Dialect = Literal["unix", "quartz", "interval"]
 #: How each dialect is named where a person reads it (the CLI's preview, the console).
-DIALECT_LABELS: dict[Dialect, str] = {"unix": "Unix cron", "quartz": "Quartz cron"}
+DIALECT_LABELS: dict[Dialect, str] = {
+    "unix": "Unix cron",
+    "quartz": "Quartz cron",
+    "interval": "Interval",
+}
 #: The fields of each dialect, in order, for a person reading a preview.
 DIALECT_FIELDS: dict[Dialect, str] = {
     "unix": "minute hour day-of-month month day-of-week (0 or 7 = Sunday)",
     "quartz": "second minute hour day-of-month month day-of-week (1 = Sunday) [year]",
+    "interval": "@every days hours minutes seconds (multiples since 1970-01-01 00:00 UTC)",
 }
+
+Schedule = UnixSchedule | QuartzSchedule | IntervalSchedule
 
 
 @functools.lru_cache(maxsize=512)
-def parse(expr: str) -> UnixSchedule | QuartzSchedule:
-    """Parse an expression of either dialect (cached).
+def parse(expr: str) -> Schedule:
+    """Parse an expression of any dialect (cached).
 
     :raises CronError: naming the first bad field and how to fix it.
     """
     parts = split(expr)
+    if parts and parts[0].lower() == EVERY:
+        return parse_interval(parts)
     if len(parts) == 5 or (len(parts) == 1 and parts[0].startswith("@")):
         return parse_unix(parts)
     if len(parts) in (6, 7):
@@ -88,13 +101,19 @@ def dialect(expr: str) -> Dialect:
 
     :raises CronError: if it is in neither.
     """
-    return "unix" if isinstance(parse(expr), UnixSchedule) else "quartz"
+    schedule = parse(expr)
+    if isinstance(schedule, IntervalSchedule):
+        return "interval"
+    return "unix" if isinstance(schedule, UnixSchedule) else "quartz"
 
 
 def normalize(expr: str) -> str:
     """The form a master stores: the fields separated by single spaces, upper case (a macro in
-    lower case), so that ``"0 0 2 * * ?"`` and ``" 0  0 2 * * ? "`` are one definition."""
+    lower case, an interval as ``@every 1m30s``), so that ``"0 0 2 * * ?"`` and
+    ``" 0  0 2 * * ? "`` are one definition."""
     parts = split(expr)
+    if parts and parts[0].lower() == EVERY:
+        return parse_interval(parts).expression
     if len(parts) == 1 and parts[0].startswith("@"):
         return parts[0].lower()
     return " ".join(parts).upper()
@@ -103,10 +122,14 @@ def normalize(expr: str) -> str:
 def validate(expr: str, zone: str = "UTC") -> None:
     """Check ``expr`` and ``zone``.
 
-    :raises CronError: naming the bad field, the unknown zone, or an expression too long to
-        store.
+    :raises CronError: naming the bad field, the unknown zone, an interval in a zone other
+        than UTC, or an expression too long to store.
     """
-    parse(expr)
+    if isinstance(parse(expr), IntervalSchedule) and zone != "UTC":
+        raise CronError(
+            f"an interval ({normalize(expr)!r}) counts elapsed time, which no zone moves: give "
+            f"it zone 'UTC', not {zone!r} (for wall-clock times in a zone, write cron)"
+        )
     length = len(normalize(expr))
     if length > EXPR_MAX_LENGTH:
         raise CronError(
@@ -128,6 +151,8 @@ def next_fire(expr: str, zone: str, after: datetime) -> datetime | None:
     tz = zone_info(zone)
     if not isinstance(after, datetime) or after.tzinfo is None:
         raise ValueError(f"after must be an aware datetime (e.g. tzinfo=UTC), got {after!r}")
+    if isinstance(schedule, IntervalSchedule):
+        return schedule.next_after(after)  # elapsed time: the zone does not move it
     start = after.astimezone(tz).replace(tzinfo=None)
     for wall in schedule.wall_times_after(start):
         fire = instant(wall, tz)

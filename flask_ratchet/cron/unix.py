@@ -92,7 +92,9 @@ def parse_unix(parts: list[str]) -> UnixSchedule:
         expansion = MACROS.get(parts[0].upper()) if parts[0].isascii() else None
         if expansion is None:
             known = ", ".join(m.lower() for m in MACROS)
-            raise CronError(f"cron macro {parts[0]!r} is not one of {known}")
+            raise CronError(
+                f"cron macro {parts[0]!r} is not one of {known} (or '@every 5m', an interval)"
+            )
         return parse_unix(expansion.split())
     parts = check_ascii(FIELDS, parts)
     fields: list[str] = []

@@ -270,7 +270,8 @@ def test_the_number_of_fields_says_the_dialect() -> None:
         ("0,,5 * * * *", "minute field '0,,5': empty list item"),
         ("\uff15 * * * *", "minute field '\uff15': use ASCII digits"),
         ("@reboot", "cron macro '@reboot' is not one of @hourly, @daily"),
-        ("@every 5m", "has 2 fields"),
+        ("@hourly 5", "has 2 fields"),
+        ("@every", "'@every' and one span"),
     ],
 )
 def test_bad_unix_expressions_name_the_field(expr: str, names: str) -> None:

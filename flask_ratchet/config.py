@@ -20,6 +20,7 @@ from .breaker import BreakerSettings, breaker_settings
 from .errors import ConfigError, InvalidOption
 from .options import MAX_DURATION, validate_queue
 from .resources import ResourceLimit, resource_limit
+from .routes import Routes, routes_setting
 
 PREFIX = "RATCHET_"
 
@@ -68,6 +69,9 @@ class RatchetConfig:
     #: (``None``: no limit but ``concurrency``); ``None``: every queue. Set as
     #: ``"mail=4,reports=1,default"`` (see :func:`parse_queues`) or as this mapping.
     queues: dict[str, int | None] | None = None
+    #: Where jobs go whose queue nothing chose (see :mod:`flask_ratchet.routes`): task-name
+    #: globs to queues, a callable ``(task_name) -> queue | None``, or a list of them.
+    routes: Routes | None = None
     #: Jobs a worker may hold waiting for a thread beyond its free threads; ``None``: as many as
     #: its threads finish in about 50 ms at the recent mean run time (none for long jobs).
     prefetch: int | None = None
@@ -427,6 +431,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "deep_idle_after": _seconds,
     "concurrency": _positive_int,
     "queues": _queues,
+    "routes": routes_setting,
     "prefetch": _optional_non_negative_int,
     "unknown_task_grace": _seconds,
     "heartbeat_interval": _seconds,

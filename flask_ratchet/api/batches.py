@@ -30,6 +30,7 @@ from ..flows import NOT_YET, Condition, JobType
 from ..ids import job_id_of, uuid7
 from ..job import BatchProgress
 from ..options import KEY_MAX_LENGTH, JobOptions, shown, validate_options, validate_text
+from ..routes import routed
 from ..runtime import Runtime
 from ..store.types import Link, NewBatch, NewJob
 from .submit import JobBuilder, OptionSetters, make_builder
@@ -181,6 +182,7 @@ class BatchBuilder(OptionSetters):
 
     def _child(self, builder: JobBuilder, batch_id: uuid.UUID) -> NewJob:
         builder._options = self._child_options(builder._options)
+        builder.queue_chosen = builder.queue_chosen or "queue" in self._changes
         return builder.build_linked(job_type=JobType.BATCH_CHILD, batch_id=batch_id)
 
     def _follow_up_jobs(self, batch_id: uuid.UUID) -> tuple[list[NewJob], list[Link]]:
@@ -256,6 +258,8 @@ class StreamingBatchBuilder(BatchBuilder):
         config = state.config
         task = state.registry.for_submit(self._process, config.allowed_modules)
         options = self._child_options(task.options)
+        if "queue" not in self._changes:
+            options = routed(config.routes, task.name, options)
         parent = self._parent()
         follow_ups, links = self._follow_up_jobs(parent.job_id)
         items = iter(self._items)

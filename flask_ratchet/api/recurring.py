@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Self
 
@@ -21,6 +22,7 @@ from ..cron import validate as cron_validate
 from ..options import JobOptions, validate_key, validate_options
 from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
 from ..registry import Task, TaskRegistry, default_name
+from ..routes import routed
 from ..runtime import Runtime
 from ..store import Recurring
 from .submit import OptionsBuilder
@@ -107,9 +109,14 @@ def _refuse_arguments(func: Callable[..., Any]) -> None:
 
 
 def register_declared(runtime: Runtime) -> list[RecurringJob]:
-    """Register every declared master now, all or nothing."""
+    """Register every declared master now, all or nothing; ``RATCHET_ROUTES`` give the queue of
+    the children of those that name none (they are declared before any app's config exists)."""
     store = runtime.store.recurring
-    definitions = list(runtime.recurring_definitions.values())
+    routes = runtime.config.routes
+    definitions = [
+        replace(d, options=routed(routes, d.task, d.options))
+        for d in runtime.recurring_definitions.values()
+    ]
     return runtime.run(lambda conn: [store.register(conn, d)[0] for d in definitions], atomic=True)
 
 
@@ -214,7 +221,7 @@ class RecurringJobBuilder(OptionsBuilder):
             cron=self._cron,
             zone=self._zone,
             payload=self._payload,
-            options=self._options,
+            options=self._routed_options(),
             misfire=self._misfire,
         )
 

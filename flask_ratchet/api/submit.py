@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Self
 from .. import payload
 from ..ids import uuid7
 from ..job import Job
-from ..options import Backoff, Priority, validate_key
+from ..options import Backoff, JobOptions, Priority, validate_key
 from ..registry import Task
+from ..routes import routed
 from ..runtime import Runtime
 from ..store.types import NewJob
 from .handles import JobHandle
@@ -96,6 +97,13 @@ class OptionsBuilder(OptionSetters):
     def _unsubmitted(self) -> str:
         """What was built and never submitted, for the warning."""
         raise NotImplementedError
+
+    def _routed_options(self) -> JobOptions:
+        """The options to write: ``RATCHET_ROUTES`` give the queue, unless the job chose one
+        (``with_queue``) or its task did (see :mod:`flask_ratchet.routes`)."""
+        if self.queue_chosen:
+            return self._options
+        return routed(self._state.config.routes, self._task.name, self._options)
 
     def __del__(self) -> None:
         if not getattr(self, "_submitted", True):
@@ -217,7 +225,8 @@ class JobBuilder(OptionsBuilder):
     def build(self) -> NewJob:
         """Return the validated job this builder describes, and mark the builder used."""
         limit = self._state.config.max_payload_bytes
-        params = self._options.params
+        options = self._routed_options()
+        params = options.params
         params_text = (
             payload.encode_value(f"the params of {self._task.name}", params, limit)
             if params
@@ -230,7 +239,7 @@ class JobBuilder(OptionsBuilder):
             task=self._task.name,
             payload=self._payload,
             params=params_text,
-            options=self._options,
+            options=options,
             idempotency_key=self._idempotency_key,
             business_key=self._business_key,
             delay=self._delay,
@@ -295,6 +304,7 @@ def replacement_builder(
     """
     builder = make_builder(state, target, args, kwargs, delay=delay)
     builder._options = old.options
+    builder.queue_chosen = True  # the old job's queue, not the routes'
     builder._business_key = old.business_key
     return builder
 

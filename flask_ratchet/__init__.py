@@ -10,7 +10,7 @@ from .api.recurring import RecurringJobBuilder
 from .api.submit import JobBuilder
 from .api.tasks import TaskFunction
 from .breaker import BreakerSettings
-from .context import JobContext
+from .context import BatchContext, JobContext
 from .cron import CronError
 from .errors import (
     ConfigError,
@@ -29,7 +29,7 @@ from .errors import (
     WaitTimeout,
 )
 from .extension import Ratchet
-from .job import BatchProgress, Job, Progress, QueueSummary
+from .job import BatchChild, BatchProgress, Job, Progress, QueueSummary
 from .options import Backoff, Priority
 from .paging import Page
 from .recurring import Misfire, RecurringJob, RecurringStatus
@@ -40,6 +40,8 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "Backoff",
     "BatchBuilder",
+    "BatchChild",
+    "BatchContext",
     "BatchHandle",
     "BatchProgress",
     "BreakerSettings",

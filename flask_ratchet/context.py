@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from .job import BatchChild, BatchProgress
 from .redact import text_masked
 from .retry import sanitize
 
@@ -32,6 +33,9 @@ MAX_LOG_BYTES = 64 * 1024
 _DROPPED_NOTE_ROOM = 200
 #: How often a job's progress or cancel check may reach the database.
 CHECK_INTERVAL = 1.0
+#: Children a follow-up reads per query by default (``BatchContext.results()``), and at most.
+BATCH_PAGE = 500
+BATCH_PAGE_MAX = 10_000
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
     "ratchet_job_context", default=None
@@ -73,6 +77,59 @@ class Supervisor(Protocol):
     def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None: ...
     def still_running(self, job_id: uuid.UUID) -> bool: ...
     def result_of(self, job_id: uuid.UUID) -> Any: ...
+    def batch_of(self, batch_id: uuid.UUID) -> BatchProgress | None: ...
+    def batch_children(
+        self, batch_id: uuid.UUID, after: uuid.UUID | None, limit: int
+    ) -> list[BatchChild]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BatchContext:
+    """The batch a follow-up job runs after (``on_success``, ``on_failure``,
+    ``when_success_rate``, ``when_failure_count``), as ``JobContext.current().batch`` gives it:
+    its counts, and its children's results, read from the database a page at a time.
+
+    ::
+
+        @ratchet.task
+        def report(name: str, ctx: JobContext) -> int:   # batch.on_success(report, "import")
+            assert ctx.batch is not None
+            return sum(ctx.batch.results())              # each child's result, in order
+    """
+
+    #: The batch's counts as the follow-up started (its parent job's id is ``progress.batch_id``).
+    progress: BatchProgress
+    _supervisor: Supervisor = field(repr=False)
+
+    @property
+    def id(self) -> uuid.UUID:
+        """The batch's id (its parent job's)."""
+        return self.progress.batch_id
+
+    def children(self, page_size: int = BATCH_PAGE) -> Iterator[BatchChild]:
+        """Every child, in the order it was added to the batch, with its status and result.
+
+        Streamed: one query per ``page_size`` children (a keyset page), each read when the
+        iteration reaches it, so a batch of 100,000 children is never held at once.
+        """
+        if isinstance(page_size, bool) or not isinstance(page_size, int):
+            raise TypeError(f"page_size must be a whole number, got {page_size!r}")
+        if not 1 <= page_size <= BATCH_PAGE_MAX:
+            raise ValueError(f"page_size must be from 1 to {BATCH_PAGE_MAX}, got {page_size}")
+        after: uuid.UUID | None = None
+        while True:
+            page = self._supervisor.batch_children(self.id, after, page_size)
+            yield from page
+            if len(page) < page_size:
+                return
+            after = page[-1].id
+
+    def results(self, page_size: int = BATCH_PAGE) -> Iterator[Any]:
+        """Each child's result, in the order the children were added (a chord's list of
+        results, streamed as :meth:`children` is); ``None`` for a child that did not succeed
+        (``on_success`` runs only once all did)."""
+        for child in self.children(page_size):
+            yield child.result
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +163,7 @@ class JobContext:
     _last_check: float = field(default=0.0, repr=False)
     _last_progress: float = field(default=0.0, repr=False)
     _previous: Any = field(default=_UNREAD, repr=False)
+    _batch: Any = field(default=_UNREAD, repr=False)
     #: Called once when the job is stopped: an ``async def`` task's cancellation.
     _on_stop: Callable[[], None] | None = field(default=None, repr=False)
 
@@ -130,6 +188,21 @@ class JobContext:
             else:
                 self._previous = self._supervisor.result_of(self.depends_on)
         return self._previous
+
+    @property
+    def batch(self) -> BatchContext | None:
+        """In a batch's follow-up (``on_success``, ``on_failure``, ``when_…``), that batch: its
+        counts and its children's results (:meth:`BatchContext.results`); ``None`` in any
+        other job. Its counts are read from the database once, on first use."""
+        if self._batch is _UNREAD:
+            found = None
+            if self.depends_on is not None and self._supervisor is not None:
+                found = self._supervisor.batch_of(self.depends_on)
+            supervisor = self._supervisor
+            self._batch = (
+                None if found is None or supervisor is None else BatchContext(found, supervisor)
+            )
+        return self._batch  # type: ignore[no-any-return]
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:

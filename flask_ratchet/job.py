@@ -142,6 +142,17 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchChild:
+    """One child of a batch, as its follow-up reads it (``BatchContext.children()``): its id,
+    its status now, and its result if it SUCCEEDED (else ``None``). A status or result that is
+    not what ratchet writes reads as :class:`~flask_ratchet.payload.Unreadable`."""
+
+    id: uuid.UUID
+    status: JobStatus | Unreadable
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
 class BatchProgress:
     """A batch's children so far: ``succeeded + failed`` of ``total`` have ended (a canceled
     child counts as failed). ``finished`` once the batch has settled."""

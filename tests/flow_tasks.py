@@ -80,6 +80,27 @@ def follow_up(label: str) -> str:
 
 
 @ratchet.task
+def gather(label: str, ctx: JobContext) -> dict[str, Any]:
+    """A batch's follow-up, as a chord's callback: its children's results and statuses, read
+    three at a time (so that a few children take several pages)."""
+    batch = ctx.batch
+    assert batch is not None, "a batch's follow-up sees its batch"
+    return {
+        "label": label,
+        "batch": str(batch.id),
+        "total": batch.progress.total,
+        "results": list(batch.results(page_size=3)),
+        "statuses": [str(child.status) for child in batch.children(page_size=3)],
+    }
+
+
+@ratchet.task
+def batch_of_step(ctx: JobContext) -> bool:
+    """Whether a job that is no batch's follow-up sees a batch (it should not)."""
+    return ctx.batch is not None
+
+
+@ratchet.task
 def is_big(result: Any) -> bool:
     return bool(result["n"] > 10)
 

@@ -18,10 +18,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from .. import facts
+from .. import facts, payload
 from ..facts import Event
 from ..flows import BatchCounts, JobType, batch_outcome
-from ..job import BatchProgress
+from ..job import BatchChild, BatchProgress
 from ..schema import batch, job, job_queue
 from ..states import Action, JobStatus
 from .dialect import Dialect, chunks
@@ -77,6 +77,39 @@ class Batches:
         """A batch's counts and metrics, or None if there is no such batch."""
         row = conn.execute(sa.select(batch).where(batch.c.batch_id == batch_id)).first()
         return None if row is None else progress_of(row)
+
+    def children(
+        self, conn: Connection, batch_id: uuid.UUID, after: uuid.UUID | None, limit: int
+    ) -> list[BatchChild]:
+        """Up to ``limit`` children of a batch in submission order, after the child ``after``:
+        a keyset page of the index ``(batch_id, job_id)``, so each page costs the same however
+        many children there are (a 100,000-child batch is read a page at a time, never whole).
+
+        Submission order is the order of their ids: UUIDv7s, made in order by the one process
+        that submitted the batch (:mod:`flask_ratchet.ids`). A child that has ended and was
+        moved to the archive by retention is no longer here.
+        """
+        stmt = (
+            sa.select(
+                job.c.job_id,
+                # A live child's status is its hot row's; an ended one's, its cold row's.
+                sa.func.coalesce(job_queue.c.status, job.c.terminal_status).label("status"),
+                job.c.result,
+            )
+            .select_from(job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id))
+            .where(job.c.batch_id == batch_id)
+            .order_by(job.c.job_id)
+            .limit(limit)
+        )
+        if after is not None:
+            stmt = stmt.where(job.c.job_id > after)
+        out = []
+        for row in conn.execute(stmt):
+            status = payload.read_member(JobStatus, "status", row.status)
+            succeeded = status == JobStatus.SUCCEEDED
+            result = payload.read_stored("result", row.result) if succeeded else None
+            out.append(BatchChild(row.job_id, status, result))
+        return out
 
     def lock(self, conn: Connection, batch_ids: Sequence[uuid.UUID]) -> None:
         """Lock unsettled batch rows, in id order, before any job row: every writer that may

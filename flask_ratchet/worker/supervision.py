@@ -15,6 +15,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..config import RatchetConfig
+from ..job import BatchChild, BatchProgress
 from ..store.types import ClaimedJob, Refused
 from .logs import claimed_fields
 
@@ -84,6 +85,18 @@ class Supervision:
     def result_of(self, job_id: uuid.UUID) -> Any:
         with self.engine.connect() as conn:
             return self.store.jobs.result_of(conn, job_id)
+
+    def batch_of(self, batch_id: uuid.UUID) -> BatchProgress | None:
+        with self.engine.connect() as conn:
+            return self.store.flows.batches.batch_progress(conn, batch_id)
+
+    def batch_children(
+        self, batch_id: uuid.UUID, after: uuid.UUID | None, limit: int
+    ) -> list[BatchChild]:
+        # A connection per page: no read holds a snapshot (or on SQLite a read lock) across
+        # a long iteration. A settled batch's children do not change, so pages stay in step.
+        with self.engine.connect() as conn:
+            return self.store.flows.batches.children(conn, batch_id, after, limit)
 
     def still_running(self, job_id: uuid.UUID) -> bool:
         try:

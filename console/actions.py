@@ -4,8 +4,9 @@ pause, resume, run now and cancel for one recurring master.
 Each job goes through the library's own guarded operation
 (:func:`flask_ratchet.api.jobs.change_each`: ``retry_job``, ``cancel_job``… and ``delete_job``,
 which also keeps the lock order of batch writers), so an illegal transition changes nothing and
-is reported as refused. The changes and their audit row are written in the
-request's transaction and committed together. :mod:`.security` has already checked the role, the
+is reported as refused. The changes and their audit row are written in one transaction (the
+request's ``db.session``, or one of ratchet's own database: ``Runtime.unit_of_work``) and
+committed together. :mod:`.security` has already checked the role, the
 CSRF token and the origin before any of this runs.
 """
 
@@ -90,7 +91,6 @@ def _apply(
     outcome = ActionResult(action, changed, refused)
     with s.connection() as conn:
         audit(conn, action, scope, target(outcome), outcome.requested, len(outcome.changed))
-    s.db.session.commit()
     return outcome
 
 
@@ -312,7 +312,6 @@ def recurring_one(action: str) -> Response | str:
         changed = child is not None or result is True
         audit(conn, action, "recurring", recurring_id, 1, int(changed))
         found = None if changed else recurring_api.get(s, recurring_id)
-    s.db.session.commit()
     outcome = RecurringActionResult(
         action,
         recurring_id,

@@ -43,7 +43,6 @@ def set_paused(action: str) -> Response | str:
         except InvalidOption as exc:
             abort(400, str(exc))
         audit(conn, f"{action}-queue", "queue", name, 1, int(changed))
-    s.db.session.commit()
     return notice_or_page(
         "ratchet/_queue_notice.html",
         url_for("ratchet_console.queues"),

@@ -82,7 +82,6 @@ def set_limit() -> Response | str:
             abort(400, str(exc))
         outcome = LimitChange(limit, before)
         audit(conn, SET_LIMIT, "resource", name, 1, int(outcome.changed))
-    s.db.session.commit()
     return notice_or_page(
         "ratchet/_limit_notice.html", url_for("ratchet_console.resources"), outcome=outcome
     )
@@ -107,7 +106,6 @@ def reset_breaker() -> Response | str:
             # Requested of and passed on to every live worker that reports the breaker; each
             # applies it at its next heartbeat, which the page then shows.
             audit(conn, BREAKER_RESET, "breaker", service, workers, workers, at=now)
-    s.db.session.commit()
     outcome = ResetOutcome(service, workers, now, s.config.heartbeat_interval)
     return notice_or_page(
         "ratchet/_breaker_notice.html", url_for("ratchet_console.breakers"), outcome=outcome

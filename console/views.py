@@ -133,8 +133,10 @@ def _headers(response: Response) -> Response:
 
 
 def _retried(action: Callable[..., Any]) -> Callable[..., Any]:
-    """``action`` run again from the start, the request's transaction rolled back first, when
-    the database gave it up to break a deadlock or a lock wait (see ``Runtime.again_after``)."""
+    """``action`` run in one transaction committed when it returns (``Runtime.unit_of_work``:
+    the request's ``db.session``, or a transaction of ratchet's own database), and run again
+    from the start, that transaction rolled back first, when the database gave it up to break
+    a deadlock or a lock wait (see ``Runtime.again_after``)."""
 
     @functools.wraps(action)
     def run(*args: Any, **kwargs: Any) -> Any:
@@ -142,9 +144,9 @@ def _retried(action: Callable[..., Any]) -> Callable[..., Any]:
         attempt = 1
         while True:
             try:
-                return action(*args, **kwargs)
+                with runtime.unit_of_work():
+                    return action(*args, **kwargs)
             except DBAPIError as exc:
-                runtime.db.session.rollback()
                 if not runtime.again_after(exc, attempt):
                     raise
             attempt += 1

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
+import sqlalchemy as sa
+
 from .breaker import BreakerSettings, breaker_settings
 from .errors import ConfigError, InvalidOption
 from .options import MAX_DURATION, validate_queue
@@ -35,6 +37,9 @@ class RatchetConfigWarning(UserWarning):
 class RatchetConfig:
     """The validated configuration of one app. Durations are in seconds."""
 
+    #: ratchet's own database, for an app without Flask-SQLAlchemy (see
+    #: :mod:`flask_ratchet.database`); ``None``: the app's Flask-SQLAlchemy database.
+    database_url: str | None = None
     #: Module prefixes whose module-level functions may be enqueued without ``@ratchet.task``.
     allowed_modules: tuple[str, ...] = ()
     #: ``(request) -> "admin" | "read" | None``. Without it every console URL answers 403.
@@ -345,6 +350,23 @@ def _wakeup_url(key: str, value: Any) -> str | None:
     return value
 
 
+def _database_url(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, sa.URL):
+        return value.render_as_string(hide_password=False)
+    try:
+        if not isinstance(value, str):
+            raise TypeError(value)
+        sa.make_url(value)
+    except (sa.exc.ArgumentError, TypeError, ValueError):
+        raise ConfigError(
+            f"{key} must be a database URL like 'postgresql+psycopg://user@host/app' (or None), "
+            f"got {_url_shown(value)}"
+        ) from None
+    return str(value)
+
+
 def _url_shown(value: Any) -> str:
     """``value`` as a refusal shows it: a password in a URL masked."""
     return repr(re.sub(r"(://[^/:@\s]*:)[^@/\s]*@", r"\1***@", str(value)))
@@ -415,6 +437,7 @@ def _circuit_breakers(key: str, value: Any) -> dict[str, BreakerSettings]:
 
 
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "database_url": _database_url,
     "allowed_modules": _module_list,
     "console_auth": _callable_or_none,
     "console_url_prefix": _prefix_or_none,

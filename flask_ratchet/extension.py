@@ -29,9 +29,8 @@ from .api.submit import JobBuilder, make_builder, submit_jobs
 from .api.tasks import TaskFunction, task_function
 from .breaker import BreakerSettings
 from .config import RatchetConfig
-from .errors import ConfigError
+from .database import database_for
 from .extension_recurring import RecurringMethods
-from .forks import fresh_pool_after_fork
 from .job import BatchProgress, Job, QueueSummary
 from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from .paging import Page
@@ -40,7 +39,6 @@ from .registry import TaskRegistry
 from .resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from .runtime import Runtime
 from .states import JobStatus
-from .store import check_driver
 from .store.types import ClaimedJob
 from .worker.inline import eager_hook
 
@@ -77,6 +75,10 @@ class Ratchet(RecurringMethods):
     def init_app(self, app: Flask, db: SQLAlchemy | None = None) -> None:
         """Register the extension on ``app``: config, CLI group and console. Starts nothing.
 
+        ``db``: the app's Flask-SQLAlchemy (default: the one registered on ``app``), whose
+        session operations join; with ``RATCHET_DATABASE_URL`` set, ratchet uses an engine of
+        its own instead (see :mod:`flask_ratchet.database`).
+
         :raises RuntimeError: if ratchet is already registered on ``app`` or there is no db.
         :raises ConfigError: naming the first invalid ``RATCHET_*`` key.
         """
@@ -84,25 +86,11 @@ class Ratchet(RecurringMethods):
             raise RuntimeError(
                 "flask-ratchet is already registered on this app; call init_app() once per app"
             )
-        db = db or self._db or app.extensions.get("sqlalchemy")
-        if db is None:
-            raise RuntimeError(
-                "flask-ratchet needs Flask-SQLAlchemy: call db.init_app(app) before "
-                "ratchet.init_app(app), or pass db=..."
-            )
         config = RatchetConfig.from_mapping(app.config)
-        state = Runtime(db, config, self.registry, self.recurring_definitions)
+        found = app.extensions.get("sqlalchemy")
+        database = database_for(app, db or self._db, found, config)
+        state = Runtime(database, config, self.registry, self.recurring_definitions)
         app.extensions["ratchet"] = state
-        if "sqlalchemy" in app.extensions:
-            # Now, not at ratchet's first use: an app factory may query the database before
-            # gunicorn --preload forks its web workers, which must not share that connection.
-            with app.app_context():
-                for engine in db.engines.values():
-                    fresh_pool_after_fork(engine)
-                try:
-                    check_driver(db.engine)  # at start-up, not in the first request
-                except ValueError as exc:
-                    raise ConfigError(f"SQLALCHEMY_DATABASE_URI: {exc}") from None
 
         from .cli import ratchet_cli
 

@@ -23,9 +23,11 @@ from flask import Flask, current_app, has_request_context
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.orm import Session
 
 from . import events, facts, migrate
 from .config import RatchetConfig
+from .database import OwnDatabase
 from .errors import SchemaNotReady
 from .facts import Event
 from .flows import BatchCounts
@@ -80,16 +82,21 @@ class Runtime:
 
     ``registry`` and ``recurring_definitions`` are those of the ``Ratchet`` object it was
     registered by (shared by every app that object is registered on); the rest is this app's.
+    ``db`` is the app's Flask-SQLAlchemy, whose session operations join, or ratchet's own
+    database (``RATCHET_DATABASE_URL``), which has no session: there each operation commits by
+    itself, unless it runs inside :meth:`transaction`.
     """
 
     def __init__(
         self,
-        db: SQLAlchemy,
+        db: SQLAlchemy | OwnDatabase,
         config: RatchetConfig,
         registry: TaskRegistry,
         recurring_definitions: dict[str, RecurringDefinition],
     ) -> None:
-        self.db = db
+        #: The app's Flask-SQLAlchemy; ``None`` when ratchet has a database of its own.
+        self.db = db if isinstance(db, SQLAlchemy) else None
+        self._own = db if isinstance(db, OwnDatabase) else None
         self.config = config
         self.registry = registry
         #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
@@ -107,8 +114,16 @@ class Runtime:
 
     @property
     def engine(self) -> Engine:
-        """The app's default Flask-SQLAlchemy engine (needs an app context)."""
+        """The app's default Flask-SQLAlchemy engine (needs an app context), or ratchet's own."""
+        if self._own is not None:
+            return self._own.engine
+        assert self.db is not None
         return self.db.engine
+
+    def session(self) -> Session | None:
+        """The app's ``db.session`` of this app context, which operations join in a request or
+        once it has begun a transaction; ``None`` with ratchet's own database."""
+        return None if self.db is None else self.db.session()
 
     @property
     def store(self) -> Store:
@@ -183,8 +198,8 @@ class Runtime:
         if outer is not None:
             return outer
         self.ensure_schema()
-        session = self.db.session()  # the Session of this app context
-        if has_request_context() or session.in_transaction():
+        session = self.session()
+        if session is not None and (has_request_context() or session.in_transaction()):
             return session.connection()
         return None
 
@@ -205,7 +220,10 @@ class Runtime:
     def in_transaction(self) -> bool:
         """Whether a transaction is open that operations here would join: the block of
         ``ratchet.transaction()``, or one the app's ``db.session`` has begun."""
-        return _transaction.get() is not None or self.db.session().in_transaction()
+        if _transaction.get() is not None:
+            return True
+        session = self.session()
+        return session is not None and session.in_transaction()
 
     @contextmanager
     def connection(
@@ -251,6 +269,23 @@ class Runtime:
                 _transaction.reset(token)
             recorded = facts.take(conn)
         self.announce(recorded)
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[None]:
+        """One transaction for every operation in the block, committed at its end and rolled
+        back if it raises: the app's ``db.session`` (a request's, which operations join), or
+        with ratchet's own database a :meth:`transaction`. The console runs each action so."""
+        session = self.session()
+        if session is None:
+            with self.transaction():
+                yield
+            return
+        try:
+            yield
+        except BaseException:
+            session.rollback()
+            raise
+        session.commit()
 
     @contextmanager
     def _all_or_nothing(self, conn: Connection) -> Iterator[None]:
@@ -340,7 +375,9 @@ class Runtime:
         """Keep events with the app's session; send them once its transaction has committed
         and ended (see :func:`facts.keep_with_session`): an eager job's error then reaches
         whoever called ``commit()``, and the session stays usable."""
-        facts.keep_with_session(self.db.session(), recorded, self.announce)
+        session = self.session()
+        assert session is not None  # joined the session: there is one
+        facts.keep_with_session(session, recorded, self.announce)
 
     @property
     def wakeups(self) -> Wakeups:

@@ -18,7 +18,7 @@ from flask import Flask, current_app
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection
 
-from . import migrate, runtime
+from . import facts, migrate, runtime
 from .api import jobs
 from .api import queues as queues_api
 from .api import resources as resources_api
@@ -100,6 +100,7 @@ class Ratchet(RecurringMethods):
         # Tables are created at first use; in a web app, before any handler can take the
         # write lock that creating them needs.
         app.before_request(_ensure_schema)
+        app.teardown_request(_warn_uncommitted)
         if config.eager:  # tests only: jobs run in this process when their enqueue commits
             state.run_inline = eager_hook(app, raise_errors=config.eager_raise)
         if config.console_url_prefix is not None:
@@ -398,3 +399,12 @@ def _ensure_schema() -> None:
     state = current_app.extensions["ratchet"]
     if state.auto_create:
         state.ensure_schema()
+
+
+def _warn_uncommitted(exc: BaseException | None) -> None:
+    # Before Flask-SQLAlchemy's teardown (an app context's) rolls the session back: a request
+    # that never committed jobs it enqueued loses them without a word otherwise. Not after an
+    # unhandled error, whose rollback is what the app asked for (and which is logged already).
+    state = current_app.extensions["ratchet"]
+    if exc is None and state.db is not None and state.db.session.registry.has():
+        facts.warn_uncommitted(state.db.session())

@@ -43,6 +43,11 @@ BRANCH_TRIGGERED = "ratchet.branch-triggered"
 CALLBACK = "callback"
 #: Jobs became due (released dependents, a submission): wake the workers. Not a signal.
 WAKE = "wake"
+#: Jobs were written (``tasks``: how many of each task): what a session that is never
+#: committed loses (:func:`warn_uncommitted`). Not a signal.
+SUBMITTED = "submitted"
+#: The kinds that are no signal, and that no receiver hears.
+UNSIGNALLED = frozenset({WAKE, SUBMITTED})
 #: The facts of a job's end (its terminal status was written): what waiters wait for.
 ENDS = frozenset({JOB_COMPLETED, JOB_DEAD_LETTERED, JOB_CANCELED})
 
@@ -62,6 +67,15 @@ _PENDING = "ratchet_events"
 def record(conn: Connection, events: Iterable[Event]) -> None:
     """Keep ``events`` with ``conn``'s transaction, to send once it commits."""
     conn.info.setdefault(_PENDING, []).extend(events)
+
+
+def record_submitted(conn: Connection, tasks: Iterable[str]) -> None:
+    """Record that jobs of ``tasks`` (one name per job) were written on ``conn``."""
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task] = counts.get(task, 0) + 1
+    if counts:
+        record(conn, [Event(SUBMITTED, {"tasks": counts})])
 
 
 def take(conn: Connection) -> list[Event]:
@@ -149,3 +163,38 @@ def _committed(session: Session) -> None:
 def _drop(session: Session, transaction: SessionTransaction) -> None:
     kept: list[tuple[SessionTransaction | None, list[Event]]] = session.info.get(_KEPT, [])
     session.info[_KEPT] = [(t, events) for t, events in kept if t is not transaction]
+
+
+_WARNED = "ratchet_warned"
+warnings_log = logging.getLogger("flask_ratchet")
+
+
+def warn_uncommitted(session: Session) -> None:
+    """Log one WARNING if ``session`` holds jobs it never committed (its transaction is still
+    open when the request ends, and its end rolls them back): which tasks, and how many.
+
+    Called at the end of a request. An app without writes of its own, or a view that forgets
+    ``db.session.commit()``, otherwise loses every job it enqueues without a word. Jobs it was
+    warned about once are not named again by a later request sharing the session (tests that
+    keep one app context for several requests).
+    """
+    warned: set[int] = session.info.setdefault(_WARNED, set())
+    counts: dict[str, int] = {}
+    for _, events in session.info.get(_KEPT, []):
+        for event in events:
+            if event.kind == SUBMITTED and id(event) not in warned:
+                warned.add(id(event))
+                for task, n in event.data["tasks"].items():
+                    counts[task] = counts.get(task, 0) + n
+    if not counts:
+        return
+    named = ", ".join(f"{task} ({n})" if n > 1 else task for task, n in sorted(counts.items()))
+    warnings_log.warning(
+        "a request ended without committing db.session, which held %d ratchet job%s it "
+        "submitted: %s. They are rolled back and will never run: call db.session.commit() "
+        "after enqueueing (or db.session.rollback() to drop them on purpose, without this "
+        "warning)",
+        sum(counts.values()),
+        "" if sum(counts.values()) == 1 else "s",
+        named,
+    )

@@ -439,7 +439,7 @@ def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> No
             log.exception("waking workers failed; they find the jobs at their next poll")
     for event in items:
         try:
-            if event.kind == facts.WAKE:
+            if event.kind in facts.UNSIGNALLED:
                 continue
             if event.kind == facts.CALLBACK:
                 _call_back(app, event.data)

@@ -108,7 +108,12 @@ class Jobs:
 
     def _insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         inserted = self.dialect.own_insert(conn, jobs)
-        return self._submission.insert(conn, jobs) if inserted is None else inserted
+        if inserted is None:
+            inserted = self._submission.insert(conn, jobs)
+        # What a session that is never committed loses: the warning at a request's end.
+        created = zip(jobs, inserted, strict=True)
+        facts.record_submitted(conn, (new.task for new, o in created if o.created))
+        return inserted
 
     def claim_due(
         self,

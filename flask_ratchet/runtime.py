@@ -359,6 +359,8 @@ class Runtime:
     def announce(self, recorded: list[Event]) -> None:
         """Send committed events in this thread (see :func:`announce`); in eager mode, then run
         the jobs they made due."""
+        if len(recorded) == 1 and recorded[0].kind == facts.SUBMITTED:
+            return  # the common submission that wakes no worker: nothing to tell anyone
         if recorded:
             announce(current_app._get_current_object(), recorded, self.wake)  # type: ignore[attr-defined]
             if any(event.kind in facts.ENDS for event in recorded):

@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from fnmatch import translate
 from typing import Any
 
 from .errors import ConfigError, InvalidOption
 from .options import DEFAULT_QUEUE, JobOptions, shown, validate_queue
+from .recurring import RecurringDefinition
 
 Router = Callable[[str], str | None]
 
@@ -85,6 +86,14 @@ def routed(routes: Routes | None, task: str, options: JobOptions) -> JobOptions:
     if queue is None or queue == options.queue:
         return options
     return dataclasses.replace(options, queue=queue)
+
+
+def routed_declarations(
+    routes: Routes | None, definitions: Iterable[RecurringDefinition]
+) -> list[RecurringDefinition]:
+    """Masters declared with ``@ratchet.recurring``, their children's queue routed (they are
+    declared at import, before any app's config exists: routed where they are registered)."""
+    return [dataclasses.replace(d, options=routed(routes, d.task, d.options)) for d in definitions]
 
 
 def routes_setting(key: str, value: Any) -> Routes | None:

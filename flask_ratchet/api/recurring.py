@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Self
 
@@ -22,7 +21,7 @@ from ..cron import validate as cron_validate
 from ..options import JobOptions, validate_key, validate_options
 from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
 from ..registry import Task, TaskRegistry, default_name
-from ..routes import routed
+from ..routes import routed_declarations
 from ..runtime import Runtime
 from ..store import Recurring
 from .submit import OptionsBuilder
@@ -112,11 +111,8 @@ def register_declared(runtime: Runtime) -> list[RecurringJob]:
     """Register every declared master now, all or nothing; ``RATCHET_ROUTES`` give the queue of
     the children of those that name none (they are declared before any app's config exists)."""
     store = runtime.store.recurring
-    routes = runtime.config.routes
-    definitions = [
-        replace(d, options=routed(routes, d.task, d.options))
-        for d in runtime.recurring_definitions.values()
-    ]
+    declared = runtime.recurring_definitions.values()
+    definitions = routed_declarations(runtime.config.routes, declared)
     return runtime.run(lambda conn: [store.register(conn, d)[0] for d in definitions], atomic=True)
 
 

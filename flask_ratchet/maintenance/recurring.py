@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import RatchetConfig
 from ..recurring import RecurringDefinition
 from ..retry import first_line
+from ..routes import routed_declarations
 from ..store import Store
 from ..store.types import FirePass
 
@@ -224,7 +225,8 @@ def start_recurring(
     if not state.config.recurring_enabled:
         log.info("recurring jobs are disabled here (RATCHET_RECURRING_ENABLED = False)")
         return None
-    registrar = Registrar(store, engine, list(state.recurring_definitions.values()))
+    declared = routed_declarations(state.config.routes, state.recurring_definitions.values())
+    registrar = Registrar(store, engine, declared)
     registrar.register_pending()
 
     def wake() -> None:

@@ -4,6 +4,8 @@ kit runs the routed jobs from their queue."""
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Iterator
 
@@ -12,8 +14,10 @@ from flask import Flask
 
 from flask_ratchet import InvalidOption
 from flask_ratchet.testing import run_jobs
+from flask_ratchet.worker.runner import Worker
 from tests.apps import add, charge, create_app, db, ratchet, report, send_mail
 from tests.flow_tasks import batch_item, follow_up
+from tests.integration.test_recurring import poll_until
 
 ROUTES = {"billing.*": "billing", "tests.apps:add": "math", "*": "other"}
 
@@ -107,3 +111,20 @@ def test_a_callable_route_and_its_refusal(database_url: str) -> None:
             ratchet.enqueue_now(charge, 1)
         assert len(ratchet.find_jobs().items) == 2  # the refused job wrote nothing
         db.session.remove()
+
+
+def test_a_worker_registers_declared_masters_with_their_routed_queue(
+    routed_app: Flask, caplog: pytest.LogCaptureFixture
+) -> None:
+    worker = Worker(routed_app, concurrency=1)
+    thread = threading.Thread(target=worker.run, name="test-worker")
+    caplog.set_level(logging.INFO, logger="flask_ratchet.worker")
+    thread.start()
+    try:
+        poll_until(lambda: "started: concurrency" in caplog.text, "the worker to start")
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    declared = ratchet.get_recurring("tests.new-year-2099")  # registered before "started"
+    assert declared is not None and declared.options.queue == "other"

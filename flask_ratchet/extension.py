@@ -19,13 +19,9 @@ from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection
 
 from . import migrate, runtime
-from .api import jobs
-from .api import queues as queues_api
-from .api import recurring as recurring_api
-from .api import resources as resources_api
+from .api import handles, jobs, queues, recurring, resources
 from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
 from .api.handles import JobHandle
-from .api.handles import wait as wait_for_job
 from .api.recurring import RecurringJobBuilder, make_recurring_builder
 from .api.submit import JobBuilder, make_builder, submit_jobs
 from .api.tasks import TaskFunction, task_function
@@ -226,7 +222,7 @@ class Ratchet:
         :raises WaitTimeout: if the job has not ended in time (it goes on).
         :raises JobNotFound: if there is no such job.
         """
-        return wait_for_job(self.state, job_id, timeout)
+        return handles.wait(self.state, job_id, timeout)
 
     def enqueue_many(self, builders: Iterable[JobBuilder]) -> list[JobHandle]:
         """Submit many jobs in one transaction with multi-row inserts; all or nothing."""
@@ -371,7 +367,7 @@ class Ratchet:
 
         :raises CronError: for a bad expression or zone, naming the field.
         """
-        declare = recurring_api.declare(
+        declare = recurring.declare(
             self.registry, self.recurring_definitions, cron, zone, name, id, misfire, options
         )
 
@@ -393,36 +389,36 @@ class Ratchet:
     def register_recurring(self) -> list[RecurringJob]:
         """Register every declared master now (workers do this when they start), e.g. from a
         deploy step."""
-        return recurring_api.register_declared(self.state)
+        return recurring.register_declared(self.state)
 
     def pause_recurring(self, recurring_id: str) -> bool:
         """ACTIVE → PAUSED: no children until resumed. Pausing a paused master returns True."""
-        return recurring_api.pause(self.state, recurring_id)
+        return recurring.pause(self.state, recurring_id)
 
     def resume_recurring(self, recurring_id: str) -> bool:
         """PAUSED → ACTIVE, next at the first occurrence after now (paused time is not made up)."""
-        return recurring_api.resume(self.state, recurring_id)
+        return recurring.resume(self.state, recurring_id)
 
     def cancel_recurring(self, recurring_id: str) -> bool:
         """End a master (ACTIVE or PAUSED → CANCELED); its id is free to be registered again.
 
         Children already created are not touched (cancel them with ``cancel_job``).
         """
-        return recurring_api.cancel(self.state, recurring_id)
+        return recurring.cancel(self.state, recurring_id)
 
     def run_recurring_now(self, recurring_id: str) -> JobHandle | None:
         """Create one extra child of an ACTIVE or PAUSED master, due now; ``None`` if there is
         no such master. The schedule is not changed."""
-        job_id = recurring_api.run_now(self.state, recurring_id)
+        job_id = recurring.run_now(self.state, recurring_id)
         return None if job_id is None else JobHandle(job_id)
 
     def get_recurring(self, recurring_id: str) -> RecurringJob | None:
         """A snapshot of one master (also a canceled one), or ``None``."""
-        return recurring_api.get(self.state, recurring_id)
+        return recurring.get(self.state, recurring_id)
 
     def list_recurring(self, *, include_canceled: bool = False) -> list[RecurringJob]:
         """Every master with its next fire time, by id."""
-        return recurring_api.list_all(self.state, include_canceled)
+        return recurring.list_all(self.state, include_canceled)
 
     # -- batches -------------------------------------------------------------------------------
 
@@ -447,7 +443,7 @@ class Ratchet:
 
         :raises InvalidOption: for a name that is no queue name.
         """
-        return queues_api.pause_queue(self.state, name)
+        return queues.pause_queue(self.state, name)
 
     def resume_queue(self, name: str) -> bool:
         """Let workers claim jobs of queue ``name`` again (they are woken at once); False if it
@@ -455,12 +451,12 @@ class Ratchet:
 
         :raises InvalidOption: for a name that is no queue name.
         """
-        return queues_api.resume_queue(self.state, name)
+        return queues.resume_queue(self.state, name)
 
     def queues(self) -> list[QueueSummary]:
         """Every queue that holds live jobs or was ever paused, by name: live jobs per status,
         due jobs, the oldest due job's wait, and whether it is paused."""
-        return queues_api.queues(self.state)
+        return queues.queues(self.state)
 
     # -- resources -----------------------------------------------------------------------------
 
@@ -484,7 +480,7 @@ class Ratchet:
         :raises InvalidOption: for a bad name, ``max_concurrent < 1`` or a delay that is not
             positive or longer than ``options.MAX_DURATION``; nothing is written.
         """
-        return resources_api.configure_resource(self.state, name, max_concurrent, retry_delay)
+        return resources.configure_resource(self.state, name, max_concurrent, retry_delay)
 
 
 def _ensure_schema() -> None:

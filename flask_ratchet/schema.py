@@ -153,7 +153,7 @@ job = sa.Table(
         "job_id",
         where=f"terminal_status = '{JobStatus.FAILED}'",
     ),
-    # The console's filters and sorts, each walked newest first (see store/console_queries.py).
+    # The console's filters and sorts, each walked newest first (see console/reads/jobs.py).
     _partial_index("terminal_status", "job_id", where="terminal_status"),
     # Jobs of one queue, newest first. Only queues other than the default: a default job is
     # written without an entry here (the list walks the primary key for it), and an existing

@@ -90,7 +90,7 @@ class ClaimedJob:
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """Filters for :meth:`JobQueryStore.find_jobs`; ``None`` means any."""
+    """Filters for :meth:`~flask_ratchet.store.jobs.Jobs.find_jobs`; ``None`` means any."""
 
     statuses: tuple[JobStatus, ...] | None = None
     task: str | None = None

@@ -142,6 +142,11 @@ def drain_through(url: str, tmp_path: Path, fault: Callable[[], None]) -> None:
     workers = Workers(url, tmp_path)
     try:
         procs = [workers.start("--concurrency", "4") for _ in range(2)]
+        wait_until(
+            lambda: all(" started" in workers.output(p) for p in procs),
+            timeout=120,
+            what="both workers to start",
+        )
         wait_until(lambda: len(runs(marks)) >= JOBS // 5, timeout=120, what="a fifth to run")
         fault()
         wait_until(lambda: len(runs(marks)) >= JOBS, timeout=240, what="every job to run")

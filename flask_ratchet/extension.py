@@ -217,7 +217,13 @@ class Ratchet:
         run_at = due_time("schedule_at()", when)
         return make_builder(self.state, fn, args, kwargs, run_at=run_at)
 
-    def wait(self, job_id: uuid.UUID | str, timeout: timedelta | float | None = 30.0) -> Job:
+    def wait(
+        self,
+        job_id: uuid.UUID | str,
+        timeout: timedelta | float | None = 30.0,
+        *,
+        raise_on_failure: bool = False,
+    ) -> Job:
         """Wait up to ``timeout`` seconds (``None``: no limit) for a job to end, and return it
         with its ``result`` or ``error``. ``JobHandle.wait()`` does the same.
 
@@ -225,8 +231,10 @@ class Ratchet:
 
         :raises WaitTimeout: if the job has not ended in time (it goes on).
         :raises JobNotFound: if there is no such job.
+        :raises JobFailed: with ``raise_on_failure``, if it ended FAILED or CANCELED.
+        :raises InvalidJobId: for an id that is no UUID.
         """
-        return wait_for_job(self.state, job_id, timeout)
+        return wait_for_job(self.state, job_id, timeout, raise_on_failure=raise_on_failure)
 
     def enqueue_many(self, builders: Iterable[JobBuilder]) -> list[JobHandle]:
         """Submit many jobs in one transaction with multi-row inserts; all or nothing."""
@@ -286,7 +294,11 @@ class Ratchet:
     # -- reads ---------------------------------------------------------------------------------
 
     def get_job(self, job_id: uuid.UUID | str) -> Job | None:
-        """A snapshot of one job, or ``None`` if there is no such job."""
+        """A snapshot of one job, or ``None`` if there is no such job.
+
+        :raises InvalidJobId: (a ``ValueError``) for an id that is no UUID: a caller's
+            mistake, never a job that might exist.
+        """
         return jobs.get(self.state, job_id)
 
     def find_jobs(
@@ -458,8 +470,9 @@ class Ratchet:
         return queues_api.resume_queue(self.state, name)
 
     def queues(self) -> list[QueueSummary]:
-        """Every queue that holds live jobs or was ever paused, by name: live jobs per status,
-        due jobs, the oldest due job's wait, and whether it is paused."""
+        """Every known queue, by name (the default queue, every queue ever paused, and every
+        queue a live or ended job names, as the console lists them): live jobs per status, due
+        jobs, the oldest due job's wait, and whether it is paused."""
         return queues_api.queues(self.state)
 
     # -- resources -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ enqueue it.
 
     send_welcome(3)                                  # a plain call, in this process
     send_welcome.enqueue(3, locale="de")             # -> JobHandle: submitted
+    send_welcome.delay(3)                            # the same, under Celery's name
     send_welcome.schedule(timedelta(hours=1), 3)     # -> JobHandle: due in an hour
     send_welcome.builder(3).with_priority(Priority.HIGH).submit()   # options first
 
@@ -70,6 +71,11 @@ class TaskFunction(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Submit a job of this task, due now, with the task's default options."""
         return self.builder(*args, **kwargs).submit()
+
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """:meth:`enqueue` under Celery's name (``task.delay(x)``), so that code moved from
+        Celery keeps its calls: a job due now, with the task's default options."""
+        return self.enqueue(*args, **kwargs)
 
     def schedule(self, delay: timedelta | float, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Submit a job of this task due ``delay`` (a ``timedelta`` or seconds) after now.

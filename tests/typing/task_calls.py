@@ -30,6 +30,7 @@ def nightly() -> None:
 # -- right ---------------------------------------------------------------------------------------
 handle: JobHandle = send_welcome.enqueue(3)
 handle = send_welcome.enqueue(3, locale="de")
+handle = send_welcome.delay(3, locale="de")
 handle = send_welcome.schedule(timedelta(hours=1), 3)
 handle = send_welcome.schedule(60, user_id=3)
 handle = send_welcome.schedule_at(datetime(2030, 1, 1, tzinfo=UTC), 3)
@@ -44,6 +45,7 @@ send_welcome.enqueue("three")  # wrong: a str for user_id
 send_welcome.enqueue()  # wrong: user_id missing
 send_welcome.enqueue(3, "de")  # wrong: locale is keyword-only
 send_welcome.enqueue(3, lang="de")  # wrong: no such parameter
+send_welcome.delay("three")  # wrong: delay() is typed as enqueue() is
 send_welcome.schedule(3)  # wrong: the delay and user_id, or user_id missing
 send_welcome.schedule("soon", 3)  # wrong: a delay is a timedelta or seconds
 send_welcome.builder(user="x")  # wrong: no such parameter

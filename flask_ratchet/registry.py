@@ -4,6 +4,13 @@ A function runs only if it was registered with ``@ratchet.task`` or is a functio
 top level of a module under a ``RATCHET_ALLOWED_MODULES`` prefix (not one such a module imported).
 Jobs store the task's name, never code, and the worker resolves the name through this registry
 again before running anything.
+
+Registering is an explicit allow, so ``@ratchet.task`` takes any callable: a function wrapped by
+the app's own decorator (a closure over the original, ``functools.wraps``), a ``partial``, a
+callable object. The worker finds it by its registered name, never by importing a path, so what
+it needs is a name that is the same in every process: ``module:qualname`` when the qualified
+name is a top-level name, else one given with ``name=``. The allow-list keeps its stricter rules
+for what was never registered (:func:`check_importable`).
 """
 
 from __future__ import annotations
@@ -60,13 +67,58 @@ def default_name(func: Callable[..., Any]) -> str:
     return f"{func.__module__}:{func.__qualname__}"
 
 
+def _origin(func: Callable[..., Any]) -> str:
+    """Where a registered callable comes from, for telling two of them apart (a callable object
+    or a ``partial`` has no qualified name of its own)."""
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str):
+        return f"{module}:{qualname}"
+    return repr(func)
+
+
+def has_top_level_name(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` names itself as a top-level object of its module (``send_welcome``, not
+    ``make.<locals>.inner``, ``<lambda>`` or ``Service.method``): then ``module:qualname`` is a
+    name every process that imports the module agrees on. A function wrapped with
+    ``functools.wraps`` carries the name of the function it wraps."""
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    return isinstance(module, str) and isinstance(qualname, str) and qualname.isidentifier()
+
+
+def check_registrable(func: Callable[..., Any], name: str | None) -> None:
+    """Refuse what ``@ratchet.task`` cannot register: what is not callable, or hashable (the
+    registry looks tasks up by their function), or has no stable name and was given none.
+
+    :raises TaskNotAllowed: saying what to do.
+    """
+    if not callable(func):
+        raise TaskNotAllowed(f"{func!r} is not callable; @ratchet.task registers functions")
+    try:
+        hash(func)
+    except TypeError:
+        raise TaskNotAllowed(
+            f"{func!r} cannot be registered: it is not hashable (register a function)"
+        ) from None
+    if name is None and not has_top_level_name(func):
+        what = getattr(func, "__qualname__", None) or repr(func)
+        raise TaskNotAllowed(
+            f"{what} has no top-level name (a lambda, nested function, closure, method or "
+            "callable object), so a worker could not tell it from another by "
+            "module:qualname; give it a name that is the same in every process: "
+            "@ratchet.task(name='billing.charge')"
+        )
+
+
 def module_allowed(module: str, prefixes: tuple[str, ...]) -> bool:
     """Return whether ``module`` is one of ``prefixes`` or inside one of them."""
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def check_importable(func: Callable[..., Any]) -> None:
-    """Refuse what a worker could never find again by name: lambdas, closures, methods."""
+    """Refuse, for a function that was never registered, what a worker could never find again
+    by importing its name: lambdas, closures, methods."""
     what = getattr(func, "__qualname__", repr(func))
     if not inspect.isfunction(func):
         raise TaskNotAllowed(
@@ -108,19 +160,21 @@ class TaskRegistry:
         ``"external-api"``), a :class:`~flask_ratchet.breaker.BreakerSettings` or a dict of its
         fields; ``service`` lets tasks share one breaker.
 
+        :raises TaskNotAllowed: for what cannot be registered (see :func:`check_registrable`).
         :raises InvalidOption: for a bad name or service (see ``options.validate_text``).
         :raises ValueError: for a bad breaker (naming the presets).
         """
-        check_importable(func)
+        check_registrable(func, name)
         name = validate_text("task name", name or default_name(func), NAME_MAX_LENGTH)
         if service is not None:
             validate_text("service", service, NAME_MAX_LENGTH)
         breaker = None if circuit_breaker is None else breaker_settings(circuit_breaker)
         with self._lock:
             existing = self._by_name.get(name)
-            if existing is not None and default_name(existing.func) != default_name(func):
+            # The same origin again is the same task (a module imported twice, a reload).
+            if existing is not None and _origin(existing.func) != _origin(func):
                 raise ValueError(
-                    f"task name {name!r} is already used by {default_name(existing.func)}; "
+                    f"task name {name!r} is already used by {_origin(existing.func)}; "
                     "give one of them another name="
                 )
             task = Task(name, func, options, service, breaker)

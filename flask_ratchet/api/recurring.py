@@ -18,7 +18,7 @@ from ..cron import normalize as cron_normalize
 from ..cron import validate as cron_validate
 from ..options import JobOptions, validate_key, validate_options
 from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
-from ..registry import Task, TaskRegistry, default_name
+from ..registry import Task, TaskRegistry, check_registrable, default_name, has_top_level_name
 from ..runtime import Runtime
 from ..store import Recurring
 from .submit import OptionsBuilder
@@ -49,6 +49,7 @@ def declare(
         validate_key("recurring name", name)
 
     def decorate(func: Callable[..., Any]) -> Task:
+        check_registrable(func, None)  # before its name is asked for
         _refuse_arguments(func)
         key = master_id or default_name(func)
         existing = definitions.get(key)
@@ -145,7 +146,9 @@ class RecurringJobBuilder(OptionsBuilder):
         super().__init__(state, task, payload_text)
         self._cron = cron
         self._zone = zone
-        self._id = default_name(task.func)
+        # A task registered under a name of its own (a closure, a callable object) is known by
+        # that name: its qualified name is no name another process would agree on.
+        self._id = default_name(task.func) if has_top_level_name(task.func) else task.name
         self._name: str | None = None
         self._misfire = Misfire.FIRE_ONCE
 

@@ -1,0 +1,57 @@
+"""Tasks written the way an app moved from Celery writes them: wrapped in the app's own
+decorators, retrying on chosen errors, asking for a retry, expiring.
+
+Imported by ``tests.apps`` so that worker subprocesses register them too.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import ParamSpec
+
+from flask_ratchet import JobContext
+from tests.apps import ratchet
+
+P = ParamSpec("P")
+
+
+def tenfold(func: Callable[P, int]) -> Callable[P, int]:
+    """An app's own decorator: a closure over ``func`` (``functools.wraps``), which changes
+    the result, so a test sees that the worker ran the wrapper and not ``func`` alone."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> int:
+        return func(*args, **kwargs) * 10
+
+    return wrapper
+
+
+def unwrapped(func: Callable[P, int]) -> Callable[P, int]:
+    """A decorator without ``functools.wraps``: its wrapper is ``unwrapped.<locals>.wrapper``."""
+
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> int:
+        return func(*args, **kwargs) + 1
+
+    return wrapper
+
+
+@ratchet.task(name="tests.tenfold_add", max_retries=0)
+@tenfold
+def tenfold_add(a: int, b: int, ctx: JobContext) -> int:
+    """Decorated under an explicit name; takes the job's context through the wrapper."""
+    return a + b + ctx.attempt - 1
+
+
+@ratchet.task
+@tenfold
+def tenfold_default_name(a: int) -> int:
+    """Decorated with ``functools.wraps``: its own name is the function's, a top-level one."""
+    return a
+
+
+@ratchet.task(name="tests.plus_one")
+@unwrapped
+def plus_one(a: int) -> int:
+    """Decorated without ``functools.wraps``: registered only because it is given a name."""
+    return a

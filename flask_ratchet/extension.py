@@ -170,13 +170,19 @@ class Ratchet:
         service = options.pop("service", None)
         breaker = options.pop("circuit_breaker", None)
         defaults = JobOptions(**validate_options(**options))
+        explicit = frozenset(options)  # the rest: the app's RATCHET_DEFAULT_* when it runs
 
         def register(f: Callable[P, R]) -> TaskFunction[P, R]:
             return task_function(
                 self.registry,
                 f,
                 lambda plain: self.registry.register(
-                    plain, name, defaults, service=service, circuit_breaker=breaker
+                    plain,
+                    name,
+                    defaults,
+                    explicit=explicit,
+                    service=service,
+                    circuit_breaker=breaker,
                 ),
             )
 

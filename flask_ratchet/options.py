@@ -77,6 +77,12 @@ class JobOptions:
         return replace(self, **validate_options(**changes))
 
 
+#: The options of a job whose task, builder and app's ``RATCHET_DEFAULT_*`` set none.
+STANDARD_OPTIONS = JobOptions()
+#: The options an app may give new defaults (``RATCHET_DEFAULT_<NAME>``).
+CONFIGURABLE_DEFAULTS = ("max_retries", "backoff", "backoff_base", "timeout", "queue", "priority")
+
+
 def seconds(name: str, value: timedelta | float | int) -> float:
     """Return a duration in seconds: a ``timedelta`` or a number from 0 to
     :data:`MAX_DURATION` (NaN, infinities and booleans are refused).

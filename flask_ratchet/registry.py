@@ -20,12 +20,12 @@ import importlib
 import inspect
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
 from .errors import TaskNotAllowed, UnknownTask
-from .options import JobOptions, validate_text
+from .options import STANDARD_OPTIONS, JobOptions, validate_text
 
 NAME_MAX_LENGTH = 255
 
@@ -35,7 +35,9 @@ class Task:
     """A function that may run as a job, under a stable name, with its default options.
 
     ``service`` names the circuit breaker the task shares with others (default: its own name);
-    ``circuit_breaker`` gives it one (see :mod:`flask_ratchet.breaker`).
+    ``circuit_breaker`` gives it one (see :mod:`flask_ratchet.breaker`). ``explicit`` names the
+    options the task's decorator set: the others come from the app's ``RATCHET_DEFAULT_*``
+    (:meth:`options_over`).
     """
 
     name: str
@@ -43,6 +45,14 @@ class Task:
     options: JobOptions
     service: str | None = None
     circuit_breaker: BreakerSettings | None = None
+    explicit: frozenset[str] = frozenset()
+
+    def options_over(self, defaults: JobOptions) -> JobOptions:
+        """The options a job of this task starts from, in an app whose defaults are
+        ``defaults`` (``RatchetConfig.job_defaults``): what the task set, over them."""
+        if defaults is STANDARD_OPTIONS:  # nothing configured: the task's options as they are
+            return self.options
+        return replace(defaults, **{name: getattr(self.options, name) for name in self.explicit})
 
     @property
     def service_name(self) -> str:
@@ -151,10 +161,12 @@ class TaskRegistry:
         name: str | None,
         options: JobOptions,
         *,
+        explicit: frozenset[str] = frozenset(),
         service: str | None = None,
         circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = None,
     ) -> Task:
-        """Register ``func`` under ``name`` (default ``module:qualname``).
+        """Register ``func`` under ``name`` (default ``module:qualname``), with ``options``, of
+        which the decorator set those ``explicit`` names (the others are the app's defaults).
 
         ``circuit_breaker`` is a preset name (``"default"``, ``"fast"``, ``"critical"``,
         ``"external-api"``), a :class:`~flask_ratchet.breaker.BreakerSettings` or a dict of its
@@ -177,7 +189,7 @@ class TaskRegistry:
                     f"task name {name!r} is already used by {_origin(existing.func)}; "
                     "give one of them another name="
                 )
-            task = Task(name, func, options, service, breaker)
+            task = Task(name, func, options, service, breaker, explicit)
             self._by_name[name] = task
             self._by_func[func] = task
         return task

@@ -55,3 +55,9 @@ def tenfold_default_name(a: int) -> int:
 def plus_one(a: int) -> int:
     """Decorated without ``functools.wraps``: registered only because it is given a name."""
     return a
+
+
+@ratchet.task
+def always_fails(reason: str) -> None:
+    """Sets no option of its own: it runs with the app's ``RATCHET_DEFAULT_*``."""
+    raise ConnectionError(reason)

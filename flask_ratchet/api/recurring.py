@@ -58,7 +58,7 @@ def declare(
                 f"recurring id {key!r} is already declared for {existing.task}; "
                 "give one of them another id="
             )
-        task = registry.register(func, None, defaults)
+        task = registry.register(func, None, defaults, explicit=frozenset(options))
         definitions[key] = RecurringDefinition(
             id=key,
             name=name or key,
@@ -88,7 +88,7 @@ def _refuse_arguments(func: Callable[..., Any]) -> None:
 def register_declared(runtime: Runtime) -> list[RecurringJob]:
     """Register every declared master now, all or nothing."""
     store = runtime.store.recurring
-    definitions = list(runtime.recurring_definitions.values())
+    definitions = runtime.declared_masters()
     return runtime.run(lambda conn: [store.register(conn, d)[0] for d in definitions], atomic=True)
 
 

@@ -88,7 +88,7 @@ class OptionsBuilder(OptionSetters):
         self._state = state
         self._task = task
         self._payload = payload_text
-        self._options = task.options
+        self._options = task.options_over(state.config.job_defaults)
         self._submitted = False
         #: ``with_queue`` was called: a chain's ``with_queue`` leaves this job where it is.
         self.queue_chosen = False

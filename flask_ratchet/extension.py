@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
 from flask import Flask, current_app
 from flask_sqlalchemy import SQLAlchemy
@@ -28,13 +28,12 @@ from .api.handles import JobHandle
 from .api.handles import wait as wait_for_job
 from .api.recurring import RecurringJobBuilder, make_recurring_builder
 from .api.submit import JobBuilder, make_builder, submit_jobs
-from .api.tasks import TaskFunction, task_function
-from .breaker import BreakerSettings
+from .api.tasks import TaskFunction, TaskOptions, task_decorator, task_function
 from .config import RatchetConfig
 from .errors import ConfigError
 from .forks import fresh_pool_after_fork
 from .job import BatchProgress, Job, QueueSummary
-from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
+from .options import due_time, seconds
 from .paging import Page
 from .recurring import Misfire, RecurringDefinition, RecurringJob
 from .registry import TaskRegistry
@@ -131,19 +130,7 @@ class Ratchet:
     def task(self, func: Callable[P, R], /) -> TaskFunction[P, R]: ...
     @overload
     def task(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = ...,
-        priority: Priority | int = ...,
-        max_retries: int = ...,
-        backoff: Backoff | str = ...,
-        backoff_base: timedelta | float = ...,
-        timeout: timedelta | float | None = ...,
-        resource: str | None = ...,
-        tags: Iterable[str] = ...,
-        service: str | None = ...,
-        circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = ...,
+        self, **options: Unpack[TaskOptions]
     ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, func: Any = None, **options: Any) -> Any:
@@ -163,29 +150,10 @@ class Ratchet:
 
             send_welcome.enqueue(42)      # a job; a type checker checks the arguments
 
-        ``circuit_breaker`` (a preset name, settings, or a dict of them) gives the task a
-        breaker, shared by every task with the same ``service`` (default: the task's name).
+        The options are :class:`~flask_ratchet.api.tasks.TaskOptions` (job options, a circuit
+        breaker, retry rules); those not given are the app's ``RATCHET_DEFAULT_*``.
         """
-        name = options.pop("name", None)
-        service = options.pop("service", None)
-        breaker = options.pop("circuit_breaker", None)
-        defaults = JobOptions(**validate_options(**options))
-        explicit = frozenset(options)  # the rest: the app's RATCHET_DEFAULT_* when it runs
-
-        def register(f: Callable[P, R]) -> TaskFunction[P, R]:
-            return task_function(
-                self.registry,
-                f,
-                lambda plain: self.registry.register(
-                    plain,
-                    name,
-                    defaults,
-                    explicit=explicit,
-                    service=service,
-                    circuit_breaker=breaker,
-                ),
-            )
-
+        register = task_decorator(self.registry, options)
         return register(func) if func is not None else register
 
     # -- submission ----------------------------------------------------------------------------

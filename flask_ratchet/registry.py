@@ -26,6 +26,7 @@ from typing import Any
 from .breaker import BreakerSettings, breaker_settings
 from .errors import TaskNotAllowed, UnknownTask
 from .options import STANDARD_OPTIONS, JobOptions, validate_text
+from .retry import NO_RULES, RetryRules
 
 NAME_MAX_LENGTH = 255
 
@@ -37,7 +38,9 @@ class Task:
     ``service`` names the circuit breaker the task shares with others (default: its own name);
     ``circuit_breaker`` gives it one (see :mod:`flask_ratchet.breaker`). ``explicit`` names the
     options the task's decorator set: the others come from the app's ``RATCHET_DEFAULT_*``
-    (:meth:`options_over`).
+    (:meth:`options_over`). ``retry`` holds its retry rules (``retry_on``, ``dont_retry_on``,
+    ``max_backoff``, ``jitter``): code, kept here in every process that imports the task, never
+    in a job's row.
     """
 
     name: str
@@ -46,6 +49,7 @@ class Task:
     service: str | None = None
     circuit_breaker: BreakerSettings | None = None
     explicit: frozenset[str] = frozenset()
+    retry: RetryRules = NO_RULES
 
     def options_over(self, defaults: JobOptions) -> JobOptions:
         """The options a job of this task starts from, in an app whose defaults are
@@ -162,6 +166,7 @@ class TaskRegistry:
         options: JobOptions,
         *,
         explicit: frozenset[str] = frozenset(),
+        retry: RetryRules = NO_RULES,
         service: str | None = None,
         circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = None,
     ) -> Task:
@@ -189,7 +194,7 @@ class TaskRegistry:
                     f"task name {name!r} is already used by {_origin(existing.func)}; "
                     "give one of them another name="
                 )
-            task = Task(name, func, options, service, breaker, explicit)
+            task = Task(name, func, options, service, breaker, explicit, retry)
             self._by_name[name] = task
             self._by_func[func] = task
         return task

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from datetime import timedelta
 from typing import ParamSpec
 
-from flask_ratchet import JobContext
+from flask_ratchet import Backoff, JobContext, Retry
 from tests.apps import ratchet
 
 P = ParamSpec("P")
@@ -61,3 +62,40 @@ def plus_one(a: int) -> int:
 def always_fails(reason: str) -> None:
     """Sets no option of its own: it runs with the app's ``RATCHET_DEFAULT_*``."""
     raise ConnectionError(reason)
+
+
+@ratchet.task(max_retries=3, backoff=Backoff.NONE, retry_on=(ConnectionError,))
+def fails_with(kind: str) -> None:
+    """Raises a ConnectionError or a ValueError: only the first retries."""
+    raise ConnectionError(kind) if kind == "connection" else ValueError(kind)
+
+
+@ratchet.task(max_retries=3, backoff=Backoff.NONE, dont_retry_on=(PermissionError,))
+def refused_by(path: str) -> None:
+    """Fails with a RuntimeError raised from a PermissionError: never retried."""
+    try:
+        raise PermissionError(path)
+    except PermissionError as exc:
+        raise RuntimeError("cannot write the report") from exc
+
+
+@ratchet.task(
+    max_retries=1,
+    backoff=Backoff.EXPONENTIAL,
+    backoff_base=timedelta(hours=1),
+    max_backoff=timedelta(minutes=1),
+    jitter=True,
+)
+def capped_backoff() -> None:
+    """Its first retry would wait an hour; it waits at most a minute, and at least half."""
+    raise ConnectionError("down")
+
+
+@ratchet.task(max_retries=2, retry_on=(ConnectionError,), dont_retry_on=(Retry,))
+def asks_again(times: int, ctx: JobContext) -> str:
+    """Asks to run again in an hour on its first ``times`` attempts (the filters ignore it)."""
+    if ctx.attempt <= times:
+        if ctx.attempt % 2:
+            raise Retry("rate limited", in_=timedelta(hours=1))
+        ctx.retry(in_=3600)
+    return f"done on attempt {ctx.attempt}"

@@ -19,6 +19,7 @@ from ..cron import validate as cron_validate
 from ..options import JobOptions, validate_key, validate_options
 from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
 from ..registry import Task, TaskRegistry, check_registrable, default_name, has_top_level_name
+from ..retry import retry_rules
 from ..runtime import Runtime
 from ..store import Recurring
 from .submit import OptionsBuilder
@@ -42,6 +43,7 @@ def declare(
     """
     cron_validate(cron, zone)
     policy = misfire_policy(misfire)
+    rules = retry_rules(options)
     defaults = JobOptions(**validate_options(**options))
     if master_id is not None:
         validate_key("recurring id", master_id)
@@ -58,7 +60,7 @@ def declare(
                 f"recurring id {key!r} is already declared for {existing.task}; "
                 "give one of them another id="
             )
-        task = registry.register(func, None, defaults, explicit=frozenset(options))
+        task = registry.register(func, None, defaults, explicit=frozenset(options), retry=rules)
         definitions[key] = RecurringDefinition(
             id=key,
             name=name or key,

@@ -19,13 +19,15 @@ The methods take the function's own parameters (``ParamSpec``), so a type checke
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar
 
 from .. import runtime
-from ..options import due_time, seconds
+from ..breaker import BreakerSettings
+from ..options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from ..registry import Task, TaskRegistry
+from ..retry import retry_rules
 from ..runtime import Runtime
 from .handles import JobHandle
 from .submit import JobBuilder, make_builder
@@ -95,6 +97,68 @@ class TaskFunction(Generic[P, R]):
 
     def _state(self) -> Runtime:
         return runtime.current(self._registry, f"task {self._task.name!r}")
+
+
+class TaskOptions(TypedDict, total=False):
+    """What ``@ratchet.task(...)`` takes. Job options (``queue`` … ``tags``) are each job's
+    defaults, over the app's ``RATCHET_DEFAULT_*``; ``service`` and ``circuit_breaker`` give
+    the task a breaker (shared by the tasks of one ``service``, default: the task's name); the
+    retry rules (``retry_on``, ``dont_retry_on``, ``max_backoff``, ``jitter``: see
+    :class:`~flask_ratchet.retry.RetryRules`) stay with the task in each process's registry::
+
+        @ratchet.task(retry_on=(ConnectionError, TimeoutError), max_backoff=300, jitter=True)
+        def sync(account_id: int) -> None: ...
+    """
+
+    name: str | None
+    queue: str
+    priority: Priority | int
+    max_retries: int
+    backoff: Backoff | str
+    backoff_base: timedelta | float
+    timeout: timedelta | float | None
+    resource: str | None
+    tags: Iterable[str]
+    service: str | None
+    circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
+    dont_retry_on: type[BaseException] | tuple[type[BaseException], ...]
+    max_backoff: timedelta | float | None
+    jitter: bool
+
+
+def task_decorator(
+    registry: TaskRegistry, given: Mapping[str, Any]
+) -> Callable[[Callable[P, R]], TaskFunction[P, R]]:
+    """What ``@ratchet.task(**given)`` applies: every option checked now, before a function is
+    seen (:class:`TaskOptions`).
+
+    :raises InvalidOption: naming the option and what it takes.
+    """
+    options = dict(given)
+    name = options.pop("name", None)
+    service = options.pop("service", None)
+    breaker = options.pop("circuit_breaker", None)
+    rules = retry_rules(options)
+    defaults = JobOptions(**validate_options(**options))
+    explicit = frozenset(options)  # the rest: the app's RATCHET_DEFAULT_* when a job is made
+
+    def register(func: Callable[P, R]) -> TaskFunction[P, R]:
+        return task_function(
+            registry,
+            func,
+            lambda plain: registry.register(
+                plain,
+                name,
+                defaults,
+                explicit=explicit,
+                retry=rules,
+                service=service,
+                circuit_breaker=breaker,
+            ),
+        )
+
+    return register
 
 
 def task_function(

@@ -78,6 +78,7 @@ class Attempts:
             return self._refuse(run, exc)
         except (UnreadableJob, TaskNotAllowed) as exc:
             return failed(run, exc, permanent=True)
+        run.rules = task.retry
         breaker = self.breakers.get(task.service_name, task.circuit_breaker)
         if breaker is not None:
             was = breaker.state

@@ -99,3 +99,9 @@ def asks_again(times: int, ctx: JobContext) -> str:
             raise Retry("rate limited", in_=timedelta(hours=1))
         ctx.retry(in_=3600)
     return f"done on attempt {ctx.attempt}"
+
+
+@ratchet.task(expires=timedelta(minutes=10))
+def expiring(n: int) -> int:
+    """Must start within ten minutes of when it is due."""
+    return n

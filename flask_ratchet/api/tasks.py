@@ -117,6 +117,7 @@ class TaskOptions(TypedDict, total=False):
     backoff: Backoff | str
     backoff_base: timedelta | float
     timeout: timedelta | float | None
+    expires: timedelta | float | None
     resource: str | None
     tags: Iterable[str]
     service: str | None

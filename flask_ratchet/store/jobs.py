@@ -100,16 +100,41 @@ class Jobs:
 
     def cancel(self, conn: Connection, job_id: uuid.UUID) -> bool:
         """PENDING, PAUSED or RUNNING → CANCELED (a running job's outcome is then fenced out)."""
+        return self._cancel(conn, job_id)
+
+    def expire(self, conn: Connection, job_id: uuid.UUID, node_id: str, reason: str) -> bool:
+        """A job ``node_id`` claimed whose deadline passed before its attempt started: RUNNING
+        → CANCELED with ``reason`` as its error, through the cancel's own guard, fenced by the
+        claim (a cancel, a recovery or another node's claim first: nothing changes, False). The
+        attempt the claim counted is given back: it never started."""
+        return self._cancel(conn, job_id, held_by=node_id, error=reason)
+
+    def _cancel(
+        self,
+        conn: Connection,
+        job_id: uuid.UUID,
+        *,
+        held_by: str | None = None,
+        error: str | None = None,
+    ) -> bool:
         # The batch row before any job row, as the completer does: one lock order, no deadlock.
         self.flows.batches.lock_of(conn, [job_id])
+        statuses = sources(Action.CANCEL)
+        guard = [job_queue.c.job_id == job_id]
+        if held_by is not None:  # only this node's claim, not yet started
+            statuses &= {JobStatus.RUNNING}
+            guard.append(job_queue.c.picked_by == held_by)
         gone = conn.execute(
             sa.delete(job_queue)
-            .where(job_queue.c.job_id == job_id, job_queue.c.status.in_(sources(Action.CANCEL)))
+            .where(*guard, job_queue.c.status.in_(sorted(statuses)))
             .returning(job_queue.c.attempts)
         ).first()
         if gone is None:
             return False
-        ended = finish(self.dialect, conn, job_id, JobStatus.CANCELED, attempts=gone.attempts)
+        attempts = max(gone.attempts - 1, 0) if held_by is not None else gone.attempts
+        ended = finish(
+            self.dialect, conn, job_id, JobStatus.CANCELED, attempts=attempts, error=error
+        )
         self._followed_up(conn, ended)
         return True
 

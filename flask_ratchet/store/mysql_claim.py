@@ -110,6 +110,7 @@ _COLD = sa.select(
     job.c.follow_up,
     job.c.batch_id,
     job.c.trace_context,
+    job.c.expires_at,
 ).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))
 
 
@@ -199,4 +200,5 @@ def _claimed(hot: Any, cold: Any, now: datetime) -> ClaimedJob:
         batch_id=cold.batch_id,
         queue=hot.queue,
         trace_context=cold.trace_context,
+        expires_at=cold.expires_at,
     )

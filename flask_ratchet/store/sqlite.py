@@ -168,6 +168,7 @@ class SqliteDialect(Dialect):
                 batch_id=c.batch_id,
                 queue=hot[c.job_id].queue,
                 trace_context=c.trace_context,
+                expires_at=c.expires_at,
             )
             for c in cold
         ]
@@ -283,4 +284,5 @@ _CLAIMED_COLD_ROWS = sa.select(
     job.c.follow_up,
     job.c.batch_id,
     job.c.trace_context,
+    job.c.expires_at,
 ).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))

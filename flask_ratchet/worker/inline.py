@@ -24,6 +24,7 @@ from flask import Flask
 from ..api.jobs import claim_due, get
 from ..context import CaptureHandler, job_logger
 from ..errors import JobFailed, JobNotFound
+from ..facts import Event
 from ..runtime import Runtime, announce
 from ..store.types import ClaimedJob, Finished, Outcome, Refused
 from .announcer import predicate_evaluator
@@ -65,6 +66,11 @@ class InlineRunner(Supervision):
         self._written: list[Finished] = []
         self._executor: Executor | None = None
         self._completer: Completer | None = None
+
+    def send(self, events: list[Event]) -> None:
+        """Events of a write made here (an expired job's cancel): sent at once, as ``run_jobs``
+        sends the completer's."""
+        announce(self.app, events, self.state.wake)
 
     def refuse(self, claimed: ClaimedJob, reason: str) -> Refused:
         """A job of a task this process does not know fails for good at once: there is no

@@ -18,7 +18,16 @@ from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
 from .errors import ConfigError, InvalidOption
-from .options import MAX_DURATION, validate_queue
+from .options import (
+    CONFIGURABLE_DEFAULTS,
+    MAX_DURATION,
+    STANDARD_OPTIONS,
+    Backoff,
+    JobOptions,
+    Priority,
+    validate_options,
+    validate_queue,
+)
 from .resources import ResourceLimit, resource_limit
 
 PREFIX = "RATCHET_"
@@ -121,11 +130,30 @@ class RatchetConfig:
     eager: bool = False
     #: In eager mode, raise a job's final error to whoever committed it (else only record it).
     eager_raise: bool = True
+    #: The options of every job whose task and builder do not set them (``RATCHET_DEFAULT_*``).
+    #: A task's own ``@ratchet.task(max_retries=…)`` and a builder's ``with_max_retries`` win.
+    default_max_retries: int = STANDARD_OPTIONS.max_retries
+    default_backoff: Backoff = STANDARD_OPTIONS.backoff
+    default_backoff_base: float = STANDARD_OPTIONS.backoff_base
+    default_timeout: float | None = STANDARD_OPTIONS.timeout
+    default_queue: str = STANDARD_OPTIONS.queue
+    default_priority: Priority = STANDARD_OPTIONS.priority
+    #: The ``default_*`` values as one :class:`~flask_ratchet.options.JobOptions` (no key of its
+    #: own): what a job starts from before its task's options and its builder's.
+    job_defaults: JobOptions = field(init=False, default=STANDARD_OPTIONS)
+
+    def __post_init__(self) -> None:
+        chosen = {name: getattr(self, f"default_{name}") for name in CONFIGURABLE_DEFAULTS}
+        defaults = JobOptions(**chosen)
+        # The very object when nothing changed: a task's options are then used as they are.
+        object.__setattr__(
+            self, "job_defaults", STANDARD_OPTIONS if defaults == STANDARD_OPTIONS else defaults
+        )
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> RatchetConfig:
         """Read and validate every ``RATCHET_*`` key of ``config``."""
-        known = {f"{PREFIX}{f.name.upper()}": f.name for f in fields(cls)}
+        known = {f"{PREFIX}{f.name.upper()}": f.name for f in fields(cls) if f.init}
         for key in config:
             if key.startswith(PREFIX) and key not in known:
                 close = difflib.get_close_matches(key, list(known), n=1)
@@ -156,6 +184,19 @@ def _seconds(key: str, value: Any) -> float:
             f"{MAX_DURATION.days} days, got {value!r}"
         )
     return float(value)
+
+
+def _job_option(option: str) -> Callable[[str, Any], Any]:
+    """The validator of ``RATCHET_DEFAULT_<OPTION>``: the value a builder's setter takes (a
+    ``timedelta`` or seconds for durations, a name or member for enums), checked the same way."""
+
+    def validate(key: str, value: Any) -> Any:
+        try:
+            return validate_options(**{option: value})[option]
+        except InvalidOption as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+
+    return validate
 
 
 def _positive_int(key: str, value: Any) -> int:
@@ -449,4 +490,5 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "wakeup_prefix": _optional_str,
     "eager": _bool,
     "eager_raise": _bool,
+    **{f"default_{name}": _job_option(name) for name in CONFIGURABLE_DEFAULTS},
 }

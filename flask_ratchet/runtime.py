@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from blinker import NamedSignal
@@ -104,6 +105,18 @@ class Runtime:
         #: Eager mode (``flask_ratchet.testing``): runs the jobs a commit made due, in this
         #: process, right after the commit; its errors reach whoever committed.
         self.run_inline: Callable[[], object] | None = None
+
+    def declared_masters(self) -> list[RecurringDefinition]:
+        """The declared masters as this app registers them: their children's options are their
+        task's over this app's ``RATCHET_DEFAULT_*`` (declaring them needed no app)."""
+        defaults = self.config.job_defaults
+        masters = []
+        for definition in self.recurring_definitions.values():
+            task = self.registry.get(definition.task)
+            if task is not None:
+                definition = replace(definition, options=task.options_over(defaults))
+            masters.append(definition)
+        return masters
 
     @property
     def engine(self) -> Engine:

@@ -134,6 +134,8 @@ job = sa.Table(
     sa.Column("callbacks", LONG_TEXT),  # JSON {"success": [task, ...], "failure": [...]}
     # The submission's trace context (JSON: traceparent, …) while tracing is on; see tracing.py.
     sa.Column("trace_context", LONG_TEXT),
+    # The time the job must have started by, or it ends CANCELED ("expired"); NULL: none.
+    sa.Column("expires_at", UtcDateTime),
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
     # Partial where most rows hold NULL: a job is written (and ended) without an entry in

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Self
 
@@ -165,7 +165,8 @@ class BatchBuilder(OptionSetters):
     # -- writing -------------------------------------------------------------------------------
 
     def _parent(self) -> NewJob:
-        options = JobOptions(max_retries=0).merged(
+        # Never run, never retried; in the app's default queue and priority unless set.
+        options = replace(self._state.config.job_defaults, max_retries=0).merged(
             **{k: v for k, v in self._changes.items() if k in ("queue", "priority", "tags")}
         )
         return NewJob(
@@ -255,7 +256,7 @@ class StreamingBatchBuilder(BatchBuilder):
         state, store = self._state, self._state.store
         config = state.config
         task = state.registry.for_submit(self._process, config.allowed_modules)
-        options = self._child_options(task.options)
+        options = self._child_options(task.options_over(config.job_defaults))
         parent = self._parent()
         follow_ups, links = self._follow_up_jobs(parent.job_id)
         items = iter(self._items)

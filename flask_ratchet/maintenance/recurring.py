@@ -225,7 +225,7 @@ def start_recurring(
     if not state.config.recurring_enabled:
         log.info("recurring jobs are disabled here (RATCHET_RECURRING_ENABLED = False)")
         return None
-    registrar = Registrar(store, engine, list(state.recurring_definitions.values()))
+    registrar = Registrar(store, engine, state.declared_masters())
     registrar.register_pending()
 
     def wake() -> None:

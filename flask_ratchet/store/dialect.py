@@ -52,6 +52,7 @@ CLAIMED_COLD_ROWS = sa.select(
     job.c.follow_up,
     job.c.batch_id,
     job.c.trace_context,
+    job.c.expires_at,
 ).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))
 
 

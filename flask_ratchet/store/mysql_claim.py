@@ -185,4 +185,5 @@ def _claimed(hot: Any, cold: Any, now: datetime) -> ClaimedJob:
         batch_id=cold.batch_id,
         queue=hot.queue,
         trace_context=cold.trace_context,
+        expires_at=cold.expires_at,
     )

@@ -168,6 +168,7 @@ class SqliteDialect(Dialect):
                 batch_id=c.batch_id,
                 queue=hot[c.job_id].queue,
                 trace_context=c.trace_context,
+                expires_at=c.expires_at,
             )
             for c in cold
         ]

@@ -31,6 +31,7 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from .. import facts
 from ..config import RatchetConfig, describe_queues
 from ..context import CaptureHandler, job_logger
+from ..facts import Event
 from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
@@ -118,6 +119,11 @@ class Worker(Supervision):
         """Start draining (what the first SIGTERM does)."""
         self._draining.set()
         self._wake.set()
+
+    def send(self, events: list[Event]) -> None:
+        """Events of a job thread's own write (an expired job's cancel), sent by the
+        announcer thread as the completer's are."""
+        self.announcer.put(events)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1

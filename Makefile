@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup setup-test system-deps lint test test-lowest demo bench bench-peers clean
+.PHONY: setup setup-test system-deps lint test test-fast test-lowest demo bench bench-peers clean
 
 # Test processes: the suite runs in parallel, each process on databases of its own.
 JOBS ?= 4
@@ -35,9 +35,15 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict flask_ratchet console
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/codespell
 
 test: lint setup-test
-	$(PY) -m pytest -n $(JOBS)
+	$(PY) -m pytest -n $(JOBS) --durations=15
+
+# The suite without the tests marked slow (worker processes, many rows): for a quick answer
+# while working. CI runs them all (`make test`).
+test-fast: lint setup-test
+	$(PY) -m pytest -n $(JOBS) -m "not slow"
 
 # The unit and integration tiers on the lowest versions pyproject.toml allows (.ci/lowest.txt),
 # in a virtualenv of their own.

@@ -23,15 +23,13 @@ from flask import abort, g, render_template, request, url_for
 from sqlalchemy.engine import Connection
 from werkzeug.wrappers import Response
 
-from flask_ratchet.api import jobs
-from flask_ratchet.api import recurring as recurring_api
+from flask_ratchet.api import jobs, recurring
 from flask_ratchet.runtime import Runtime
 from flask_ratchet.states import TERMINAL, Action, JobStatus, sources
 
-from . import filters, pages
+from . import filters, pages, reads
 from .htmx import notice_or_page
 from .pages import job_id_or_404, state
-from .reads import jobs as queries
 from .security import actor
 
 #: The most jobs one action changes: a bulk action takes the newest this many that match.
@@ -188,9 +186,9 @@ def _confirm_page(name: str, wanted: filters.ListRequest, grew_from: int | None 
     s = state()
     among = SOURCES[name]
     with s.connection() as conn:
-        floor = queries.search_floor(conn, wanted.query)
-        n = queries.count_jobs(conn, wanted.query, BULK_CAP, among=among, floor=floor)
-        newest = queries.matching_ids(conn, wanted.query, 1, among=among, floor=floor)
+        floor = reads.jobs.search_floor(conn, wanted.query)
+        n = reads.jobs.count_jobs(conn, wanted.query, BULK_CAP, among=among, floor=floor)
+        newest = reads.jobs.matching_ids(conn, wanted.query, 1, among=among, floor=floor)
     return render_template(
         "ratchet/confirm.html",
         action=name,
@@ -227,12 +225,14 @@ def on_filter() -> tuple[str, int] | Response | str:
     s = state()
     among = SOURCES[name]
     with s.connection() as conn:
-        floor = queries.search_floor(conn, wanted.query)
-        n = queries.count_jobs(conn, wanted.query, BULK_CAP, among=among, upto=bound, floor=floor)
+        floor = reads.jobs.search_floor(conn, wanted.query)
+        n = reads.jobs.count_jobs(
+            conn, wanted.query, BULK_CAP, among=among, upto=bound, floor=floor
+        )
         if n > confirmed:
             # Jobs confirmed as not matching match now: the operator decides again.
             return _confirm_page(name, wanted, grew_from=min(confirmed, BULK_CAP)), 409
-        ids = queries.matching_ids(
+        ids = reads.jobs.matching_ids(
             conn, wanted.query, BULK_CAP, among=among, upto=bound, floor=floor
         )
 
@@ -275,14 +275,14 @@ class RecurringActionResult:
 
 def _recurring_operation(s: Runtime, action: str) -> Callable[[str], bool | uuid.UUID]:
     def run(recurring_id: str) -> bool | uuid.UUID:
-        child = recurring_api.run_now(s, recurring_id)
+        child = recurring.run_now(s, recurring_id)
         return False if child is None else child
 
     ops: dict[str, Callable[[str], bool | uuid.UUID]] = {
-        "pause": lambda recurring_id: recurring_api.pause(s, recurring_id),
-        "resume": lambda recurring_id: recurring_api.resume(s, recurring_id),
+        "pause": lambda recurring_id: recurring.pause(s, recurring_id),
+        "resume": lambda recurring_id: recurring.resume(s, recurring_id),
         "run": run,
-        "cancel": lambda recurring_id: recurring_api.cancel(s, recurring_id),
+        "cancel": lambda recurring_id: recurring.cancel(s, recurring_id),
     }
     return ops[action]
 
@@ -311,7 +311,7 @@ def recurring_one(action: str) -> Response | str:
         child = result if isinstance(result, uuid.UUID) else None
         changed = child is not None or result is True
         audit(conn, action, "recurring", recurring_id, 1, int(changed))
-        found = None if changed else recurring_api.get(s, recurring_id)
+        found = None if changed else recurring.get(s, recurring_id)
     outcome = RecurringActionResult(
         action,
         recurring_id,

@@ -2,7 +2,7 @@
 
 A bad value is a 400 naming the parameter and saying what is allowed, raised before the value
 reaches the database; nothing from a request reaches SQL except through bound parameters of the
-``flask_ratchet.store.console_*`` modules.
+console's read modules (:mod:`.reads`).
 
 The parsers read ASCII only: ``str.isdigit()``, ``int()``, ``float()`` and ``uuid.UUID()`` also
 take other scripts' digits (``'²'`` passes ``isdigit()`` and then fails ``int()``; ``'٣'`` is 3),

@@ -14,9 +14,7 @@ from typing import Any
 from flask import abort, g, render_template, request, url_for
 from sqlalchemy.engine import Connection
 
-from flask_ratchet import runtime
-from flask_ratchet.api import jobs as jobs_api
-from flask_ratchet.api import recurring as recurring_api
+from flask_ratchet import api, runtime
 from flask_ratchet.cron import DIALECT_LABELS, CronError, dialect, next_fire_times
 from flask_ratchet.flows import waits_for_parent
 from flask_ratchet.paging import Page
@@ -24,16 +22,9 @@ from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime
 from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
 
-from . import filters
+from . import filters, reads
 from .htmx import refreshes_a_region
 from .present import chart
-from .reads import alarms as alarm_reads
-from .reads import batches as flows
-from .reads import dead_letters as dead_letter_reads
-from .reads import job_detail as job_reads
-from .reads import jobs as queries
-from .reads import nodes as node_rows
-from .reads import overview as overview_reads
 
 #: A job list's "new jobs" banner counts no further than this.
 NEW_CAP = 999
@@ -55,25 +46,25 @@ def live_after(s: Runtime) -> float:
 def overview() -> str:
     """Counts per status, executions over the chosen window (``?window=15m|1h|24h``, default
     the last hour), queue health, nodes and recent actions."""
-    chosen = filters.one_of("window", request.args.get("window"), tuple(overview_reads.WINDOWS))
-    window = overview_reads.WINDOWS[chosen] if chosen else overview_reads.DEFAULT_WINDOW
+    chosen = filters.one_of("window", request.args.get("window"), tuple(reads.overview.WINDOWS))
+    window = reads.overview.WINDOWS[chosen] if chosen else reads.overview.DEFAULT_WINDOW
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        counts = overview_reads.status_counts(conn, s.store.dialect)
-        buckets = overview_reads.throughput(conn, now, window)
+        counts = reads.overview.status_counts(conn, s.store.dialect)
+        buckets = reads.overview.throughput(conn, now, window)
         oldest = s.store.health.oldest_due_age(conn, now)
         p95 = s.store.health.p95_queue_wait(conn, now)
-        nodes = node_rows.nodes(conn, now)
-        audit = overview_reads.recent_audit(conn)
+        nodes = reads.nodes.nodes(conn, now)
+        audit = reads.overview.recent_audit(conn)
     return render_template(
         "ratchet/overview.html",
         counts=counts,
         chart=chart(buckets, window),
         window=window,
-        windows=overview_reads.WINDOWS,
+        windows=reads.overview.WINDOWS,
         # The default window keeps the plain URL, so the refresh asks for what is on screen.
-        window_arg=None if window == overview_reads.DEFAULT_WINDOW else window.key,
+        window_arg=None if window == reads.overview.DEFAULT_WINDOW else window.key,
         oldest=oldest,
         p95=p95,
         nodes=[n for n in nodes if n.heartbeat_age <= live_after(s)],
@@ -87,7 +78,7 @@ def alarms() -> str:
     return render_template("ratchet/_alarms.html", alarms=read_alarms())
 
 
-def header_alarms() -> alarm_reads.Alarms | None:
+def header_alarms() -> reads.alarms.Alarms | None:
     """The alarms of the page being drawn, for the layout's header; None for a request the
     guard has not let in (its error page reads nothing), and for the refresh of a live region
     (it swaps that region alone: the strip refreshes itself)."""
@@ -96,12 +87,12 @@ def header_alarms() -> alarm_reads.Alarms | None:
     return read_alarms()
 
 
-def read_alarms() -> alarm_reads.Alarms:
+def read_alarms() -> reads.alarms.Alarms:
     """Every alarm, as of the database's time."""
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        return alarm_reads.alarms(
+        return reads.alarms.alarms(
             conn,
             now,
             live_after(s),
@@ -115,9 +106,9 @@ def jobs() -> str:
     wanted = filters.parse(request.args)
     s = state()
     with s.connection() as conn:
-        floor = queries.search_floor(conn, wanted.query)
+        floor = reads.jobs.search_floor(conn, wanted.query)
         try:
-            page = queries.list_jobs(conn, wanted.query, wanted.size, wanted.cursor, floor=floor)
+            page = reads.jobs.list_jobs(conn, wanted.query, wanted.size, wanted.cursor, floor=floor)
         except ValueError:
             abort(400, "bad cursor")
         newest = _newest(conn, wanted, page, floor) if wanted.cursor is None else None
@@ -128,10 +119,10 @@ def jobs() -> str:
         args=wanted.args,
         newest=newest,
         filtered=bool(filters.filter_args(wanted.args)),
-        search_window=queries.SEARCH_WINDOW,
+        search_window=reads.jobs.SEARCH_WINDOW,
         can_search=filters.can_search_arguments(),
         statuses=list(JobStatus),
-        sorts=queries.SORTS,
+        sorts=reads.jobs.SORTS,
         sizes=filters.PAGE_SIZES,
     )
 
@@ -139,7 +130,7 @@ def jobs() -> str:
 def _newest(
     conn: Connection,
     wanted: filters.ListRequest,
-    page: Page[queries.JobRow],
+    page: Page[reads.jobs.JobRow],
     floor: datetime | None,
 ) -> uuid.UUID | None:
     """The newest matching job when the page is drawn: the "new jobs" banner counts from it.
@@ -151,7 +142,7 @@ def _newest(
         return None
     if wanted.query.sort == "newest":
         return page.items[0].id
-    found = queries.matching_ids(conn, wanted.query, 1, floor=floor)
+    found = reads.jobs.matching_ids(conn, wanted.query, 1, floor=floor)
     return found[0] if found else max(r.id for r in page.items)
 
 
@@ -163,7 +154,7 @@ def jobs_new() -> str:
         abort(400, "newest must be a job id")
     s = state()
     with s.connection() as conn:
-        n = queries.newer_than(conn, wanted.query, newest, NEW_CAP)
+        n = reads.jobs.newer_than(conn, wanted.query, newest, NEW_CAP)
     return render_template("ratchet/_jobs_new.html", n=n, cap=NEW_CAP, args=wanted.args)
 
 
@@ -172,14 +163,14 @@ def job_detail(job_id: str) -> str:
     the batch, chain or workflow it is part of."""
     key = job_id_or_404(job_id)
     s = state()
-    job = jobs_api.get(s, key)
+    job = api.jobs.get(s, key)
     if job is None:
         abort(404)
     with s.connection() as conn:
-        extras = job_reads.job_extras(conn, key)
-        flow = flows.job_flow(conn, key)
+        extras = reads.job_detail.job_extras(conn, key)
+        flow = reads.batches.job_flow(conn, key)
         waits_on = None if flow is None else flow.waits_on
-        history = job_reads.job_history(conn, job, extras.executions, waits_on)
+        history = reads.job_detail.job_history(conn, job, extras.executions, waits_on)
     actions = [
         name
         for name, action in (
@@ -201,16 +192,16 @@ def job_detail(job_id: str) -> str:
         flow=flow,
         flow_live=_flow_live(flow),
         flow_limits={
-            "nodes": flows.MAX_NODES,
-            "width": flows.MAX_WIDTH,
-            "depth": flows.MAX_DEPTH,
-            "up": flows.MAX_UP,
+            "nodes": reads.batches.MAX_NODES,
+            "width": reads.batches.MAX_WIDTH,
+            "depth": reads.batches.MAX_DEPTH,
+            "up": reads.batches.MAX_UP,
         },
         not_due=waits_for_parent(job.scheduled_at),
     )
 
 
-def _flow_live(flow: flows.JobFlow | None) -> bool:
+def _flow_live(flow: reads.batches.JobFlow | None) -> bool:
     """Whether anything in a job's flow may still change: its batch runs, or a job is live."""
     if flow is None:
         return False
@@ -227,14 +218,14 @@ def _flow_live(flow: flows.JobFlow | None) -> bool:
 
 def batches() -> str:
     """Batches, newest first: progress, counts and metrics; live while one shown is running."""
-    wanted = filters.one_of("state", request.args.get("state"), flows.BATCH_STATES)
+    wanted = filters.one_of("state", request.args.get("state"), reads.batches.BATCH_STATES)
     size = filters.page_size(request.args.get("size"))
     cursor = filters.checked_cursor(request.args.get("cursor"))
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
         try:
-            page = flows.list_batches(conn, wanted, size, cursor)
+            page = reads.batches.list_batches(conn, wanted, size, cursor)
         except ValueError:
             abort(400, "bad cursor")
     return render_template(
@@ -244,10 +235,10 @@ def batches() -> str:
         cursor=cursor,
         live=any(not row.progress.finished for row in page.items),
         now=now,
-        states=flows.BATCH_STATES,
+        states=reads.batches.BATCH_STATES,
         size=size,
         sizes=filters.PAGE_SIZES,
-        window=flows.BATCH_WINDOW,
+        window=reads.batches.BATCH_WINDOW,
     )
 
 
@@ -260,12 +251,12 @@ def batch_detail(batch_id: str) -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        found = flows.batch_row(conn, key)
+        found = reads.batches.batch_row(conn, key)
         if found is None:
             abort(404)
-        follow_ups, more_follow_ups = flows.follow_ups(conn, key)
+        follow_ups, more_follow_ups = reads.batches.follow_ups(conn, key)
         try:
-            children = flows.batch_children(
+            children = reads.batches.batch_children(
                 conn, key, JobStatus(wanted) if wanted else None, size, cursor
             )
         except ValueError:
@@ -283,7 +274,7 @@ def batch_detail(batch_id: str) -> str:
         statuses=list(JobStatus),
         size=size,
         sizes=filters.PAGE_SIZES,
-        window=flows.CHILD_WINDOW,
+        window=reads.batches.CHILD_WINDOW,
     )
 
 
@@ -299,7 +290,7 @@ def dead_letters() -> str:
     """Jobs that failed for good, grouped by task and error, with their alerts."""
     s = state()
     with s.connection() as conn:
-        groups = dead_letter_reads.failure_groups(conn)
+        groups = reads.dead_letters.failure_groups(conn)
     return render_template("ratchet/dlq.html", groups=groups)
 
 
@@ -308,7 +299,7 @@ def nodes() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        rows = node_rows.nodes(conn, now)
+        rows = reads.nodes.nodes(conn, now)
     return render_template("ratchet/nodes.html", nodes=rows, live_after=live_after(s))
 
 
@@ -326,7 +317,7 @@ def recurring() -> str:
     """Every recurring master (CANCELED ones with ``?canceled=1``) and its next fire times."""
     with_canceled = request.args.get("canceled", "") == "1"
     s = state()
-    masters = recurring_api.list_all(s, with_canceled)
+    masters = api.recurring.list_all(s, with_canceled)
     with s.connection() as conn:
         now = s.store.now(conn)
     rows = [MasterRow(m, _upcoming(m), _dialect(m.cron)) for m in masters]
@@ -369,7 +360,7 @@ def recurring_cancel() -> str:
     wanted = request.args.get("id", "")
     if not wanted or len(wanted) > filters.MAX_TEXT:
         abort(404)
-    master = recurring_api.get(state(), wanted)
+    master = api.recurring.get(state(), wanted)
     if master is None:
         abort(404)
     return render_template("ratchet/recurring_cancel.html", master=master)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from flask import abort, request, url_for
 from werkzeug.wrappers import Response
 
-from flask_ratchet.api import queues as queues_api
+from flask_ratchet.api import queues
 from flask_ratchet.errors import InvalidOption
 
 from .actions import audit
@@ -18,7 +18,7 @@ from .pages import state
 from .security import actor
 
 #: The actions, and what each does.
-QUEUE_ACTIONS = {"pause": queues_api.pause_queue, "resume": queues_api.resume_queue}
+QUEUE_ACTIONS = {"pause": queues.pause_queue, "resume": queues.resume_queue}
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from flask import render_template
 
+from . import reads
 from .pages import state
-from .reads import queues as queue_rows
 
 
 def queues() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        report = queue_rows.queues(conn, s.store.queues, now)
-    return render_template("ratchet/queues.html", report=report, max_queues=queue_rows.MAX_QUEUES)
+        report = reads.queues.queues(conn, s.store.queues, now)
+    return render_template("ratchet/queues.html", report=report, max_queues=reads.queues.MAX_QUEUES)

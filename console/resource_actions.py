@@ -21,11 +21,10 @@ from flask_ratchet.api.resources import configure_resource
 from flask_ratchet.breaker import BREAKER_RESET
 from flask_ratchet.resources import ResourceLimit
 
-from . import filters
+from . import filters, reads
 from .actions import audit
 from .htmx import notice_or_page
 from .pages import live_after, state
-from .reads import resources as held
 
 #: The audit action of a limit set from the console.
 SET_LIMIT = "set-limit"
@@ -100,7 +99,7 @@ def reset_breaker() -> Response | str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        found = held.service_breakers(conn, now, live_after(s), service)
+        found = reads.resources.service_breakers(conn, now, live_after(s), service)
         workers = len(found.nodes)
         if workers:
             # Requested of and passed on to every live worker that reports the breaker; each

@@ -11,9 +11,8 @@ from flask import abort, render_template, request
 from flask_ratchet.options import RESOURCE_MAX_LENGTH
 from flask_ratchet.resources import DEFAULT_RETRY_DELAY
 
-from . import filters
+from . import filters, reads
 from .pages import live_after, state
-from .reads import resources as held
 
 
 def resources() -> str:
@@ -22,15 +21,15 @@ def resources() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        report = held.resources(conn, s.store.dialect)
-        live = held.live_node_ids(conn, now, live_after(s))
+        report = reads.resources.resources(conn, s.store.dialect)
+        live = reads.resources.live_node_ids(conn, now, live_after(s))
     return render_template(
         "ratchet/resources.html",
         report=report,
         live=live,
         now=now,
-        window=held.WAITING_WINDOW,
-        max_resources=held.MAX_RESOURCES,
+        window=reads.resources.WAITING_WINDOW,
+        max_resources=reads.resources.MAX_RESOURCES,
         name_max=RESOURCE_MAX_LENGTH,
         default_delay=DEFAULT_RETRY_DELAY,
     )
@@ -45,13 +44,13 @@ def resource_limit() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        row = held.resource(conn, s.store.dialect, name)
-        live = held.live_node_ids(conn, now, live_after(s))
+        row = reads.resources.resource(conn, s.store.dialect, name)
+        live = reads.resources.live_node_ids(conn, now, live_after(s))
     return render_template(
         "ratchet/resource_limit.html",
         r=row,
         live=live,
-        window=held.WAITING_WINDOW,
+        window=reads.resources.WAITING_WINDOW,
         default_delay=DEFAULT_RETRY_DELAY,
     )
 
@@ -61,13 +60,13 @@ def breakers() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        report = held.breakers(conn, now, live_after(s))
+        report = reads.resources.breakers(conn, now, live_after(s))
     return render_template(
         "ratchet/breakers.html",
         report=report,
         now=now,
         interval=s.config.heartbeat_interval,
-        max_services=held.MAX_SERVICES,
+        max_services=reads.resources.MAX_SERVICES,
     )
 
 
@@ -80,7 +79,7 @@ def breaker_reset() -> str:
     s = state()
     with s.connection() as conn:
         now = s.store.now(conn)
-        found = held.service_breakers(conn, now, live_after(s), service)
+        found = reads.resources.service_breakers(conn, now, live_after(s), service)
     return render_template(
         "ratchet/breaker_reset.html", svc=found, interval=s.config.heartbeat_interval
     )

@@ -17,7 +17,9 @@ from .errors import (
     DoNotRetry,
     DuplicateBusinessKey,
     IllegalTransition,
+    InvalidJobId,
     InvalidOption,
+    JobFailed,
     JobNotFound,
     PayloadError,
     PayloadTooLarge,
@@ -33,6 +35,7 @@ from .job import BatchChild, BatchProgress, Job, Progress, QueueSummary
 from .options import Backoff, Priority
 from .paging import Page
 from .recurring import Misfire, RecurringJob, RecurringStatus
+from .retry import Retry
 from .states import JobStatus
 
 __version__ = "0.1.0.dev0"
@@ -52,10 +55,12 @@ __all__ = [
     "FlowBuilder",
     "FlowHandle",
     "IllegalTransition",
+    "InvalidJobId",
     "InvalidOption",
     "Job",
     "JobBuilder",
     "JobContext",
+    "JobFailed",
     "JobHandle",
     "JobNotFound",
     "JobStatus",
@@ -71,6 +76,7 @@ __all__ = [
     "RecurringJob",
     "RecurringJobBuilder",
     "RecurringStatus",
+    "Retry",
     "SchemaNotReady",
     "StreamingBatchBuilder",
     "TaskFunction",

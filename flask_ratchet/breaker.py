@@ -37,6 +37,8 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any
 
+from .errors import ConfigError
+
 #: The longest a call waits while the half-open trial calls are out (``open_for`` if shorter):
 #: long enough not to spin, short enough to follow right behind a trial that succeeds.
 HALF_OPEN_BUSY_DELAY = 1.0
@@ -408,3 +410,24 @@ class Breakers:
         with self._lock:
             breakers = dict(self._by_service)
         return {service: b.snapshot() for service, b in sorted(breakers.items())}
+
+
+def breakers_setting(key: str, value: Any) -> dict[str, BreakerSettings]:
+    """Read ``RATCHET_CIRCUIT_BREAKERS``: service names to a preset name or settings.
+
+    :raises ConfigError: naming ``key`` and the bad entry.
+    """
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{key} must be a dict of service name -> preset name or settings, like "
+            f"{{'stripe': 'external-api'}}, got {value!r}"
+        )
+    breakers = {}
+    for service, spec in value.items():
+        if not isinstance(service, str) or not service or len(service) > 255:
+            raise ConfigError(f"{key} keys must be service or task names, got {service!r}")
+        try:
+            breakers[service] = breaker_settings(spec)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{key}[{service!r}]: {exc}") from None
+    return breakers

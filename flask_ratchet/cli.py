@@ -28,7 +28,7 @@ from .cron import (
     validate,
     zone_info,
 )
-from .errors import InvalidOption, SchemaNotReady
+from .errors import InvalidJobId, InvalidOption, SchemaNotReady
 from .ids import job_id_of
 from .payload import Unreadable
 from .redact import masked, masked_arguments, stored_text_masked
@@ -37,13 +37,13 @@ from .states import JobStatus
 
 class RatchetGroup(AppGroup):
     """``flask ratchet``: any of its commands run against tables that are missing or older than
-    this version needs ends with the one line that says so and what to run (exit code 1), not
-    a traceback."""
+    this version needs, or given a job id that is no UUID, ends with the one line that says so
+    (exit code 1), not a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except SchemaNotReady as exc:
+        except (SchemaNotReady, InvalidJobId) as exc:
             raise click.ClickException(str(exc)) from None
 
 
@@ -379,11 +379,10 @@ def queues_cli() -> None:
 
 @queues_cli.command("list")
 def queues_list() -> None:
-    """Every queue with live jobs or a paused state: its jobs per status and oldest due wait."""
+    """Every known queue, as the console's queues page lists them (the default queue, every
+    queue ever paused, every queue a live or ended job names): its live jobs per status and
+    its oldest due wait."""
     found = queues.queues(runtime.current())
-    if not found:
-        click.echo("no queues hold live jobs")
-        return
     click.echo(
         f"{'QUEUE':<24} {'STATE':<7} {'PENDING':>8} {'DUE':>8} {'RUNNING':>8} "
         f"{'PAUSED':>7}  OLDEST DUE WAIT"

@@ -18,10 +18,19 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from .breaker import BreakerSettings, breaker_settings
+from .breaker import BreakerSettings, breakers_setting
 from .errors import ConfigError, InvalidOption
-from .options import MAX_DURATION, validate_queue
-from .resources import ResourceLimit, resource_limit
+from .options import (
+    CONFIGURABLE_DEFAULTS,
+    MAX_DURATION,
+    STANDARD_OPTIONS,
+    Backoff,
+    JobOptions,
+    Priority,
+    validate_options,
+    validate_queue,
+)
+from .resources import ResourceLimit, resource_limits_setting
 from .routes import Routes, routes_setting
 
 PREFIX = "RATCHET_"
@@ -130,11 +139,30 @@ class RatchetConfig:
     eager: bool = False
     #: In eager mode, raise a job's final error to whoever committed it (else only record it).
     eager_raise: bool = True
+    #: The options of every job whose task and builder do not set them (``RATCHET_DEFAULT_*``).
+    #: A task's own ``@ratchet.task(max_retries=…)`` and a builder's ``with_max_retries`` win.
+    default_max_retries: int = STANDARD_OPTIONS.max_retries
+    default_backoff: Backoff = STANDARD_OPTIONS.backoff
+    default_backoff_base: float = STANDARD_OPTIONS.backoff_base
+    default_timeout: float | None = STANDARD_OPTIONS.timeout
+    default_queue: str = STANDARD_OPTIONS.queue
+    default_priority: Priority = STANDARD_OPTIONS.priority
+    #: The ``default_*`` values as one :class:`~flask_ratchet.options.JobOptions` (no key of its
+    #: own): what a job starts from before its task's options and its builder's.
+    job_defaults: JobOptions = field(init=False, default=STANDARD_OPTIONS)
+
+    def __post_init__(self) -> None:
+        chosen = {name: getattr(self, f"default_{name}") for name in CONFIGURABLE_DEFAULTS}
+        defaults = JobOptions(**chosen)
+        # The very object when nothing changed: a task's options are then used as they are.
+        object.__setattr__(
+            self, "job_defaults", STANDARD_OPTIONS if defaults == STANDARD_OPTIONS else defaults
+        )
 
     @classmethod
     def from_mapping(cls, config: Mapping[str, Any]) -> RatchetConfig:
         """Read and validate every ``RATCHET_*`` key of ``config``."""
-        known = {f"{PREFIX}{f.name.upper()}": f.name for f in fields(cls)}
+        known = {f"{PREFIX}{f.name.upper()}": f.name for f in fields(cls) if f.init}
         for key in config:
             if key.startswith(PREFIX) and key not in known:
                 close = difflib.get_close_matches(key, list(known), n=1)
@@ -165,6 +193,19 @@ def _seconds(key: str, value: Any) -> float:
             f"{MAX_DURATION.days} days, got {value!r}"
         )
     return float(value)
+
+
+def _job_option(option: str) -> Callable[[str, Any], Any]:
+    """The validator of ``RATCHET_DEFAULT_<OPTION>``: the value a builder's setter takes (a
+    ``timedelta`` or seconds for durations, a name or member for enums), checked the same way."""
+
+    def validate(key: str, value: Any) -> Any:
+        try:
+            return validate_options(**{option: value})[option]
+        except InvalidOption as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+
+    return validate
 
 
 def _positive_int(key: str, value: Any) -> int:
@@ -393,49 +434,6 @@ def _sqlite_synchronous(key: str, value: Any) -> str | None:
     return value  # type: ignore[no-any-return]
 
 
-def _resources(key: str, value: Any) -> dict[str, ResourceLimit]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"{key} must be a dict like {{'payment-api': {{'max_concurrent': 4, "
-            f"'retry_delay': 5}}}}, got {value!r}"
-        )
-    limits = {}
-    for name, entry in value.items():
-        if not isinstance(entry, Mapping) or "max_concurrent" not in entry:
-            raise ConfigError(
-                f"{key}[{name!r}] must be a dict with 'max_concurrent' (and optionally "
-                f"'retry_delay'), got {entry!r}"
-            )
-        unknown = sorted(str(k) for k in entry if k not in ("max_concurrent", "retry_delay"))
-        if unknown:
-            raise ConfigError(
-                f"{key}[{name!r}] has an unknown setting {unknown[0]!r}; the settings are "
-                "'max_concurrent' and 'retry_delay'"
-            )
-        try:
-            limits[name] = resource_limit(name, **entry)
-        except ValueError as exc:
-            raise ConfigError(f"{key}: {exc}") from None
-    return limits
-
-
-def _circuit_breakers(key: str, value: Any) -> dict[str, BreakerSettings]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(
-            f"{key} must be a dict of service name -> preset name or settings, like "
-            f"{{'stripe': 'external-api'}}, got {value!r}"
-        )
-    breakers = {}
-    for service, spec in value.items():
-        if not isinstance(service, str) or not service or len(service) > 255:
-            raise ConfigError(f"{key} keys must be service or task names, got {service!r}")
-        try:
-            breakers[service] = breaker_settings(spec)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(f"{key}[{service!r}]: {exc}") from None
-    return breakers
-
-
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "database_url": _database_url,
     "allowed_modules": _module_list,
@@ -470,11 +468,12 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "recurring_enabled": _bool,
     "recurring_disabled": _id_list,
     "recurring_misfire_threshold": _seconds,
-    "resources": _resources,
-    "circuit_breakers": _circuit_breakers,
+    "resources": resource_limits_setting,
+    "circuit_breakers": breakers_setting,
     "metrics_port": _metrics_address,
     "wakeup_url": _wakeup_url,
     "wakeup_prefix": _optional_str,
     "eager": _bool,
     "eager_raise": _bool,
+    **{f"default_{name}": _job_option(name) for name in CONFIGURABLE_DEFAULTS},
 }

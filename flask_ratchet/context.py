@@ -15,12 +15,12 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn, Protocol
 
 from .job import BatchChild, BatchProgress
 from .redact import text_masked
-from .retry import sanitize
+from .retry import Retry, sanitize
 
 #: What one attempt's log may store, so one chatty job cannot flood the table or the job's
 #: page: at most this many lines, of at most this many characters each, and at most this many
@@ -239,6 +239,15 @@ class JobContext:
             if not self._supervisor.still_running(self.job_id):
                 self._stopped = True
         return self._stopped
+
+    def retry(self, message: str = "", *, in_: timedelta | float | None = None) -> NoReturn:
+        """Run this job again ``in_`` from now (``None``: after its backoff), as Celery's
+        ``self.retry(countdown=…)``: raises :class:`~flask_ratchet.retry.Retry`, which must
+        leave the task. It counts against ``max_retries``.
+
+        :raises InvalidOption: for an ``in_`` that is negative, NaN or over 100 years.
+        """
+        raise Retry(message, in_=in_)
 
     def stop(self) -> None:
         """Ask the job to stop (the worker calls this on cancel or timeout). An ``async def``

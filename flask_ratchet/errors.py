@@ -5,6 +5,8 @@ Every error says what was wrong and how to fix it, and is raised before anything
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RatchetError(Exception):
     """Base class for every error flask-ratchet raises on purpose."""
@@ -68,6 +70,31 @@ class DuplicateBusinessKey(RatchetError):
 
 class JobNotFound(RatchetError, LookupError):
     """No job has the given id."""
+
+
+class InvalidJobId(RatchetError, ValueError):
+    """A job id that is neither a ``uuid.UUID`` nor the text of one (``get_job("42")``), raised
+    before anything is read or written. A ``ValueError``, as it was before it had a name; a
+    well-formed id of no job is not an error (``get_job`` returns ``None``)."""
+
+
+class JobFailed(RatchetError):
+    """A job ended without a result where its result was asked for: FAILED (retries spent,
+    ``DoNotRetry``, a timeout) or CANCELED (by an operator, an upstream step, or past its
+    deadline: ``expires``). Raised by ``wait(..., raise_on_failure=True)`` and by the testing
+    kit's ``run_jobs(raise_errors=True)`` for an error that is no exception of this process.
+
+    ``job`` is the ended :class:`~flask_ratchet.job.Job`; ``error`` what it ended with (a FAILED
+    job's ``"Type: message"``, a canceled job's reason, or ``None``) and ``status`` its status.
+    """
+
+    def __init__(self, job: Any) -> None:
+        # Typed Any: errors.py is the bottom layer and cannot name flask_ratchet.job.Job.
+        self.job = job
+        self.status = job.status
+        self.error: str | None = job.error
+        why = f": {job.error}" if job.error else ""
+        super().__init__(f"job {job.id} ({job.task}) ended {job.status}{why}")
 
 
 class WaitTimeout(RatchetError, TimeoutError):

@@ -12,27 +12,23 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, ParamSpec, TypeVar, Unpack, overload
 
 from flask import Flask, current_app
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection
 
 from . import facts, migrate, runtime
-from .api import jobs
-from .api import queues as queues_api
-from .api import resources as resources_api
+from .api import handles, jobs, queues, resources
 from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
 from .api.handles import JobHandle
-from .api.handles import wait as wait_for_job
 from .api.submit import JobBuilder, make_builder, submit_jobs
-from .api.tasks import TaskFunction, task_function
-from .breaker import BreakerSettings
+from .api.tasks import TaskFunction, TaskOptions, task_decorator
 from .config import RatchetConfig
 from .database import database_for
 from .extension_recurring import RecurringMethods
 from .job import BatchProgress, Job, QueueSummary
-from .options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
+from .options import due_time, seconds
 from .paging import Page
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
@@ -119,19 +115,7 @@ class Ratchet(RecurringMethods):
     def task(self, func: Callable[P, R], /) -> TaskFunction[P, R]: ...
     @overload
     def task(
-        self,
-        *,
-        name: str | None = None,
-        queue: str = ...,
-        priority: Priority | int = ...,
-        max_retries: int = ...,
-        backoff: Backoff | str = ...,
-        backoff_base: timedelta | float = ...,
-        timeout: timedelta | float | None = ...,
-        resource: str | None = ...,
-        tags: Iterable[str] = ...,
-        service: str | None = ...,
-        circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = ...,
+        self, **options: Unpack[TaskOptions]
     ) -> Callable[[Callable[P, R]], TaskFunction[P, R]]: ...
 
     def task(self, func: Any = None, **options: Any) -> Any:
@@ -151,23 +135,10 @@ class Ratchet(RecurringMethods):
 
             send_welcome.enqueue(42)      # a job; a type checker checks the arguments
 
-        ``circuit_breaker`` (a preset name, settings, or a dict of them) gives the task a
-        breaker, shared by every task with the same ``service`` (default: the task's name).
+        The options are :class:`~flask_ratchet.api.tasks.TaskOptions` (job options, a circuit
+        breaker, retry rules); those not given are the app's ``RATCHET_DEFAULT_*``.
         """
-        name = options.pop("name", None)
-        service = options.pop("service", None)
-        breaker = options.pop("circuit_breaker", None)
-        defaults = JobOptions(**validate_options(**options))
-
-        def register(f: Callable[P, R]) -> TaskFunction[P, R]:
-            return task_function(
-                self.registry,
-                f,
-                lambda plain: self.registry.register(
-                    plain, name, defaults, service=service, circuit_breaker=breaker
-                ),
-            )
-
+        register = task_decorator(self.registry, options)
         return register(func) if func is not None else register
 
     # -- submission ----------------------------------------------------------------------------
@@ -205,7 +176,13 @@ class Ratchet(RecurringMethods):
         run_at = due_time("schedule_at()", when)
         return make_builder(self.state, fn, args, kwargs, run_at=run_at)
 
-    def wait(self, job_id: uuid.UUID | str, timeout: timedelta | float | None = 30.0) -> Job:
+    def wait(
+        self,
+        job_id: uuid.UUID | str,
+        timeout: timedelta | float | None = 30.0,
+        *,
+        raise_on_failure: bool = False,
+    ) -> Job:
         """Wait up to ``timeout`` seconds (``None``: no limit) for a job to end, and return it
         with its ``result`` or ``error``. ``JobHandle.wait()`` does the same.
 
@@ -213,8 +190,10 @@ class Ratchet(RecurringMethods):
 
         :raises WaitTimeout: if the job has not ended in time (it goes on).
         :raises JobNotFound: if there is no such job.
+        :raises JobFailed: with ``raise_on_failure``, if it ended FAILED or CANCELED.
+        :raises InvalidJobId: for an id that is no UUID.
         """
-        return wait_for_job(self.state, job_id, timeout)
+        return handles.wait(self.state, job_id, timeout, raise_on_failure=raise_on_failure)
 
     def enqueue_many(self, builders: Iterable[JobBuilder]) -> list[JobHandle]:
         """Submit many jobs in one transaction with multi-row inserts; all or nothing."""
@@ -274,7 +253,11 @@ class Ratchet(RecurringMethods):
     # -- reads ---------------------------------------------------------------------------------
 
     def get_job(self, job_id: uuid.UUID | str) -> Job | None:
-        """A snapshot of one job, or ``None`` if there is no such job."""
+        """A snapshot of one job, or ``None`` if there is no such job.
+
+        :raises InvalidJobId: (a ``ValueError``) for an id that is no UUID: a caller's
+            mistake, never a job that might exist.
+        """
         return jobs.get(self.state, job_id)
 
     def find_jobs(
@@ -353,7 +336,7 @@ class Ratchet(RecurringMethods):
 
         :raises InvalidOption: for a name that is no queue name.
         """
-        return queues_api.pause_queue(self.state, name)
+        return queues.pause_queue(self.state, name)
 
     def resume_queue(self, name: str) -> bool:
         """Let workers claim jobs of queue ``name`` again (they are woken at once); False if it
@@ -361,12 +344,13 @@ class Ratchet(RecurringMethods):
 
         :raises InvalidOption: for a name that is no queue name.
         """
-        return queues_api.resume_queue(self.state, name)
+        return queues.resume_queue(self.state, name)
 
     def queues(self) -> list[QueueSummary]:
-        """Every queue that holds live jobs or was ever paused, by name: live jobs per status,
-        due jobs, the oldest due job's wait, and whether it is paused."""
-        return queues_api.queues(self.state)
+        """Every known queue, by name (the default queue, every queue ever paused, and every
+        queue a live or ended job names, as the console lists them): live jobs per status, due
+        jobs, the oldest due job's wait, and whether it is paused."""
+        return queues.queues(self.state)
 
     # -- resources -----------------------------------------------------------------------------
 
@@ -390,7 +374,7 @@ class Ratchet(RecurringMethods):
         :raises InvalidOption: for a bad name, ``max_concurrent < 1`` or a delay that is not
             positive or longer than ``options.MAX_DURATION``; nothing is written.
         """
-        return resources_api.configure_resource(self.state, name, max_concurrent, retry_delay)
+        return resources.configure_resource(self.state, name, max_concurrent, retry_delay)
 
 
 def _ensure_schema() -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from .api import recurring as recurring_api
+from .api import recurring
 from .api.handles import JobHandle
 from .api.recurring import RecurringJobBuilder, make_recurring_builder
 from .api.tasks import TaskFunction, task_function
@@ -66,8 +66,8 @@ class RecurringMethods:
 
         :raises CronError: for a bad expression, interval or zone, naming the field.
         """
-        expr = recurring_api.schedule_of(cron, every)
-        declare = recurring_api.declare(
+        expr = recurring.schedule_of(cron, every)
+        declare = recurring.declare(
             self.registry, self.recurring_definitions, expr, zone, name, id, misfire, options
         )
 
@@ -96,33 +96,33 @@ class RecurringMethods:
     def register_recurring(self) -> list[RecurringJob]:
         """Register every declared master now (workers do this when they start), e.g. from a
         deploy step."""
-        return recurring_api.register_declared(self.state)
+        return recurring.register_declared(self.state)
 
     def pause_recurring(self, recurring_id: str) -> bool:
         """ACTIVE → PAUSED: no children until resumed. Pausing a paused master returns True."""
-        return recurring_api.pause(self.state, recurring_id)
+        return recurring.pause(self.state, recurring_id)
 
     def resume_recurring(self, recurring_id: str) -> bool:
         """PAUSED → ACTIVE, next at the first occurrence after now (paused time is not made up)."""
-        return recurring_api.resume(self.state, recurring_id)
+        return recurring.resume(self.state, recurring_id)
 
     def cancel_recurring(self, recurring_id: str) -> bool:
         """End a master (ACTIVE or PAUSED → CANCELED); its id is free to be registered again.
 
         Children already created are not touched (cancel them with ``cancel_job``).
         """
-        return recurring_api.cancel(self.state, recurring_id)
+        return recurring.cancel(self.state, recurring_id)
 
     def run_recurring_now(self, recurring_id: str) -> JobHandle | None:
         """Create one extra child of an ACTIVE or PAUSED master, due now; ``None`` if there is
         no such master. The schedule is not changed."""
-        job_id = recurring_api.run_now(self.state, recurring_id)
+        job_id = recurring.run_now(self.state, recurring_id)
         return None if job_id is None else JobHandle(job_id)
 
     def get_recurring(self, recurring_id: str) -> RecurringJob | None:
         """A snapshot of one master (also a canceled one), or ``None``."""
-        return recurring_api.get(self.state, recurring_id)
+        return recurring.get(self.state, recurring_id)
 
     def list_recurring(self, *, include_canceled: bool = False) -> list[RecurringJob]:
         """Every master with its next fire time, by id."""
-        return recurring_api.list_all(self.state, include_canceled)
+        return recurring.list_all(self.state, include_canceled)

@@ -17,6 +17,8 @@ import time
 import uuid
 from datetime import UTC, datetime
 
+from .errors import InvalidJobId
+
 _COUNTER_MAX = 0xFFF
 _lock = threading.Lock()
 _last_ms = -1
@@ -64,11 +66,11 @@ def timestamp_of(value: uuid.UUID) -> datetime:
 def job_id_of(value: uuid.UUID | str) -> uuid.UUID:
     """A job id given as a UUID or its text.
 
-    :raises ValueError: for anything else, saying what a job id looks like.
+    :raises InvalidJobId: (a ``ValueError``) for anything else, saying what a job id looks like.
     """
     if isinstance(value, uuid.UUID):
         return value
     try:
         return uuid.UUID(value)
     except (ValueError, TypeError, AttributeError):
-        raise ValueError(f"{value!r} is not a job id (a UUID like '0190…-…')") from None
+        raise InvalidJobId(f"{value!r} is not a job id (a UUID like '0190…-…')") from None

@@ -104,6 +104,8 @@ class Job:
     #: What the job last reported with ``ctx.set_progress`` (while it runs, and after it ended);
     #: ``None`` if it never did.
     progress: Progress | Unreadable | None = None
+    #: The time it must have started by, or it ends CANCELED ("expired"); ``None``: none.
+    expires_at: datetime | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -114,7 +116,8 @@ class Job:
     def options(self) -> JobOptions:
         """Every option the job was submitted with (queue, priority, retries, backoff, timeout,
         resource, tags, params), as one :class:`~flask_ratchet.options.JobOptions`: what a job
-        submitted in its place (``ratchet.replace``) runs with.
+        submitted in its place (``ratchet.replace``) runs with. Its deadline is
+        :attr:`expires_at`, a time, not an option counted from a due time.
 
         :raises UnreadableJob: naming the column, if one holds what ratchet never writes.
         """

@@ -1,4 +1,4 @@
-"""Per-job options: queue, priority, retries, backoff, timeout, resource, tags and params.
+"""Per-job options: queue, priority, retries, backoff, timeout, expiry, resource, tags and params.
 
 A task's decorator sets its defaults; a :class:`~flask_ratchet.api.submit.JobBuilder` overrides them
 for one job. The resolved options are what the store writes.
@@ -71,10 +71,20 @@ class JobOptions:
     resource: str | None = None
     tags: tuple[str, ...] = ()
     params: dict[str, Any] = field(default_factory=dict)
+    #: Seconds after its due time by which the job must have started, or it ends CANCELED
+    #: ("expired") instead of running late; ``None``: no deadline. (A deadline given as a time,
+    #: ``with_expires(datetime)``, belongs to one job: it is the builder's, not an option.)
+    expires: float | None = None
 
     def merged(self, **changes: Any) -> JobOptions:
         """Return a copy with ``changes`` validated and applied."""
         return replace(self, **validate_options(**changes))
+
+
+#: The options of a job whose task, builder and app's ``RATCHET_DEFAULT_*`` set none.
+STANDARD_OPTIONS = JobOptions()
+#: The options an app may give new defaults (``RATCHET_DEFAULT_<NAME>``).
+CONFIGURABLE_DEFAULTS = ("max_retries", "backoff", "backoff_base", "timeout", "queue", "priority")
 
 
 def seconds(name: str, value: timedelta | float | int) -> float:
@@ -149,13 +159,13 @@ def validate_options(**changes: Any) -> dict[str, Any]:
                     "backoff must be a Backoff (NONE, FIXED, EXPONENTIAL, JITTER), "
                     f"got {shown(value)}"
                 ) from None
-        elif name in ("backoff_base", "timeout"):
-            if value is None and name == "timeout":
+        elif name in ("backoff_base", "timeout", "expires"):
+            if value is None and name != "backoff_base":
                 out[name] = None
             else:
                 secs = seconds(name, value)
-                if name == "timeout" and secs <= 0:
-                    raise InvalidOption(f"timeout must be positive, got {shown(value)}")
+                if name != "backoff_base" and secs <= 0:
+                    raise InvalidOption(f"{name} must be positive, got {shown(value)}")
                 out[name] = secs
         elif name == "resource":
             out[name] = _short_text("resource", value, RESOURCE_MAX_LENGTH, optional=True)

@@ -134,6 +134,7 @@ def encode_options(options: JobOptions) -> str:
             "resource": options.resource,
             "tags": list(options.tags),
             "params": options.params,
+            "expires": options.expires,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -149,6 +150,7 @@ def decode_options(text: str) -> JobOptions:
     raw = decode_stored("options", text, dict)
     # Masters written before queues existed have none: their children go to the default queue.
     raw.setdefault("queue", DEFAULT_QUEUE)
+    raw.setdefault("expires", None)  # nor, before expiry existed, a deadline
     try:
         return JobOptions(**validate_options(**{name: raw[name] for name in _OPTION_NAMES}))
     except KeyError as exc:

@@ -4,6 +4,13 @@ A function runs only if it was registered with ``@ratchet.task`` or is a functio
 top level of a module under a ``RATCHET_ALLOWED_MODULES`` prefix (not one such a module imported).
 Jobs store the task's name, never code, and the worker resolves the name through this registry
 again before running anything.
+
+Registering is an explicit allow, so ``@ratchet.task`` takes any callable: a function wrapped by
+the app's own decorator (a closure over the original, ``functools.wraps``), a ``partial``, a
+callable object. The worker finds it by its registered name, never by importing a path, so what
+it needs is a name that is the same in every process: ``module:qualname`` when the qualified
+name is a top-level name, else one given with ``name=``. The allow-list keeps its stricter rules
+for what was never registered (:func:`check_importable`).
 """
 
 from __future__ import annotations
@@ -13,12 +20,13 @@ import importlib
 import inspect
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
 from .errors import TaskNotAllowed, UnknownTask
-from .options import JobOptions, validate_text
+from .options import STANDARD_OPTIONS, JobOptions, validate_text
+from .retry import NO_RULES, RetryRules
 
 NAME_MAX_LENGTH = 255
 
@@ -28,7 +36,11 @@ class Task:
     """A function that may run as a job, under a stable name, with its default options.
 
     ``service`` names the circuit breaker the task shares with others (default: its own name);
-    ``circuit_breaker`` gives it one (see :mod:`flask_ratchet.breaker`).
+    ``circuit_breaker`` gives it one (see :mod:`flask_ratchet.breaker`). ``explicit`` names the
+    options the task's decorator set: the others come from the app's ``RATCHET_DEFAULT_*``
+    (:meth:`options_over`). ``retry`` holds its retry rules (``retry_on``, ``dont_retry_on``,
+    ``max_backoff``, ``jitter``): code, kept here in every process that imports the task, never
+    in a job's row.
     """
 
     name: str
@@ -36,6 +48,15 @@ class Task:
     options: JobOptions
     service: str | None = None
     circuit_breaker: BreakerSettings | None = None
+    explicit: frozenset[str] = frozenset()
+    retry: RetryRules = NO_RULES
+
+    def options_over(self, defaults: JobOptions) -> JobOptions:
+        """The options a job of this task starts from, in an app whose defaults are
+        ``defaults`` (``RatchetConfig.job_defaults``): what the task set, over them."""
+        if defaults is STANDARD_OPTIONS:  # nothing configured: the task's options as they are
+            return self.options
+        return replace(defaults, **{name: getattr(self.options, name) for name in self.explicit})
 
     @property
     def service_name(self) -> str:
@@ -60,13 +81,58 @@ def default_name(func: Callable[..., Any]) -> str:
     return f"{func.__module__}:{func.__qualname__}"
 
 
+def _origin(func: Callable[..., Any]) -> str:
+    """Where a registered callable comes from, for telling two of them apart (a callable object
+    or a ``partial`` has no qualified name of its own)."""
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str):
+        return f"{module}:{qualname}"
+    return repr(func)
+
+
+def has_top_level_name(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` names itself as a top-level object of its module (``send_welcome``, not
+    ``make.<locals>.inner``, ``<lambda>`` or ``Service.method``): then ``module:qualname`` is a
+    name every process that imports the module agrees on. A function wrapped with
+    ``functools.wraps`` carries the name of the function it wraps."""
+    module = getattr(func, "__module__", None)
+    qualname = getattr(func, "__qualname__", None)
+    return isinstance(module, str) and isinstance(qualname, str) and qualname.isidentifier()
+
+
+def check_registrable(func: Callable[..., Any], name: str | None) -> None:
+    """Refuse what ``@ratchet.task`` cannot register: what is not callable, or hashable (the
+    registry looks tasks up by their function), or has no stable name and was given none.
+
+    :raises TaskNotAllowed: saying what to do.
+    """
+    if not callable(func):
+        raise TaskNotAllowed(f"{func!r} is not callable; @ratchet.task registers functions")
+    try:
+        hash(func)
+    except TypeError:
+        raise TaskNotAllowed(
+            f"{func!r} cannot be registered: it is not hashable (register a function)"
+        ) from None
+    if name is None and not has_top_level_name(func):
+        what = getattr(func, "__qualname__", None) or repr(func)
+        raise TaskNotAllowed(
+            f"{what} has no top-level name (a lambda, nested function, closure, method or "
+            "callable object), so a worker could not tell it from another by "
+            "module:qualname; give it a name that is the same in every process: "
+            "@ratchet.task(name='billing.charge')"
+        )
+
+
 def module_allowed(module: str, prefixes: tuple[str, ...]) -> bool:
     """Return whether ``module`` is one of ``prefixes`` or inside one of them."""
     return any(module == p or module.startswith(p + ".") for p in prefixes)
 
 
 def check_importable(func: Callable[..., Any]) -> None:
-    """Refuse what a worker could never find again by name: lambdas, closures, methods."""
+    """Refuse, for a function that was never registered, what a worker could never find again
+    by importing its name: lambdas, closures, methods."""
     what = getattr(func, "__qualname__", repr(func))
     if not inspect.isfunction(func):
         raise TaskNotAllowed(
@@ -99,31 +165,36 @@ class TaskRegistry:
         name: str | None,
         options: JobOptions,
         *,
+        explicit: frozenset[str] = frozenset(),
+        retry: RetryRules = NO_RULES,
         service: str | None = None,
         circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = None,
     ) -> Task:
-        """Register ``func`` under ``name`` (default ``module:qualname``).
+        """Register ``func`` under ``name`` (default ``module:qualname``), with ``options``, of
+        which the decorator set those ``explicit`` names (the others are the app's defaults).
 
         ``circuit_breaker`` is a preset name (``"default"``, ``"fast"``, ``"critical"``,
         ``"external-api"``), a :class:`~flask_ratchet.breaker.BreakerSettings` or a dict of its
         fields; ``service`` lets tasks share one breaker.
 
+        :raises TaskNotAllowed: for what cannot be registered (see :func:`check_registrable`).
         :raises InvalidOption: for a bad name or service (see ``options.validate_text``).
         :raises ValueError: for a bad breaker (naming the presets).
         """
-        check_importable(func)
+        check_registrable(func, name)
         name = validate_text("task name", name or default_name(func), NAME_MAX_LENGTH)
         if service is not None:
             validate_text("service", service, NAME_MAX_LENGTH)
         breaker = None if circuit_breaker is None else breaker_settings(circuit_breaker)
         with self._lock:
             existing = self._by_name.get(name)
-            if existing is not None and default_name(existing.func) != default_name(func):
+            # The same origin again is the same task (a module imported twice, a reload).
+            if existing is not None and _origin(existing.func) != _origin(func):
                 raise ValueError(
-                    f"task name {name!r} is already used by {default_name(existing.func)}; "
+                    f"task name {name!r} is already used by {_origin(existing.func)}; "
                     "give one of them another name="
                 )
-            task = Task(name, func, options, service, breaker)
+            task = Task(name, func, options, service, breaker, explicit, retry)
             self._by_name[name] = task
             self._by_func[func] = task
         return task

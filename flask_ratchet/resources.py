@@ -13,11 +13,12 @@ without a limit row has no limit.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from .errors import InvalidOption
+from .errors import ConfigError, InvalidOption
 from .options import MAX_DURATION, RESOURCE_MAX_LENGTH, shown, validate_text
 
 #: A resource's ``retry_delay`` when its config entry gives none.
@@ -83,3 +84,33 @@ def checked_retry_delay(name: str, retry_delay: Any) -> float:
             f"timedelta, at most {MAX_DURATION.days} days, got {shown(retry_delay)}"
         )
     return float(delay)
+
+
+def resource_limits_setting(key: str, value: Any) -> dict[str, ResourceLimit]:
+    """Read ``RATCHET_RESOURCES``: resource names to ``{"max_concurrent": n, "retry_delay": s}``.
+
+    :raises ConfigError: naming ``key`` and the bad entry.
+    """
+    if not isinstance(value, Mapping):
+        raise ConfigError(
+            f"{key} must be a dict like {{'payment-api': {{'max_concurrent': 4, "
+            f"'retry_delay': 5}}}}, got {value!r}"
+        )
+    limits = {}
+    for name, entry in value.items():
+        if not isinstance(entry, Mapping) or "max_concurrent" not in entry:
+            raise ConfigError(
+                f"{key}[{name!r}] must be a dict with 'max_concurrent' (and optionally "
+                f"'retry_delay'), got {entry!r}"
+            )
+        unknown = sorted(str(k) for k in entry if k not in ("max_concurrent", "retry_delay"))
+        if unknown:
+            raise ConfigError(
+                f"{key}[{name!r}] has an unknown setting {unknown[0]!r}; the settings are "
+                "'max_concurrent' and 'retry_delay'"
+            )
+        try:
+            limits[name] = resource_limit(name, **entry)
+        except ValueError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+    return limits

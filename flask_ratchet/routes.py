@@ -13,22 +13,21 @@ matched against the task's registered name, ``module:qualname`` unless it was gi
 
 Routes apply at enqueue, to a job whose queue nothing chose: a queue set on the job
 (``with_queue()``, a batch's or a chain's ``with_queue()``) or on its task (``@ratchet.task(
-queue="mail")``, any queue but ``"default"``) always wins, as Celery's explicit ``queue=`` wins
-over its routes.
+queue="mail")``) always wins, as Celery's explicit ``queue=`` wins over its routes; routes win
+over ``RATCHET_DEFAULT_QUEUE``, which is for the jobs no route names.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fnmatch import translate
 from typing import Any
 
 from .errors import ConfigError, InvalidOption
-from .options import DEFAULT_QUEUE, JobOptions, shown, validate_queue
-from .recurring import RecurringDefinition
+from .options import JobOptions, shown, validate_queue
 
 Router = Callable[[str], str | None]
 
@@ -74,26 +73,18 @@ class Routes:
 
 
 def routed(routes: Routes | None, task: str, options: JobOptions) -> JobOptions:
-    """``options`` with the queue ``routes`` give ``task``, if nothing chose its queue yet (it
-    is still the default one); else ``options`` as they are.
+    """``options`` with the queue ``routes`` give ``task``, if they give one.
 
-    The caller knows whether the job itself chose a queue (``with_queue``) and then does not
-    call this: a job that chose ``"default"`` stays there.
+    For a job whose queue nothing chose: the caller knows whether the job (``with_queue``, its
+    batch's or chain's) or its task (``queue=`` in its decorator, ``Task.explicit``) did, and
+    then does not call this. Routes take precedence over ``RATCHET_DEFAULT_QUEUE``.
     """
-    if routes is None or options.queue != DEFAULT_QUEUE:
+    if routes is None:
         return options
     queue = routes.queue_for(task)
     if queue is None or queue == options.queue:
         return options
     return dataclasses.replace(options, queue=queue)
-
-
-def routed_declarations(
-    routes: Routes | None, definitions: Iterable[RecurringDefinition]
-) -> list[RecurringDefinition]:
-    """Masters declared with ``@ratchet.recurring``, their children's queue routed (they are
-    declared at import, before any app's config exists: routed where they are registered)."""
-    return [dataclasses.replace(d, options=routed(routes, d.task, d.options)) for d in definitions]
 
 
 def routes_setting(key: str, value: Any) -> Routes | None:

@@ -134,6 +134,8 @@ job = sa.Table(
     sa.Column("callbacks", LONG_TEXT),  # JSON {"success": [task, ...], "failure": [...]}
     # The submission's trace context (JSON: traceparent, …) while tracing is on; see tracing.py.
     sa.Column("trace_context", LONG_TEXT),
+    # The time the job must have started by, or it ends CANCELED ("expired"); NULL: none.
+    sa.Column("expires_at", UtcDateTime),
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
     # Partial where most rows hold NULL: a job is written (and ended) without an entry in
@@ -153,7 +155,7 @@ job = sa.Table(
         "job_id",
         where=f"terminal_status = '{JobStatus.FAILED}'",
     ),
-    # The console's filters and sorts, each walked newest first (see store/console_queries.py).
+    # The console's filters and sorts, each walked newest first (see console/reads/jobs.py).
     _partial_index("terminal_status", "job_id", where="terminal_status"),
     # Jobs of one queue, newest first. Only queues other than the default: a default job is
     # written without an entry here (the list walks the primary key for it), and an existing

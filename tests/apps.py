@@ -263,7 +263,7 @@ def log_lines(count: int, size: int) -> int:
     return count
 
 
-from tests import async_tasks, flow_tasks  # noqa: E402,F401  (register their tasks on import)
+from tests import async_tasks, celery_tasks, flow_tasks  # noqa: E402,F401  (register their tasks)
 
 # -- tasks the queue tests run (tests/acceptance/test_queues.py) ---------------------------------
 

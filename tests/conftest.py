@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,64 +27,57 @@ PG_SERVER = os.environ.get(
 MARIADB_SERVER = os.environ.get(
     "RATCHET_TEST_MARIADB_URL", "mariadb+pymysql://root@127.0.0.1:3306/test?charset=utf8mb4"
 )
-#: One database per test run, so that runs sharing a server (CI and a developer) never collide.
-PG_DATABASE = f"ratchet_test_{os.getpid()}"
-MARIADB_DATABASE = PG_DATABASE
+#: One database per test process on each server, so that runs sharing a server (CI and a
+#: developer, the processes of a parallel run) never collide.
+RUN_DATABASE = f"ratchet_test_{os.getpid()}"
 #: The databases every integration test runs on.
 DATABASES = ["sqlite", "postgresql", "mariadb"]
+
+
+@contextmanager
+def database_of_this_run(server_url: str, what: str, variable: str) -> Iterator[str]:
+    """A migrated database of the test run's own on ``server_url`` (PostgreSQL or MariaDB,
+    ``what``), made with the server's defaults (ratchet's tables name their own options),
+    dropped at the end. A server that cannot be reached fails the run, naming ``variable``."""
+    server = sa.make_url(server_url)
+    pg = server.get_backend_name() == "postgresql"
+    admin = (
+        sa.create_engine(server, isolation_level="AUTOCOMMIT") if pg else sa.create_engine(server)
+    )
+    drop = f"DROP DATABASE IF EXISTS {RUN_DATABASE}" + (" WITH (FORCE)" if pg else "")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(drop)
+            conn.exec_driver_sql(f"CREATE DATABASE {RUN_DATABASE}")
+    except sa.exc.OperationalError as exc:
+        pytest.fail(
+            f"{what} is unreachable at {server.render_as_string(hide_password=True)}: {exc}\n"
+            f"The suite needs a real {what}; set {variable} to one.",
+            pytrace=False,
+        )
+    url = server.set(database=RUN_DATABASE).render_as_string(hide_password=False)
+    engine = sa.create_engine(url)
+    migrate.upgrade(engine)
+    db.metadata.create_all(engine)  # the test app's own tables
+    engine.dispose()
+    yield url
+    with admin.connect() as conn:
+        conn.exec_driver_sql(drop)
+    admin.dispose()
 
 
 @pytest.fixture(scope="session")
 def pg_url() -> Iterator[str]:
     """A migrated PostgreSQL database of the test run's own."""
-    server = sa.make_url(PG_SERVER)
-    admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
-            conn.exec_driver_sql(f"CREATE DATABASE {PG_DATABASE}")
-    except sa.exc.OperationalError as exc:
-        pytest.fail(
-            f"PostgreSQL is unreachable at {server.render_as_string(hide_password=True)}: {exc}\n"
-            "The suite needs a real PostgreSQL; set RATCHET_TEST_DATABASE_URL to one.",
-            pytrace=False,
-        )
-    url = server.set(database=PG_DATABASE).render_as_string(hide_password=False)
-    engine = sa.create_engine(url)
-    migrate.upgrade(engine)
-    db.metadata.create_all(engine)  # the test app's own tables
-    engine.dispose()
-    yield url
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {PG_DATABASE} WITH (FORCE)")
-    admin.dispose()
+    with database_of_this_run(PG_SERVER, "PostgreSQL", "RATCHET_TEST_DATABASE_URL") as url:
+        yield url
 
 
 @pytest.fixture(scope="session")
 def mariadb_url() -> Iterator[str]:
-    """A migrated MariaDB database of the test run's own, made with the server's default
-    character set and collation (ratchet's tables name their own)."""
-    server = sa.make_url(MARIADB_SERVER)
-    admin = sa.create_engine(server)
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {MARIADB_DATABASE}")
-            conn.exec_driver_sql(f"CREATE DATABASE {MARIADB_DATABASE}")
-    except sa.exc.OperationalError as exc:
-        pytest.fail(
-            f"MariaDB is unreachable at {server.render_as_string(hide_password=True)}: {exc}\n"
-            "The suite needs a real MariaDB; set RATCHET_TEST_MARIADB_URL to one.",
-            pytrace=False,
-        )
-    url = server.set(database=MARIADB_DATABASE).render_as_string(hide_password=False)
-    engine = sa.create_engine(url)
-    migrate.upgrade(engine)
-    db.metadata.create_all(engine)  # the test app's own tables
-    engine.dispose()
-    yield url
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {MARIADB_DATABASE}")
-    admin.dispose()
+    """A migrated MariaDB database of the test run's own."""
+    with database_of_this_run(MARIADB_SERVER, "MariaDB", "RATCHET_TEST_MARIADB_URL") as url:
+        yield url
 
 
 def truncate_all(url: str) -> None:

@@ -94,6 +94,12 @@ def gather(label: str, ctx: JobContext) -> dict[str, Any]:
     }
 
 
+@ratchet.task(queue="default")
+def kept_in_default(i: int) -> int:
+    """A task that names the default queue itself: no route moves its jobs."""
+    return i
+
+
 @ratchet.task
 def batch_of_step(ctx: JobContext) -> bool:
     """Whether a job that is no batch's follow-up sees a batch (it should not)."""

@@ -12,7 +12,34 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.nodes`          worker nodes
 =====================  =====================================================================
 
-Queue health is the library's (:mod:`flask_ratchet.store.health`); recurring masters are read
-through :mod:`flask_ratchet.api.recurring`. Nothing here writes: the console's actions go
-through the library's operations (:mod:`flask_ratchet.api`).
+Queue health is the library's (``store.health``); recurring masters are read through
+:mod:`flask_ratchet.api.recurring`. Nothing here writes: the console's actions go through the
+library's operations (:mod:`flask_ratchet.api`). The pages use these modules by their names
+(``reads.jobs``, ``reads.batches``, …).
 """
+
+from . import (
+    alarms,
+    batches,
+    cluster,
+    dead_letters,
+    job_detail,
+    jobs,
+    nodes,
+    overview,
+    queues,
+    resources,
+)
+
+__all__ = [
+    "alarms",
+    "batches",
+    "cluster",
+    "dead_letters",
+    "job_detail",
+    "jobs",
+    "nodes",
+    "overview",
+    "queues",
+    "resources",
+]

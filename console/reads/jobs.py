@@ -28,7 +28,7 @@ from flask_ratchet.paging import cursor as cursor_of
 from flask_ratchet.payload import Unreadable, read_member
 from flask_ratchet.schema import job, job_queue
 from flask_ratchet.states import LIVE, JobStatus
-from flask_ratchet.store.jobs import narrowed, tags_of
+from flask_ratchet.store.job_reads import narrowed, tags_of
 
 #: Exact counts stop here; beyond it a count is an estimate (PostgreSQL) or "more than".
 COUNT_CAP = 10_000

@@ -6,3 +6,17 @@ resource limits (:mod:`.resources`).
 Each takes the app's :class:`~flask_ratchet.runtime.Runtime` and none imports ``Ratchet``: the
 console and the CLI call them too. No SQL lives here (that is :mod:`flask_ratchet.store`).
 """
+
+from . import batches, chains, handles, jobs, queues, recurring, resources, submit, tasks
+
+__all__ = [
+    "batches",
+    "chains",
+    "handles",
+    "jobs",
+    "queues",
+    "recurring",
+    "resources",
+    "submit",
+    "tasks",
+]

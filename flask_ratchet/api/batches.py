@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Self
 
@@ -166,7 +166,8 @@ class BatchBuilder(OptionSetters):
     # -- writing -------------------------------------------------------------------------------
 
     def _parent(self) -> NewJob:
-        options = JobOptions(max_retries=0).merged(
+        # Never run, never retried; in the app's default queue and priority unless set.
+        options = replace(self._state.config.job_defaults, max_retries=0).merged(
             **{k: v for k, v in self._changes.items() if k in ("queue", "priority", "tags")}
         )
         return NewJob(
@@ -257,8 +258,8 @@ class StreamingBatchBuilder(BatchBuilder):
         state, store = self._state, self._state.store
         config = state.config
         task = state.registry.for_submit(self._process, config.allowed_modules)
-        options = self._child_options(task.options)
-        if "queue" not in self._changes:
+        options = self._child_options(task.options_over(config.job_defaults))
+        if "queue" not in self._changes and "queue" not in task.explicit:
             options = routed(config.routes, task.name, options)
         parent = self._parent()
         follow_ups, links = self._follow_up_jobs(parent.job_id)

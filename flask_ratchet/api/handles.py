@@ -5,6 +5,7 @@
     handle = report.enqueue(month)
     db.session.commit()                      # the job exists once this commits
     job = handle.wait(timeout=60)            # the ended Job: job.result, or job.error
+    job = handle.wait(raise_on_failure=True)  # JobFailed unless it SUCCEEDED
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from .. import runtime
-from ..errors import JobNotFound, WaitInTransaction, WaitTimeout
+from ..errors import JobFailed, JobNotFound, WaitInTransaction, WaitTimeout
 from ..ids import job_id_of
 from ..job import Job
 from ..options import seconds
 from ..runtime import Runtime
+from ..states import JobStatus
 from ..wakeups.end_watches import LISTEN_TIMEOUT
 
 #: The longest a waiter goes without reading the job: the floor under the notifications.
@@ -34,13 +36,22 @@ class JobHandle:
     id: uuid.UUID
     created: bool = True
 
-    def wait(self, timeout: timedelta | float | None = 30.0) -> Job:
+    def wait(
+        self, timeout: timedelta | float | None = 30.0, *, raise_on_failure: bool = False
+    ) -> Job:
         """Wait for the job to end (SUCCEEDED, FAILED or CANCELED) and return it, with its
-        ``result`` or ``error``. See :func:`wait`."""
-        return wait(runtime.current(), self.id, timeout)
+        ``result`` or ``error``; with ``raise_on_failure``, a job that did not succeed raises
+        :class:`~flask_ratchet.errors.JobFailed` instead. See :func:`wait`."""
+        return wait(runtime.current(), self.id, timeout, raise_on_failure=raise_on_failure)
 
 
-def wait(state: Runtime, job_id: uuid.UUID | str, timeout: timedelta | float | None) -> Job:
+def wait(
+    state: Runtime,
+    job_id: uuid.UUID | str,
+    timeout: timedelta | float | None,
+    *,
+    raise_on_failure: bool = False,
+) -> Job:
     """Wait up to ``timeout`` (seconds or a ``timedelta``; ``None``: no limit) for a job to end.
 
     On PostgreSQL the waiter LISTENs for the notice that jobs ended, on the connection every
@@ -52,6 +63,10 @@ def wait(state: Runtime, job_id: uuid.UUID | str, timeout: timedelta | float | N
         the workers until it commits. Commit first, then wait.
     :raises WaitTimeout: if the job has not ended by then (it goes on; wait again, or cancel).
     :raises JobNotFound: if there is no such job (or it was deleted meanwhile).
+    :raises JobFailed: with ``raise_on_failure``, if the job ended FAILED or CANCELED (as
+        Celery's ``AsyncResult.get()`` raises for a failed or revoked task): the caller asked
+        for a result and there is none. The ended job is its ``job``.
+    :raises InvalidJobId: for an id that is no UUID, before anything is read.
     :raises RuntimeError: from a job run in-process by the testing kit, where the awaited job
         could not run before this one returns.
     """
@@ -80,6 +95,8 @@ def wait(state: Runtime, job_id: uuid.UUID | str, timeout: timedelta | float | N
             if job is None:
                 raise JobNotFound(f"no job has id {key}")
             if job.is_terminal:
+                if raise_on_failure and job.status != JobStatus.SUCCEEDED:
+                    raise JobFailed(job)
                 return job
             left = deadline - time.monotonic()
             if left <= 0:

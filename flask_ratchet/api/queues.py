@@ -38,5 +38,6 @@ def resume_queue(runtime: Runtime, name: str, *, by: str | None = None) -> bool:
 
 
 def queues(runtime: Runtime) -> list[QueueSummary]:
-    """Every queue that holds live jobs or was ever paused, by name."""
+    """Every known queue, by name (as the console's queues page lists them): the default
+    queue, every queue ever paused or resumed, and every queue a live or ended job names."""
     return runtime.run(lambda conn: runtime.store.queues.summaries(conn, runtime.store.now(conn)))

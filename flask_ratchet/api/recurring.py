@@ -20,8 +20,8 @@ from ..cron import normalize as cron_normalize
 from ..cron import validate as cron_validate
 from ..options import JobOptions, validate_key, validate_options
 from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
-from ..registry import Task, TaskRegistry, default_name
-from ..routes import routed_declarations
+from ..registry import Task, TaskRegistry, check_registrable, default_name, has_top_level_name
+from ..retry import retry_rules
 from ..runtime import Runtime
 from ..store import Recurring
 from .submit import OptionsBuilder
@@ -65,6 +65,7 @@ def declare(
     """
     cron_validate(cron, zone)
     policy = misfire_policy(misfire)
+    rules = retry_rules(options)
     defaults = JobOptions(**validate_options(**options))
     if master_id is not None:
         validate_key("recurring id", master_id)
@@ -72,6 +73,7 @@ def declare(
         validate_key("recurring name", name)
 
     def decorate(func: Callable[..., Any]) -> Task:
+        check_registrable(func, None)  # before its name is asked for
         _refuse_arguments(func)
         key = master_id or default_name(func)
         existing = definitions.get(key)
@@ -80,7 +82,7 @@ def declare(
                 f"recurring id {key!r} is already declared for {existing.task}; "
                 "give one of them another id="
             )
-        task = registry.register(func, None, defaults)
+        task = registry.register(func, None, defaults, explicit=frozenset(options), retry=rules)
         definitions[key] = RecurringDefinition(
             id=key,
             name=name or key,
@@ -111,8 +113,7 @@ def register_declared(runtime: Runtime) -> list[RecurringJob]:
     """Register every declared master now, all or nothing; ``RATCHET_ROUTES`` give the queue of
     the children of those that name none (they are declared before any app's config exists)."""
     store = runtime.store.recurring
-    declared = runtime.recurring_definitions.values()
-    definitions = routed_declarations(runtime.config.routes, declared)
+    definitions = runtime.declared_masters()
     return runtime.run(lambda conn: [store.register(conn, d)[0] for d in definitions], atomic=True)
 
 
@@ -170,7 +171,9 @@ class RecurringJobBuilder(OptionsBuilder):
         super().__init__(state, task, payload_text)
         self._cron = cron
         self._zone = zone
-        self._id = default_name(task.func)
+        # A task registered under a name of its own (a closure, a callable object) is known by
+        # that name: its qualified name is no name another process would agree on.
+        self._id = default_name(task.func) if has_top_level_name(task.func) else task.name
         self._name: str | None = None
         self._misfire = Misfire.FIRE_ONCE
 

@@ -15,9 +15,10 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 from .. import payload
+from ..errors import InvalidOption
 from ..ids import uuid7
 from ..job import Job
-from ..options import Backoff, JobOptions, Priority, validate_key
+from ..options import Backoff, JobOptions, Priority, due_time, validate_key
 from ..registry import Task
 from ..routes import routed
 from ..runtime import Runtime
@@ -68,6 +69,21 @@ class OptionSetters:
         """Fail an attempt that runs longer than this."""
         return self._merge(timeout=timeout)
 
+    def with_expires(self, expires: timedelta | float | datetime) -> Self:
+        """A deadline: a job not started by then ends CANCELED (error ``"expired"``) instead
+        of running late. A ``timedelta`` (or seconds) counts from the job's due time; a
+        recurring master's or a batch's children each count from their own.
+
+        :raises InvalidOption: for a duration that is not positive, or a ``datetime`` here (a
+            time is one job's deadline: ``ratchet.enqueue(...).with_expires(when)``).
+        """
+        if isinstance(expires, datetime):
+            raise InvalidOption(
+                "a deadline given as a datetime belongs to one job (ratchet.enqueue(...)"
+                ".with_expires(when)); give these jobs a timedelta from their due time"
+            )
+        return self._merge(expires=expires)
+
     def with_tags(self, *tags: str) -> Self:
         """Add tags (searchable in ``find_jobs`` and the console)."""
         return self._merge(tags=(*self._tags(), *tags))
@@ -89,7 +105,7 @@ class OptionsBuilder(OptionSetters):
         self._state = state
         self._task = task
         self._payload = payload_text
-        self._options = task.options
+        self._options = task.options_over(state.config.job_defaults)
         self._submitted = False
         #: ``with_queue`` was called: a chain's ``with_queue`` leaves this job where it is.
         self.queue_chosen = False
@@ -101,7 +117,7 @@ class OptionsBuilder(OptionSetters):
     def _routed_options(self) -> JobOptions:
         """The options to write: ``RATCHET_ROUTES`` give the queue, unless the job chose one
         (``with_queue``) or its task did (see :mod:`flask_ratchet.routes`)."""
-        if self.queue_chosen:
+        if self.queue_chosen or "queue" in self._task.explicit:
             return self._options
         return routed(self._state.config.routes, self._task.name, self._options)
 
@@ -143,6 +159,8 @@ class JobBuilder(OptionsBuilder):
         self._business_key: str | None = None
         self._immediate = False
         self._callbacks: dict[str, list[str]] = {}
+        #: A deadline given as a time (``with_expires(datetime)``), over ``expires``.
+        self._expires_at: datetime | None = None
 
     def __repr__(self) -> str:
         return f"<JobBuilder {self._task.name}>"
@@ -154,6 +172,22 @@ class JobBuilder(OptionsBuilder):
     def task_name(self) -> str:
         """The name of the task this builder will enqueue."""
         return self._task.name
+
+    def with_expires(self, expires: timedelta | float | datetime) -> Self:
+        """A deadline: the job not started by then ends CANCELED (error ``"expired"``) instead
+        of running late. A ``datetime`` (aware) is the deadline itself; a ``timedelta`` (or
+        seconds) counts from the job's due time, so a job scheduled for later is not expired
+        before it was due. A chain step's or branch's due time is not known when it is written:
+        only a ``datetime`` gives it a deadline.
+
+        :raises InvalidOption: for a naive or out-of-range ``datetime``, or a duration that is
+            not positive.
+        """
+        if isinstance(expires, datetime):
+            self._expires_at = due_time("with_expires()", expires)
+            return self
+        self._expires_at = None
+        return super().with_expires(expires)
 
     def with_idempotency_key(self, key: str) -> Self:
         """Globally unique forever: a repeat returns the original job's handle."""
@@ -246,6 +280,7 @@ class JobBuilder(OptionsBuilder):
             run_at=self._run_at,
             follow_up=callbacks is not None,
             callbacks=callbacks,
+            expires_at=self._expires_at,
         )
 
     def build_linked(self, **links: Any) -> NewJob:
@@ -300,11 +335,12 @@ def replacement_builder(
     """A builder for the job that replaces ``old`` (a :class:`~flask_ratchet.job.Job`).
 
     The new job keeps every option of the old one (:attr:`~flask_ratchet.job.Job.options`, its
-    queue included) and its business key: it takes the old job's place.
+    queue included), its deadline and its business key: it takes the old job's place.
     """
     builder = make_builder(state, target, args, kwargs, delay=delay)
     builder._options = old.options
     builder.queue_chosen = True  # the old job's queue, not the routes'
+    builder._expires_at = old.expires_at
     builder._business_key = old.business_key
     return builder
 

@@ -8,6 +8,7 @@ enqueue it.
 
     send_welcome(3)                                  # a plain call, in this process
     send_welcome.enqueue(3, locale="de")             # -> JobHandle: submitted
+    send_welcome.delay(3)                            # the same, under Celery's name
     send_welcome.schedule(timedelta(hours=1), 3)     # -> JobHandle: due in an hour
     send_welcome.builder(3).with_priority(Priority.HIGH).submit()   # options first
 
@@ -18,13 +19,15 @@ The methods take the function's own parameters (``ParamSpec``), so a type checke
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar
 
 from .. import runtime
-from ..options import due_time, seconds
+from ..breaker import BreakerSettings
+from ..options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from ..registry import Task, TaskRegistry
+from ..retry import retry_rules
 from ..runtime import Runtime
 from .handles import JobHandle
 from .submit import JobBuilder, make_builder
@@ -71,6 +74,11 @@ class TaskFunction(Generic[P, R]):
         """Submit a job of this task, due now, with the task's default options."""
         return self.builder(*args, **kwargs).submit()
 
+    def delay(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
+        """:meth:`enqueue` under Celery's name (``task.delay(x)``), so that code moved from
+        Celery keeps its calls: a job due now, with the task's default options."""
+        return self.enqueue(*args, **kwargs)
+
     def schedule(self, delay: timedelta | float, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Submit a job of this task due ``delay`` (a ``timedelta`` or seconds) after now.
 
@@ -89,6 +97,69 @@ class TaskFunction(Generic[P, R]):
 
     def _state(self) -> Runtime:
         return runtime.current(self._registry, f"task {self._task.name!r}")
+
+
+class TaskOptions(TypedDict, total=False):
+    """What ``@ratchet.task(...)`` takes. Job options (``queue`` … ``tags``) are each job's
+    defaults, over the app's ``RATCHET_DEFAULT_*``; ``service`` and ``circuit_breaker`` give
+    the task a breaker (shared by the tasks of one ``service``, default: the task's name); the
+    retry rules (``retry_on``, ``dont_retry_on``, ``max_backoff``, ``jitter``: see
+    :class:`~flask_ratchet.retry.RetryRules`) stay with the task in each process's registry::
+
+        @ratchet.task(retry_on=(ConnectionError, TimeoutError), max_backoff=300, jitter=True)
+        def sync(account_id: int) -> None: ...
+    """
+
+    name: str | None
+    queue: str
+    priority: Priority | int
+    max_retries: int
+    backoff: Backoff | str
+    backoff_base: timedelta | float
+    timeout: timedelta | float | None
+    expires: timedelta | float | None
+    resource: str | None
+    tags: Iterable[str]
+    service: str | None
+    circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None
+    retry_on: type[BaseException] | tuple[type[BaseException], ...] | None
+    dont_retry_on: type[BaseException] | tuple[type[BaseException], ...]
+    max_backoff: timedelta | float | None
+    jitter: bool
+
+
+def task_decorator(
+    registry: TaskRegistry, given: Mapping[str, Any]
+) -> Callable[[Callable[P, R]], TaskFunction[P, R]]:
+    """What ``@ratchet.task(**given)`` applies: every option checked now, before a function is
+    seen (:class:`TaskOptions`).
+
+    :raises InvalidOption: naming the option and what it takes.
+    """
+    options = dict(given)
+    name = options.pop("name", None)
+    service = options.pop("service", None)
+    breaker = options.pop("circuit_breaker", None)
+    rules = retry_rules(options)
+    defaults = JobOptions(**validate_options(**options))
+    explicit = frozenset(options)  # the rest: the app's RATCHET_DEFAULT_* when a job is made
+
+    def register(func: Callable[P, R]) -> TaskFunction[P, R]:
+        return task_function(
+            registry,
+            func,
+            lambda plain: registry.register(
+                plain,
+                name,
+                defaults,
+                explicit=explicit,
+                retry=rules,
+                service=service,
+                circuit_breaker=breaker,
+            ),
+        )
+
+    return register
 
 
 def task_function(

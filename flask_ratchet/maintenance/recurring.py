@@ -29,8 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import RatchetConfig
 from ..recurring import RecurringDefinition
 from ..retry import first_line
-from ..routes import routed_declarations
-from ..store import Store
+from ..store import Recurring, Store
 from ..store.types import FirePass
 
 if TYPE_CHECKING:
@@ -190,14 +189,15 @@ class RecurringFirer(threading.Thread):
             )
             self._outage_since = None
 
-    def _delay(self, result: FirePass) -> float:
+    @staticmethod
+    def _delay(result: FirePass, batch: int = Recurring.fire_batch) -> float:
         if result.next_due is None:
             return RECHECK
         wait = (result.next_due - result.now).total_seconds()
         if wait > 0:
             return min(wait + MARGIN, RECHECK)
         # Still due after the pass: more than one batch was due, or another node holds it.
-        return 0.0 if len(result.fired) >= self._recurring.fire_batch else HELD_ELSEWHERE
+        return 0.0 if len(result.fired) >= batch else HELD_ELSEWHERE
 
 
 def start_recurring(
@@ -225,8 +225,7 @@ def start_recurring(
     if not state.config.recurring_enabled:
         log.info("recurring jobs are disabled here (RATCHET_RECURRING_ENABLED = False)")
         return None
-    declared = routed_declarations(state.config.routes, state.recurring_definitions.values())
-    registrar = Registrar(store, engine, declared)
+    registrar = Registrar(store, engine, state.declared_masters())
     registrar.register_pending()
 
     def wake() -> None:

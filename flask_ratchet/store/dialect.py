@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine, Row
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..schema import node
+from ..schema import job, node
 from ..states import JobStatus
 from ..wakeups.channels import Channels
 from ..wakeups.end_watches import EndWatch, SleepingWatch
@@ -35,6 +35,25 @@ from .types import ClaimedJob, Finished, Inserted, NewJob
 
 #: Rows per multi-row INSERT, or ids per ``IN (…)``: well under every driver's parameter limit.
 CHUNK = 500
+
+
+#: What a worker needs of the cold rows of the jobs it claimed (``:ids``), for the dialects
+#: that read them after marking the hot rows (SQLite, MariaDB).
+CLAIMED_COLD_ROWS = sa.select(
+    job.c.job_id,
+    job.c.task,
+    job.c.payload,
+    job.c.params,
+    job.c.backoff,
+    job.c.backoff_base,
+    job.c.timeout,
+    job.c.resource_name,
+    job.c.depends_on,
+    job.c.follow_up,
+    job.c.batch_id,
+    job.c.trace_context,
+    job.c.expires_at,
+).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))
 
 
 def chunks(items: Sequence[Any], size: int = CHUNK) -> Iterator[Sequence[Any]]:

@@ -13,64 +13,25 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Row
-from sqlalchemy.sql import Select
+from sqlalchemy.engine import Connection
 
 from .. import facts, payload, tracing
 from ..facts import Event
 from ..flows import JobType
-from ..job import Job, decode_progress
-from ..options import Backoff, Priority
-from ..paging import Page, cursor_id
-from ..paging import cursor as cursor_of
+from ..job import Job
+from ..paging import Page
 from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue, job_tag
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources
+from . import job_reads
 from .dialect import Dialect
 from .flows import Flows
 from .queues import Queues
 from .submission import Submission
 from .terminal import finish
 from .types import ClaimedJob, Ended, Inserted, JobFilter, NewJob
-
-_JOB_COLUMNS = [
-    job.c.job_id,
-    job.c.task,
-    job.c.queue,
-    job.c.priority,
-    job.c.payload,
-    job.c.params,
-    job.c.max_retries,
-    job.c.backoff,
-    job.c.backoff_base,
-    job.c.timeout,
-    job.c.resource_name,
-    job.c.idempotency_key,
-    job.c.business_key,
-    job.c.depends_on,
-    job.c.superseded_by,
-    job.c.recurring_id,
-    job.c.created_at,
-    job.c.first_due_at,
-    job.c.terminal_status,
-    job.c.terminal_error,
-    job.c.result,
-    job.c.attempts,
-    job.c.finished_at,
-    job_queue.c.status,
-    job_queue.c.scheduled_time,
-    job_queue.c.attempts.label("live_attempts"),
-    job_queue.c.picked_by,
-    job_queue.c.picked_at,
-    job_queue.c.paused_from_status,
-    job_queue.c.last_error,
-    # While the job runs its hot row has it; after the end, the cold row keeps the last one.
-    sa.func.coalesce(job_queue.c.progress, job.c.progress).label("progress"),
-]
-_JOB_FROM = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
 
 
 class Jobs:
@@ -144,16 +105,41 @@ class Jobs:
 
     def cancel(self, conn: Connection, job_id: uuid.UUID) -> bool:
         """PENDING, PAUSED or RUNNING → CANCELED (a running job's outcome is then fenced out)."""
+        return self._cancel(conn, job_id)
+
+    def expire(self, conn: Connection, job_id: uuid.UUID, node_id: str, reason: str) -> bool:
+        """A job ``node_id`` claimed whose deadline passed before its attempt started: RUNNING
+        → CANCELED with ``reason`` as its error, through the cancel's own guard, fenced by the
+        claim (a cancel, a recovery or another node's claim first: nothing changes, False). The
+        attempt the claim counted is given back: it never started."""
+        return self._cancel(conn, job_id, held_by=node_id, error=reason)
+
+    def _cancel(
+        self,
+        conn: Connection,
+        job_id: uuid.UUID,
+        *,
+        held_by: str | None = None,
+        error: str | None = None,
+    ) -> bool:
         # The batch row before any job row, as the completer does: one lock order, no deadlock.
         self.flows.batches.lock_of(conn, [job_id])
+        statuses = sources(Action.CANCEL)
+        guard = [job_queue.c.job_id == job_id]
+        if held_by is not None:  # only this node's claim, not yet started
+            statuses &= {JobStatus.RUNNING}
+            guard.append(job_queue.c.picked_by == held_by)
         gone = conn.execute(
             sa.delete(job_queue)
-            .where(job_queue.c.job_id == job_id, job_queue.c.status.in_(sources(Action.CANCEL)))
+            .where(*guard, job_queue.c.status.in_(sorted(statuses)))
             .returning(job_queue.c.attempts)
         ).first()
         if gone is None:
             return False
-        ended = finish(self.dialect, conn, job_id, JobStatus.CANCELED, attempts=gone.attempts)
+        attempts = max(gone.attempts - 1, 0) if held_by is not None else gone.attempts
+        ended = finish(
+            self.dialect, conn, job_id, JobStatus.CANCELED, attempts=attempts, error=error
+        )
         self._followed_up(conn, ended)
         return True
 
@@ -352,140 +338,14 @@ class Jobs:
     def mark_superseded(self, conn: Connection, job_id: uuid.UUID, by: uuid.UUID) -> None:
         conn.execute(sa.update(job).where(job.c.job_id == job_id).values(superseded_by=by))
 
-    # -- reads ---------------------------------------------------------------------------------
+    # -- reads (see .job_reads) ---------------------------------------------------------------
 
     def get_job(self, conn: Connection, job_id: uuid.UUID) -> Job | None:
-        row = conn.execute(
-            sa.select(*_JOB_COLUMNS).select_from(_JOB_FROM).where(job.c.job_id == job_id)
-        ).first()
-        if row is None:
-            return None
-        return _to_job(row, tags_of(conn, [job_id]).get(job_id, ()))
+        """A snapshot of one job, or ``None``."""
+        return job_reads.get_job(conn, job_id)
 
     def find_jobs(
         self, conn: Connection, where: JobFilter, limit: int, cursor: str | None
     ) -> Page[Job]:
-        stmt = sa.select(*_JOB_COLUMNS).select_from(_JOB_FROM)
-        if where.statuses:
-            live = [s for s in where.statuses if s in LIVE]
-            ended = [s for s in where.statuses if s in TERMINAL]
-            stmt = stmt.where(
-                sa.or_(
-                    job_queue.c.status.in_(live),
-                    sa.and_(job_queue.c.job_id.is_(None), job.c.terminal_status.in_(ended)),
-                )
-            )
-        stmt = narrowed(
-            stmt,
-            task=where.task,
-            business_key=where.business_key,
-            tag=where.tag,
-            created_after=where.created_after,
-            created_before=where.created_before,
-            queue=where.queue,
-        )
-        if cursor is not None:
-            stmt = stmt.where(job.c.job_id < cursor_id(cursor, JOB_CURSOR))
-        # UUIDv7 ids grow with time: newest first, and a new job never shifts a later page.
-        rows = conn.execute(stmt.order_by(job.c.job_id.desc()).limit(limit + 1)).all()
-        more = len(rows) > limit
-        rows = rows[:limit]
-        tags = tags_of(conn, [r.job_id for r in rows])
-        items = [_to_job(r, tags.get(r.job_id, ())) for r in rows]
-        return Page(items, cursor_of(JOB_CURSOR, rows[-1].job_id) if more else None)
-
-
-#: The kind of ``find_jobs`` cursors (see :mod:`flask_ratchet.paging`).
-JOB_CURSOR = "j"
-
-S = TypeVar("S", bound=Select[Any])
-
-
-def tags_of(conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str, ...]]:
-    """The tags of each of ``ids`` (sorted); jobs without tags are left out."""
-    if not ids:
-        return {}
-    out: dict[uuid.UUID, list[str]] = {}
-    rows = conn.execute(
-        sa.select(job_tag.c.job_id, job_tag.c.tag)
-        .where(job_tag.c.job_id.in_(ids))
-        .order_by(job_tag.c.job_id, job_tag.c.tag)
-    )
-    for job_id, tag in rows:
-        out.setdefault(job_id, []).append(tag)
-    return {k: tuple(v) for k, v in out.items()}
-
-
-def narrowed(
-    stmt: S,
-    *,
-    task: str | None = None,
-    business_key: str | None = None,
-    tag: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    queue: str | None = None,
-) -> S:
-    """``stmt`` (over ``ratchet_job``) narrowed by the filters ``find_jobs`` and the console's
-    job list share; ``None`` means any."""
-    if task is not None:
-        stmt = stmt.where(job.c.task == task)
-    if queue is not None:
-        # Written into the SQL (a validated queue name), so that PostgreSQL can use the partial
-        # index of the queues other than the default.
-        stmt = stmt.where(job.c.queue == sa.bindparam(None, queue, literal_execute=True))
-    if business_key is not None:
-        stmt = stmt.where(job.c.business_key == business_key)
-    if tag is not None:
-        stmt = stmt.where(sa.exists().where(job_tag.c.job_id == job.c.job_id, job_tag.c.tag == tag))
-    if created_after is not None:
-        stmt = stmt.where(job.c.created_at >= created_after)
-    if created_before is not None:
-        stmt = stmt.where(job.c.created_at < created_before)
-    return stmt
-
-
-def _to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
-    """A snapshot of a job's rows. Stored JSON is read defensively: a column that is not what
-    ratchet writes comes back as :class:`~flask_ratchet.payload.Unreadable`, never an error."""
-    live = row.status is not None
-    args, kwargs = payload.read_call(row.payload)
-    return Job(
-        id=row.job_id,
-        task=row.task,
-        queue=row.queue,
-        status=payload.read_member(
-            JobStatus,
-            "status" if live else "terminal_status",
-            row.status if live else row.terminal_status,
-        ),
-        priority=payload.read_member(Priority, "priority", row.priority),
-        args=args,
-        kwargs=kwargs,
-        params=payload.read_stored("params", row.params, dict) or {},
-        attempts=row.live_attempts if live else row.attempts,
-        max_retries=row.max_retries,
-        backoff=payload.read_member(Backoff, "backoff", row.backoff),
-        backoff_base=row.backoff_base,
-        timeout=row.timeout,
-        resource=row.resource_name,
-        tags=tags,
-        idempotency_key=row.idempotency_key,
-        business_key=row.business_key,
-        created_at=row.created_at,
-        scheduled_at=row.scheduled_time if live else row.first_due_at,
-        picked_by=row.picked_by,
-        picked_at=row.picked_at,
-        paused_from=(
-            payload.read_member(JobStatus, "paused_from_status", row.paused_from_status)
-            if row.paused_from_status
-            else None
-        ),
-        finished_at=row.finished_at,
-        error=row.last_error if live else row.terminal_error,
-        result=payload.read_stored("result", row.result),
-        superseded_by=row.superseded_by,
-        depends_on=row.depends_on,
-        recurring_id=row.recurring_id,
-        progress=None if row.progress is None else payload.read_with(decode_progress, row.progress),
-    )
+        """Jobs matching ``where``, newest first, a page at a time."""
+        return job_reads.find_jobs(conn, where, limit, cursor)

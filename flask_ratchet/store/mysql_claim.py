@@ -31,8 +31,9 @@ from sqlalchemy.engine import Connection
 
 from ..columns import StoredUuid, UtcDateTime
 from ..options import Priority
-from ..schema import job, job_queue, queue_state
+from ..schema import job_queue, queue_state
 from ..states import Action, sources, target
+from .dialect import CLAIMED_COLD_ROWS
 from .types import ClaimedJob
 
 (_PENDING,) = sources(Action.CLAIM)
@@ -97,21 +98,6 @@ _MARK = (
     )
 )
 
-_COLD = sa.select(
-    job.c.job_id,
-    job.c.task,
-    job.c.payload,
-    job.c.params,
-    job.c.backoff,
-    job.c.backoff_base,
-    job.c.timeout,
-    job.c.resource_name,
-    job.c.depends_on,
-    job.c.follow_up,
-    job.c.batch_id,
-    job.c.trace_context,
-).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))
-
 
 def claim(
     conn: Connection,
@@ -142,7 +128,7 @@ def claim(
     now: datetime = picked[0].now
     ids = [row.job_id for row in picked]
     conn.execute(_MARK, {"ids": ids, "node": node_id, "now": now})
-    cold = {row.job_id: row for row in conn.execute(_COLD, {"ids": ids})}
+    cold = {row.job_id: row for row in conn.execute(CLAIMED_COLD_ROWS, {"ids": ids})}
     claimed = [_claimed(hot, cold[hot.job_id], now) for hot in picked if hot.job_id in cold]
     claimed.sort(key=lambda c: (-c.priority, c.scheduled_time, c.job_id))
     return claimed
@@ -199,4 +185,5 @@ def _claimed(hot: Any, cold: Any, now: datetime) -> ClaimedJob:
         batch_id=cold.batch_id,
         queue=hot.queue,
         trace_context=cold.trace_context,
+        expires_at=cold.expires_at,
     )

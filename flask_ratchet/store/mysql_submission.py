@@ -111,7 +111,13 @@ def _write(dialect: Dialect, conn: Connection, fresh: Sequence[NewJob]) -> None:
         due = new.run_at if new.run_at is not None else now + timedelta(seconds=new.delay)
         jobs.append(
             job_values(new)
-            | {"superseded_by": None, "attempts": 0, "created_at": now, "first_due_at": due}
+            | {
+                "superseded_by": None,
+                "attempts": 0,
+                "created_at": now,
+                "first_due_at": due,
+                "expires_at": new.deadline(now),
+            }
         )
         queue_rows.append(
             {

@@ -31,7 +31,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from ..columns import EARLIEST, UtcDateTime
+from ..columns import EARLIEST, LATEST, UtcDateTime
 from ..errors import DuplicateBusinessKey
 from ..options import Priority
 from ..schema import business_key
@@ -113,7 +113,7 @@ WHERE q.job_id = picked.job_id AND j.job_id = q.job_id
 -- EARLIEST, or the claim would fail after marking its jobs RUNNING.
 RETURNING q.job_id, j.task, j.payload, j.params, q.priority, q.attempts, q.max_retries,
           j.backoff, j.backoff_base, j.timeout, j.resource_name, {scheduled}, q.picked_at,
-          j.depends_on, j.follow_up, j.batch_id, q.queue, j.trace_context
+          j.depends_on, j.follow_up, j.batch_id, q.queue, j.trace_context, {expires}
 """
 
 _JOB_COLUMNS = ", ".join(c for c, _ in SUBMITTED_COLUMNS)
@@ -144,23 +144,40 @@ _MANY_TAGS = """SELECT t.job_id, t.tag
     JOIN job USING (job_id)"""
 _ONE_JOBS_TAGS = "SELECT job.job_id, t.tag FROM job, unnest(CAST(:tags AS text[])) AS t(tag)"
 
+# A job's due time, and its deadline: a time given, or ``expires_in`` seconds after the due time
+# (NULL when neither is: a NULL interval makes the sum NULL). As ``NewJob.due`` and ``.deadline``.
+_DUE = "coalesce({run_at}, now() + make_interval(secs => {delay}))"
+_DEADLINE = "coalesce({expires_at}, " + _DUE + " + make_interval(secs => {expires_in}))"
+
 # Many jobs travel as one JSON document (one call into the C encoder; binding a dozen arrays
 # costs tens of microseconds per job in the driver). A missing key reads as NULL.
+_MANY = {
+    "run_at": "run_at",
+    "delay": "delay",
+    "expires_at": "expires_at",
+    "expires_in": "expires_in",
+}
 _SUBMIT = f"""
 WITH input AS (
     SELECT * FROM json_to_recordset(CAST(:jobs AS json)) AS t(
-        {_RECORD_COLUMNS}, run_at timestamptz, delay float8)
+        {_RECORD_COLUMNS}, run_at timestamptz, delay float8, expires_at timestamptz,
+        expires_in float8)
 ), job AS (
-    INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
-    SELECT {_JOB_COLUMNS}, now(), coalesce(run_at, now() + make_interval(secs => delay)), 0
+    INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, expires_at, attempts)
+    SELECT {_JOB_COLUMNS}, now(), {_DUE.format(**_MANY)}, {_DEADLINE.format(**_MANY)}, 0
     FROM input{_CONFLICT}{_AFTER_JOB.format(tags=_MANY_TAGS)}"""
 
 # The same for one job, with scalar parameters: the common case, and cheaper to bind and plan.
+_ONE = {
+    "run_at": "CAST(:run_at AS timestamptz)",
+    "delay": ":delay",
+    "expires_at": "CAST(:expires_at AS timestamptz)",
+    "expires_in": "CAST(:expires_in AS float8)",
+}
 _SUBMIT_ONE = f"""
 WITH job AS (
-    INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, attempts)
-    VALUES ({_JOB_PARAMS}, now(),
-        coalesce(CAST(:run_at AS timestamptz), now() + make_interval(secs => :delay)), 0)
+    INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, expires_at, attempts)
+    VALUES ({_JOB_PARAMS}, now(), {_DUE.format(**_ONE)}, {_DEADLINE.format(**_ONE)}, 0)
     {_CONFLICT}{_AFTER_JOB.format(tags=_ONE_JOBS_TAGS)}"""
 _SUBMIT_STMT = sa.text(_SUBMIT)
 _SUBMIT_ONE_STMT = sa.text(_SUBMIT_ONE)
@@ -189,12 +206,26 @@ _EXCLUDE = """
                           WHERE x.job_id = q.job_id AND x.task = ANY(CAST(:refused AS text[])))"""
 
 
+def _representable(time: str) -> str:
+    """``time`` held within what psycopg can load, NULL kept (as ``columns.Representable``)."""
+    earliest, latest = (
+        f"TIMESTAMPTZ '{EARLIEST.isoformat()}'",
+        f"TIMESTAMPTZ '{LATEST.isoformat()}'",
+    )
+    return (
+        f"CASE WHEN {time} < {earliest} THEN {earliest} "
+        f"WHEN {time} > {latest} THEN {latest} ELSE {time} END"
+    )
+
+
 def _claim_sql(picking: str, boosted: bool, excluding: bool) -> sa.TextClause:
     effective = _BOOSTED if boosted else "priority"
     exclude = _EXCLUDE if excluding else ""
     return sa.text(
         picking.format(levels=_LEVELS, effective=effective, exclude=exclude)
-        + _MARK_CLAIMED.format(scheduled=_earliest("q.scheduled_time"))
+        + _MARK_CLAIMED.format(
+            scheduled=_earliest("q.scheduled_time"), expires=_representable("j.expires_at")
+        )
     )
 
 
@@ -389,11 +420,12 @@ def _claimed(row: Sequence[Any]) -> ClaimedJob:
     """
     (job_id, task, payload, params, priority, attempt, max_retries, backoff, backoff_base,
      timeout, resource, scheduled, picked, depends_on, follow_up, batch_id,
-     queue, trace_context) = row  # fmt: skip
+     queue, trace_context, expires) = row  # fmt: skip
     return ClaimedJob(
         job_id, task, payload, params, priority, attempt, max_retries, backoff, backoff_base,
         timeout, resource, scheduled.astimezone(UTC), picked.astimezone(UTC), depends_on,
         follow_up, batch_id, queue, trace_context,
+        None if expires is None else expires.astimezone(UTC),
     )  # fmt: skip
 
 
@@ -449,7 +481,12 @@ def _submit_one_params(new: NewJob) -> dict[str, Any]:
 
 
 def _due(new: NewJob) -> dict[str, Any]:
-    return {"run_at": new.run_at, "delay": float(new.delay)}
+    return {
+        "run_at": new.run_at,
+        "delay": float(new.delay),
+        "expires_at": new.expires_at,
+        "expires_in": new.expires_in,
+    }
 
 
 def _constraint(exc: sa.exc.IntegrityError) -> str | None:

@@ -41,13 +41,13 @@ SUBMITTED_COLUMNS = (
 )  # fmt: skip
 _JOB = (
     f"COPY ratchet_job ({', '.join(c for c, _ in SUBMITTED_COLUMNS)}, created_at, first_due_at, "
-    "attempts) FROM STDIN (FORMAT BINARY)"
+    "expires_at, attempts) FROM STDIN (FORMAT BINARY)"
 )
 _QUEUE = """COPY ratchet_job_queue (job_id, status, queue, scheduled_time, priority, attempts,
     max_retries, version, updated_at) FROM STDIN (FORMAT BINARY)"""
 _TAG = "COPY ratchet_job_tag (job_id, tag) FROM STDIN (FORMAT BINARY)"
 # Binary rows carry no type names: each column's type, in order (``text`` also fits varchar).
-_JOB_TYPES = [t for _, t in SUBMITTED_COLUMNS] + ["timestamptz", "timestamptz", "int4"]
+_JOB_TYPES = [t for _, t in SUBMITTED_COLUMNS] + ["timestamptz"] * 3 + ["int4"]
 _QUEUE_TYPES = [
     "uuid", "text", "text", "timestamptz", "int2", "int4", "int4", "int4", "timestamptz",
 ]  # fmt: skip
@@ -130,4 +130,4 @@ def _transaction(conn: Connection) -> Iterator[psycopg.Connection[Any]]:
 
 def _job_row(new: NewJob, now: datetime, due: datetime) -> tuple[Any, ...]:
     values = job_values(new)  # the keys are NULL here: see copyable()
-    return (*(values[c] for c, _ in SUBMITTED_COLUMNS), now, due, 0)
+    return (*(values[c] for c, _ in SUBMITTED_COLUMNS), now, due, new.deadline(now), 0)

@@ -145,12 +145,14 @@ class Queues:
         return {r.name: r for r in conn.execute(stmt)}
 
     def summaries(self, conn: Connection, now: datetime) -> list[QueueSummary]:
-        """Every queue that holds live jobs or was ever paused, by name: its live jobs per
-        status, how many are due, how long the oldest due one has waited, and whether it is
-        paused. ``now`` is the database's time.
+        """Every known queue, by name, as the console's queues page lists them: the default
+        queue, every queue ever paused or resumed, and every queue a job names (live, or ended
+        until retention archives it); each with its live jobs per status, how many are due,
+        how long the oldest due one has waited, and whether it is paused. ``now`` is the
+        database's time.
 
         Reads every live job's queue and status (the hot table, which holds only live jobs);
-        ended jobs are not counted.
+        ended jobs are not counted, their queues are found by a skip scan (:meth:`named`).
         """
         q = job_queue
         pending = q.c.status == JobStatus.PENDING
@@ -181,7 +183,8 @@ class Queues:
                 if oldest is None
                 else max(0.0, (now - oldest).total_seconds()),
             )
-        for name, state in states.items():
+        for name in {DEFAULT_QUEUE, *states, *self.named(conn)}:
             if name not in found:
-                found[name] = QueueSummary(name=name, paused=bool(state.paused))
+                state = states.get(name)
+                found[name] = QueueSummary(name=name, paused=bool(state and state.paused))
         return [found[name] for name in sorted(found)]

@@ -27,7 +27,7 @@ from ..schema import job, job_queue, queue_state
 from ..states import Action, sources, target
 from ..wakeups.end_watches import SqliteEndWatch
 from ..wakeups.notices import SqliteWatcher
-from .dialect import Dialect
+from .dialect import CLAIMED_COLD_ROWS, Dialect
 from .driver import driver_statement
 from .types import ClaimedJob, NewJob
 
@@ -147,7 +147,7 @@ class SqliteDialect(Dialect):
         hot = {r.job_id: r for r in conn.execute(claim, params)}
         if not hot:
             return []
-        cold = conn.execute(_CLAIMED_COLD_ROWS, {"ids": list(hot)})
+        cold = conn.execute(CLAIMED_COLD_ROWS, {"ids": list(hot)})
         claimed = [
             ClaimedJob(
                 job_id=c.job_id,
@@ -168,6 +168,7 @@ class SqliteDialect(Dialect):
                 batch_id=c.batch_id,
                 queue=hot[c.job_id].queue,
                 trace_context=c.trace_context,
+                expires_at=c.expires_at,
             )
             for c in cold
         ]
@@ -268,19 +269,3 @@ def _claim_statement(boosted: bool, named: int | None, excluding: bool) -> sa.Up
             q.c.job_id, q.c.priority, q.c.attempts, q.c.max_retries, q.c.scheduled_time, q.c.queue
         )
     )
-
-
-_CLAIMED_COLD_ROWS = sa.select(
-    job.c.job_id,
-    job.c.task,
-    job.c.payload,
-    job.c.params,
-    job.c.backoff,
-    job.c.backoff_base,
-    job.c.timeout,
-    job.c.resource_name,
-    job.c.depends_on,
-    job.c.follow_up,
-    job.c.batch_id,
-    job.c.trace_context,
-).where(job.c.job_id.in_(sa.bindparam("ids", expanding=True)))

@@ -54,7 +54,7 @@ class Submission:
         time_params = self.dialect.time_params
         inserted: set[uuid.UUID] = set()
         for part in chunks(jobs):
-            rows = [_job_row(new) | time_params(new, now) for new in part]
+            rows = [_job_row(new, now) | time_params(new, now) for new in part]
             if len(rows) == 1:  # one job, the common case: no executemany (see _insert_one)
                 if _insert_one(conn, self._job_insert, rows[0]):
                     inserted.add(part[0].job_id)
@@ -169,8 +169,12 @@ def _insert_one(conn: Connection, stmt: sa.Insert, row: dict[str, Any]) -> list[
     return driver_statement(stmt, conn.dialect, list(row)).execute(conn, row)
 
 
-def _job_row(new: NewJob) -> dict[str, Any]:
-    return job_values(new) | {"superseded_by": None, "attempts": 0}
+def _job_row(new: NewJob, now: datetime) -> dict[str, Any]:
+    return job_values(new) | {
+        "superseded_by": None,
+        "attempts": 0,
+        "expires_at": new.deadline(now),
+    }
 
 
 def _queue_row(new: NewJob) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from ..context import LogLine
-from ..flows import Condition
+from ..flows import NOT_YET, Condition
 from ..options import DEFAULT_QUEUE, JobOptions
 from ..states import Action, JobStatus
 
@@ -46,10 +46,38 @@ class NewJob:
     callbacks: str | None = None  # JSON {"success": [...], "failure": [...]}
     #: The submission's trace context, JSON (see :mod:`flask_ratchet.tracing`).
     trace_context: str | None = None
+    #: A deadline given as a time (``with_expires(datetime)``); else ``options.expires`` counts
+    #: one from the due time (:meth:`deadline`).
+    expires_at: datetime | None = None
 
     def due(self, now: datetime) -> datetime:
         """When the job is due, ``now`` being the database's time of its submission."""
         return self.run_at if self.run_at is not None else now + timedelta(seconds=self.delay)
+
+    @property
+    def expires_in(self) -> float | None:
+        """Seconds from the due time to the deadline, when the deadline is counted so: a
+        relative ``expires`` and no time given. Not for a job whose due time is not known when
+        it is written (a chain step, a branch, a batch's parent and follow-ups, written never
+        due until released): it cannot be late for a time it was never given."""
+        if self.expires_at is not None or self.options.expires is None:
+            return None
+        if self.run_at is not None and self.run_at >= NOT_YET:
+            return None
+        return self.options.expires
+
+    def deadline(self, now: datetime) -> datetime | None:
+        """The time the job must have started by (``ratchet_job.expires_at``), ``now`` being
+        the database's time of its submission; ``None``: none (or past year 9999)."""
+        if self.expires_at is not None:
+            return self.expires_at
+        expires_in = self.expires_in
+        if expires_in is None:
+            return None
+        try:
+            return self.due(now) + timedelta(seconds=expires_in)
+        except OverflowError:  # later than any time Python holds: never in the way
+            return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,11 +114,13 @@ class ClaimedJob:
     queue: str = DEFAULT_QUEUE
     #: The trace context it was submitted in, JSON (see :mod:`flask_ratchet.tracing`).
     trace_context: str | None = None
+    #: The time it must have started by (the database's clock), or it ends CANCELED.
+    expires_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class JobFilter:
-    """Filters for :meth:`JobQueryStore.find_jobs`; ``None`` means any."""
+    """Filters for :meth:`~flask_ratchet.store.jobs.Jobs.find_jobs`; ``None`` means any."""
 
     statuses: tuple[JobStatus, ...] | None = None
     task: str | None = None

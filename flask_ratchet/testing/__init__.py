@@ -38,11 +38,11 @@ from typing import Any
 from flask import Flask, current_app
 
 from ..api.jobs import find
-from ..errors import JobNotFound
+from ..errors import JobFailed, JobNotFound
 from ..job import Job
 from ..runtime import Runtime
 from ..states import JobStatus
-from ..worker.inline import InlineRunner, JobFailed, eager_hook, inline_runner
+from ..worker.inline import InlineRunner, eager_hook, inline_runner
 
 __all__ = [
     "JobFailed",
@@ -85,7 +85,8 @@ def run_jobs(
     Jobs scheduled for later stay PENDING.
 
     :raises: with ``raise_errors``, what the first job that failed for good raised (or
-        :class:`JobFailed`), once its outcome is written.
+        :class:`~flask_ratchet.errors.JobFailed`, with the ended job), once its outcome is
+        written.
     """
     target = _app(app)
     ran = inline_runner(target).run(

@@ -21,7 +21,7 @@ import inspect
 import logging
 import threading
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask
@@ -46,6 +46,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("flask_ratchet.worker")
 
+#: The error of a job canceled for not starting by its deadline (``expires``).
+EXPIRED = "expired"
+
+
+def _past_deadline(run: Run, deadline: datetime) -> bool:
+    """Whether the attempt starts after ``deadline``: the claim's time (the database's clock)
+    plus how long the job has waited in this worker since (this process's monotonic clock)."""
+    waited = max(run.started - run.received, 0.0)
+    return run.claimed.picked_at + timedelta(seconds=waited) > deadline
+
 
 class Attempts:
     """Runs attempts for one worker (or the testing kit's in-process runs): its app, its
@@ -69,6 +79,8 @@ class Attempts:
         if run.ctx.is_canceled():  # canceled between the claim and now
             not_mine(claimed, "not run")
             return None
+        if claimed.expires_at is not None and _past_deadline(run, claimed.expires_at):
+            return self._expire(run)
         try:
             args, kwargs, params = read_claimed(run.claimed)
             if params is not None:
@@ -78,6 +90,7 @@ class Attempts:
             return self._refuse(run, exc)
         except (UnreadableJob, TaskNotAllowed) as exc:
             return failed(run, exc, permanent=True)
+        run.rules = task.retry
         breaker = self.breakers.get(task.service_name, task.circuit_breaker)
         if breaker is not None:
             was = breaker.state
@@ -188,6 +201,26 @@ class Attempts:
         if refused.dead_letter is not None:
             return failed(run, UnknownTask(refused.dead_letter), permanent=True)
         return None  # handed back (or no longer this worker's): nothing more to write
+
+    def _expire(self, run: Run) -> Finished | None:
+        """Cancel a job whose deadline passed before this attempt could start ("expired"),
+        instead of running it late; nothing to write after that."""
+        claimed = run.claimed
+        run.ctx.take_lines()
+        ended = self._supervisor.expire(claimed, EXPIRED)
+        if ended is None:  # the database did not answer: claimed again, it expires then
+            return self._defer(run, PERMIT_ERROR_DELAY, "it expired, and could not be canceled")
+        if not ended:
+            not_mine(claimed, "not run")
+            return None
+        log.warning(
+            "job %s (%s) canceled: expired, not started by its deadline %s",
+            claimed.job_id,
+            claimed.task,
+            claimed.expires_at,
+            extra=claimed_fields(claimed, self._supervisor.node_id),
+        )
+        return None
 
     def _defer(self, run: Run, delay: float, why: str) -> Finished:
         """Hand the job back to PENDING, due in ``delay`` seconds, its attempt not spent."""

@@ -10,7 +10,7 @@ from typing import Any
 from .. import payload
 from ..errors import UnreadableJob
 from ..options import Backoff
-from ..retry import Decision, decide
+from ..retry import Decision, RetryRules, decide
 from ..store.types import ClaimedJob
 
 
@@ -54,10 +54,10 @@ _BACKOFFS = tuple(b.value for b in Backoff)
 _NUMBERS = (int, float)
 
 
-def retry_decision(claimed: ClaimedJob, exc: BaseException) -> Decision:
-    """Whether to retry a failed attempt. A row whose retry columns cannot be used (possible
-    only if the watchdog ends the attempt before :func:`read_claimed` refused the row) is not
-    retried."""
+def retry_decision(claimed: ClaimedJob, exc: BaseException, rules: RetryRules) -> Decision:
+    """Whether to retry a failed attempt, by the row's retry columns and the task's ``rules``.
+    A row whose retry columns cannot be used (possible only if the watchdog ends the attempt
+    before :func:`read_claimed` refused the row) is not retried."""
     try:
         return decide(
             exc,
@@ -65,6 +65,7 @@ def retry_decision(claimed: ClaimedJob, exc: BaseException) -> Decision:
             claimed.max_retries,
             Backoff(claimed.backoff),
             claimed.backoff_base,
+            rules,
         )
     except (ValueError, TypeError, ArithmeticError):
         return Decision(retry=False)

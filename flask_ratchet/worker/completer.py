@@ -1,6 +1,6 @@
 """Writes outcomes in batches: one transaction per few milliseconds or per ``max_batch`` jobs.
 
-Each write is fenced (see :mod:`flask_ratchet.store.execution`). A store error never turns an
+Each write is fenced (see :mod:`flask_ratchet.store.executions`). A store error never turns an
 outcome into something else: the batch is retried with backoff, and if the worker must stop
 before it lands, the jobs stay RUNNING and orphan recovery (or this node's own reclaim at its next
 start) runs them again.

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 
 from flask import Flask
 
-from ..api.jobs import claim_due
+from ..api.jobs import claim_due, get
 from ..context import CaptureHandler, job_logger
+from ..errors import JobFailed, JobNotFound
+from ..facts import Event
 from ..runtime import Runtime, announce
 from ..store.types import ClaimedJob, Finished, Outcome, Refused
 from .announcer import predicate_evaluator
@@ -34,11 +36,6 @@ from .supervision import Supervision
 NODE_ID = "inline"
 #: How long writing an outcome is retried (the database locked or away) before it raises.
 GIVE_UP_AFTER = 10.0
-
-
-class JobFailed(Exception):
-    """A job run in-process failed for good; raised by ``run_jobs(..., raise_errors=True)`` for
-    an error that is no exception of this process (a timeout, an unreadable row)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +66,11 @@ class InlineRunner(Supervision):
         self._written: list[Finished] = []
         self._executor: Executor | None = None
         self._completer: Completer | None = None
+
+    def send(self, events: list[Event]) -> None:
+        """Events of a write made here (an expired job's cancel): sent at once, as ``run_jobs``
+        sends the completer's."""
+        announce(self.app, events, self.state.wake)
 
     def refuse(self, claimed: ClaimedJob, reason: str) -> Refused:
         """A job of a task this process does not know fails for good at once: there is no
@@ -116,8 +118,11 @@ class InlineRunner(Supervision):
             if raise_errors and done.outcome is Outcome.FAILED:
                 if done.failure is not None:
                     raise done.failure
-                error = done.finished.error if done.finished else None
-                raise JobFailed(f"job {done.job_id} failed: {error}")
+                # An error that is no exception of this process (an unreadable row): the job.
+                ended = get(self.state, done.job_id)
+                if ended is None:  # deleted meanwhile (a callback of its own)
+                    raise JobNotFound(f"job {done.job_id} failed and is gone")
+                raise JobFailed(ended)
         return ran
 
     def _start(self) -> None:

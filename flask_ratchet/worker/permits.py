@@ -47,6 +47,11 @@ class WorkerSide(Supervisor, Protocol):
         not answer)."""
         ...
 
+    def expire(self, claimed: ClaimedJob, reason: str) -> bool | None:
+        """Cancel a claimed job whose deadline passed before it started (``None``: the
+        database did not answer)."""
+        ...
+
 
 class PermitGate:
     """Takes and gives back resource permits for the job threads, each in a short transaction

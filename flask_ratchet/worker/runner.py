@@ -26,11 +26,12 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from flask import Flask
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from .. import facts
 from ..config import RatchetConfig, describe_queues
 from ..context import CaptureHandler, job_logger
+from ..facts import Event
 from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
@@ -119,6 +120,11 @@ class Worker(Supervision):
         self._draining.set()
         self._wake.set()
 
+    def send(self, events: list[Event]) -> None:
+        """Events of a job thread's own write (an expired job's cancel), sent by the
+        announcer thread as the completer's are."""
+        self.announcer.put(events)
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals += 1
         if self._signals > 1:
@@ -203,18 +209,7 @@ class Worker(Supervision):
             self.engine.dispose()
 
     def _start(self) -> None:
-        with self.store.begin(self.engine) as conn:
-            mine = self.store.cluster.reclaim_own(conn, self.node_id)
-            recorded = facts.take(conn)
-        self.announcer.put(recorded)  # sent once the announcer starts, below
-        if mine.requeued or mine.failed:
-            log.warning(
-                "took back %d jobs an earlier process of node %s left running",
-                len(mine.requeued) + len(mine.failed),
-                self.node_id,
-            )
-        self._write_resource_limits()
-        self.heartbeat.beat()
+        self._introduce()
         self.announcer.start()
         self.completer.start()
         self.heartbeat.start()
@@ -248,6 +243,34 @@ class Worker(Supervision):
             "all" if self.queues is None else describe_queues(self.queues),
         )
 
+    def _introduce(self) -> None:
+        """The worker's first writes: take back what an earlier process of this node left
+        running, write the configured resource limits, beat once. Tried again, with a growing
+        pause, while the database does not answer (a deploy that starts workers as the database
+        restarts): a worker reconnects by itself, at its start as later. A stop ends the wait."""
+        pause = 0.5
+        while True:
+            try:
+                with self.store.begin(self.engine) as conn:
+                    mine = self.store.cluster.reclaim_own(conn, self.node_id)
+                    recorded = facts.take(conn)
+                self._write_resource_limits()
+                self.heartbeat.beat()
+                break
+            except OperationalError as exc:
+                if self._draining.is_set():
+                    raise
+                log.warning("the database did not answer at start (%s); again in %.1fs", exc, pause)
+                self._draining.wait(pause)
+                pause = min(pause * 2, 10.0)
+        self.announcer.put(recorded)  # sent once the announcer starts
+        if mine.requeued or mine.failed:
+            log.warning(
+                "took back %d jobs an earlier process of node %s left running",
+                len(mine.requeued) + len(mine.failed),
+                self.node_id,
+            )
+
     def _write_resource_limits(self) -> None:
         """Write ``RATCHET_RESOURCES`` before the first claim, so that no job of a configured
         resource runs unlimited (a limit set with ``configure_resource`` since is overwritten)."""
@@ -274,7 +297,7 @@ class Worker(Supervision):
             if free > 0 and quotas != {}:
                 try:
                     with self.store.single_statement(self.claim_engine) as conn:
-                        claimed = self.store.jobs.claim_due(
+                        taken = self.store.jobs.claim_due(
                             conn,
                             free,
                             self.node_id,
@@ -282,6 +305,10 @@ class Worker(Supervision):
                             quotas,
                             self._refusing(),
                         )
+                    # Only once the claim has committed: a claim of several statements
+                    # (MariaDB) whose commit failed was rolled back, and its jobs are others' to
+                    # take. Run here, they would run twice.
+                    claimed = taken
                 except SQLAlchemyError as exc:
                     if self.store.dialect.transient(exc):
                         # Given up to break a deadlock with another claimer: claim again now.

@@ -9,14 +9,14 @@ import logging
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import ModuleType
 from typing import Any, Literal
 
 from ..breaker import CircuitBreaker
 from ..context import JobContext
-from ..retry import Decision, describe, format_traceback
+from ..retry import NO_RULES, Decision, RetryRules, describe, format_traceback
 from ..store.types import ClaimedJob, Finished, Outcome
 from .claimed import retry_decision
 from .logs import claimed_fields
@@ -80,6 +80,8 @@ class Run:
     breaker_epoch: int | None = None  # the breaker state that let the attempt through
     #: The attempt's Sentry scope, when Sentry is set up (see :mod:`.sentry`).
     sentry_scope: object = None
+    #: Its task's retry rules, once the task is known (from the registry, not the row).
+    rules: RetryRules = NO_RULES
 
     @property
     def deadline(self) -> float | None:
@@ -99,7 +101,9 @@ def failed(run: Run, exc: BaseException, *, permanent: bool = False) -> Finished
     error, trace = describe(exc), format_traceback(exc)
     if isinstance(exc, JobTimeout):
         error = f"JobTimeout: ran longer than its timeout of {claimed.timeout:g}s"
-    decision = Decision(retry=False) if permanent else retry_decision(claimed, exc)
+    # A timeout is the worker's verdict, no exception of the task's: retry_on does not filter it.
+    rules = replace(run.rules, retry_on=None) if isinstance(exc, JobTimeout) else run.rules
+    decision = Decision(retry=False) if permanent else retry_decision(claimed, exc, rules)
     if not decision.retry:
         return outcome_of(run, Outcome.FAILED, error=error, traceback=trace)
     return outcome_of(run, Outcome.RETRY, error=error, traceback=trace, delay=decision.delay)

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from .. import facts
 from ..config import RatchetConfig
+from ..facts import Event
 from ..job import BatchChild, BatchProgress
 from ..store.types import ClaimedJob, Refused
 from .logs import claimed_fields
@@ -73,6 +75,25 @@ class Supervision:
                 extra=claimed_fields(claimed, self.node_id),
             )
         return refused
+
+    def expire(self, claimed: ClaimedJob, reason: str) -> bool | None:
+        """End a claimed job whose deadline passed before it started: CANCELED, with
+        ``reason``, through the store's guarded cancel fenced by this node's claim; whether it
+        was (False: canceled or taken meanwhile; ``None``: the database did not answer)."""
+        try:
+            with self.store.begin(self.engine) as conn:
+                ended = self.store.jobs.expire(conn, claimed.job_id, self.node_id, reason)
+                recorded = facts.take(conn)
+        except SQLAlchemyError:
+            log.warning("could not cancel expired job %s", claimed.job_id, exc_info=True)
+            return None
+        if recorded:  # committed: its job_canceled event, callbacks, the waiters' notice
+            self.send(recorded)
+        return ended
+
+    def send(self, events: list[Event]) -> None:
+        """Send committed events: signals, callbacks, end notices (the subclass's way)."""
+        raise NotImplementedError
 
     def _refusing(self) -> list[str]:
         """The tasks whose jobs this worker leaves to others for now."""

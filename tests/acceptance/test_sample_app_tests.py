@@ -33,6 +33,11 @@ def test_the_sample_apps_suite_passes_with_the_plugin(tmp_path: Path) -> None:
     done = pytest_in(shop, "-p", "no:flask")  # not its dependency: pytest-flask is ours
     assert done.returncode == 0, done.stdout + done.stderr
     assert "6 passed" in done.stdout, done.stdout
+    # The same suite under pytest-flask, which pushes a request context around every test that
+    # uses the app fixture: jobs then join the request's transaction.
+    flask_style = pytest_in(shop)
+    assert flask_style.returncode == 0, flask_style.stdout + flask_style.stderr
+    assert "6 passed" in flask_style.stdout, flask_style.stdout
     # The plugin comes from the package's entry point: left out, its fixtures are unknown.
     without = pytest_in(shop, "-p", "no:flask_ratchet", "-k", "fixture")
     assert without.returncode != 0

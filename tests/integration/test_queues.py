@@ -179,7 +179,7 @@ def test_queues_summarise_live_jobs_and_paused_state(app: Flask) -> None:
     ratchet.claim_due(1, "n", queues=["mail"])
     ratchet.pause_queue("idle")
     found = {q.name: q for q in ratchet.queues()}
-    assert set(found) == {"idle", "mail"}
+    assert set(found) == {"default", "idle", "mail"}  # every known queue, as the console
     mail = found["mail"]
     assert (mail.paused, mail.pending, mail.due, mail.running) == (False, 2, 1, 1)
     assert mail.oldest_due_wait is not None and 50 <= mail.oldest_due_wait < 120

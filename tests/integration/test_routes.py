@@ -16,7 +16,7 @@ from flask_ratchet import InvalidOption
 from flask_ratchet.testing import run_jobs
 from flask_ratchet.worker.runner import Worker
 from tests.apps import add, charge, create_app, db, ratchet, report, send_mail
-from tests.flow_tasks import batch_item, follow_up
+from tests.flow_tasks import batch_item, follow_up, kept_in_default
 from tests.integration.test_recurring import poll_until
 
 ROUTES = {"billing.*": "billing", "tests.apps:add": "math", "*": "other"}
@@ -44,6 +44,7 @@ def test_a_job_goes_to_its_routed_queue_unless_it_or_its_task_chose_one(
     assert queue_of(ratchet.enqueue_now(charge, 7).id) == "billing"
     assert queue_of(report.enqueue(3).id) == "other"
     assert queue_of(send_mail.enqueue("ada@example.org").id) == "mail"  # @task(queue="mail")
+    assert queue_of(kept_in_default.enqueue(1).id) == "default"  # @task(queue="default")
     assert queue_of(ratchet.enqueue(add, 1, 2).with_queue("default").submit().id) == "default"
     assert queue_of(ratchet.schedule(60, add, 1, 2).submit().id) == "math"
     many = ratchet.enqueue_many([ratchet.enqueue(add, 1, 2), ratchet.enqueue(charge, 8)])
@@ -128,3 +129,17 @@ def test_a_worker_registers_declared_masters_with_their_routed_queue(
     assert not thread.is_alive()
     declared = ratchet.get_recurring("tests.new-year-2099")  # registered before "started"
     assert declared is not None and declared.options.queue == "other"
+
+
+def test_routes_come_before_the_default_queue(database_url: str) -> None:
+    app = create_app(
+        database_url,
+        RATCHET_ROUTES={"tests.apps:add": "math"},
+        RATCHET_DEFAULT_QUEUE="fallback",
+    )
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+        assert queue_of(add.enqueue(1, 2).id) == "math"  # routed
+        assert queue_of(report.enqueue(1).id) == "fallback"  # no route: the app's default
+        assert queue_of(send_mail.enqueue("a@example.org").id) == "mail"  # the task's own
+        db.session.remove()

@@ -56,9 +56,17 @@ def new_jobs() -> list[NewJob]:
                 resource="api",
                 tags=("t", "u"),
                 params={"region": "eu"},
+                expires=3600.0,  # a deadline an hour after it is due: now
             ),
         ),
-        NewJob(ids[2], ADD, '{"args":[],"kwargs":{"a":1}}', None, JobOptions(), run_at=AT),
+        NewJob(
+            ids[2],
+            ADD,
+            '{"args":[],"kwargs":{"a":1}}',
+            None,
+            JobOptions(expires=90.0),
+            run_at=AT,  # its deadline: AT + 90 s
+        ),
     ]
     keyed = [
         NewJob(
@@ -78,6 +86,7 @@ def new_jobs() -> list[NewJob]:
             business_key="order-1",
             follow_up=True,
             callbacks='{"success":["x"]}',
+            expires_at=AT + timedelta(days=1),  # a deadline given as a time
         ),
     ]
     return plain + keyed
@@ -206,6 +215,11 @@ def test_every_rendering_writes_the_same_rows(engines: dict[str, sa.Engine]) -> 
     }
     reference = written["PostgreSQL, a statement per job"]
     assert reference["ratchet_job"] and reference["ratchet_execution"]  # something was written
+    expiry = [c.name for c in schema.job.columns].index("expires_at")
+    deadlines = sorted((row[expiry] for row in reference["ratchet_job"]), key=repr)
+    assert deadlines == sorted(
+        [None, None, "in an hour", AT + timedelta(seconds=90), AT + timedelta(days=1)], key=repr
+    )
     for name, tables in written.items():
         for table, rows in reference.items():
             assert tables[table] == rows, (name, table)

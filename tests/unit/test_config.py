@@ -7,6 +7,8 @@ import pytest
 
 from flask_ratchet.config import RatchetConfig, RatchetConfigWarning
 from flask_ratchet.errors import ConfigError
+from flask_ratchet.options import STANDARD_OPTIONS, Backoff, JobOptions, Priority
+from flask_ratchet.registry import TaskRegistry
 
 
 def test_defaults() -> None:
@@ -99,3 +101,77 @@ def test_worker_metrics_without_prometheus_client_say_what_to_install(
     monkeypatch.setitem(sys.modules, "prometheus_client", None)  # as if not installed
     with pytest.raises(ConfigError, match=r'pip install "flask-ratchet\[prometheus\]"'):
         WorkerMetrics(lambda: 0, lambda: 0, lambda: 0)
+
+
+# -- RATCHET_DEFAULT_*: the options of every job whose task and builder set none -----------------
+
+
+def test_job_defaults_are_todays_job_options_until_configured() -> None:
+    config = RatchetConfig.from_mapping({})
+    assert config.job_defaults is STANDARD_OPTIONS  # the very object: tasks' options as they are
+    assert (config.default_max_retries, config.default_backoff) == (3, Backoff.EXPONENTIAL)
+    assert (config.default_backoff_base, config.default_timeout) == (10.0, None)
+    assert (config.default_queue, config.default_priority) == ("default", Priority.NORMAL)
+    with pytest.warns(RatchetConfigWarning, match="unknown config key RATCHET_JOB_DEFAULTS"):
+        RatchetConfig.from_mapping({"RATCHET_JOB_DEFAULTS": {}})
+
+
+def test_job_defaults_take_what_a_builder_takes() -> None:
+    config = RatchetConfig.from_mapping(
+        {
+            "RATCHET_DEFAULT_MAX_RETRIES": 0,
+            "RATCHET_DEFAULT_BACKOFF": "FIXED",
+            "RATCHET_DEFAULT_BACKOFF_BASE": timedelta(seconds=30),
+            "RATCHET_DEFAULT_TIMEOUT": 120,
+            "RATCHET_DEFAULT_QUEUE": "work",
+            "RATCHET_DEFAULT_PRIORITY": 3,
+        }
+    )
+    assert config.job_defaults == JobOptions(
+        queue="work",
+        priority=Priority.HIGH,
+        max_retries=0,
+        backoff=Backoff.FIXED,
+        backoff_base=30.0,
+        timeout=120.0,
+    )
+    same = RatchetConfig.from_mapping({"RATCHET_DEFAULT_MAX_RETRIES": 3})
+    assert same.job_defaults is STANDARD_OPTIONS  # set to what it was: nothing changed
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "said"),
+    [
+        ("RATCHET_DEFAULT_MAX_RETRIES", -1, "max_retries must be a whole number from 0"),
+        ("RATCHET_DEFAULT_MAX_RETRIES", True, "max_retries"),
+        ("RATCHET_DEFAULT_MAX_RETRIES", "3", "max_retries"),
+        ("RATCHET_DEFAULT_BACKOFF", "LINEAR", "backoff must be a Backoff"),
+        ("RATCHET_DEFAULT_BACKOFF_BASE", -5, "backoff_base must be a timedelta"),
+        ("RATCHET_DEFAULT_BACKOFF_BASE", float("nan"), "backoff_base"),
+        ("RATCHET_DEFAULT_TIMEOUT", 0, "timeout must be positive"),
+        ("RATCHET_DEFAULT_TIMEOUT", "1m", "timeout"),
+        ("RATCHET_DEFAULT_QUEUE", "mail queue", "queue must be 1 to 64"),
+        ("RATCHET_DEFAULT_QUEUE", None, "queue"),
+        ("RATCHET_DEFAULT_PRIORITY", 9, "priority must be a Priority"),
+        ("RATCHET_DEFAULT_PRIORITY", True, "priority"),
+    ],
+)
+def test_a_bad_job_default_is_a_config_error_naming_the_key(
+    key: str, value: object, said: str
+) -> None:
+    with pytest.raises(ConfigError, match=rf"^{key}: {said}"):
+        RatchetConfig.from_mapping({key: value})
+
+
+def plain() -> None: ...
+
+
+def test_a_task_keeps_what_it_set_over_the_apps_defaults() -> None:
+    registry = TaskRegistry()
+    own = JobOptions(max_retries=5, queue="mail")
+    task = registry.register(plain, None, own, explicit=frozenset({"max_retries", "queue"}))
+    assert task.options_over(STANDARD_OPTIONS) is own
+    defaults = JobOptions(max_retries=0, queue="work", timeout=60.0, priority=Priority.LOW)
+    assert task.options_over(defaults) == JobOptions(
+        max_retries=5, queue="mail", timeout=60.0, priority=Priority.LOW
+    )

@@ -11,7 +11,15 @@ from flask_ratchet import recurring as recurring_module
 from flask_ratchet.config import RatchetConfig
 from flask_ratchet.cron import next_fire_times
 from flask_ratchet.errors import ConfigError
-from flask_ratchet.recurring import LATE_MAX, latest_at_or_before, misfire_policy, plan_fires
+from flask_ratchet.options import JobOptions
+from flask_ratchet.recurring import (
+    LATE_MAX,
+    decode_options,
+    encode_options,
+    latest_at_or_before,
+    misfire_policy,
+    plan_fires,
+)
 
 HOURLY = "0 0 * * * ?"
 EVERY_SECOND = "* * * * * ?"
@@ -227,3 +235,13 @@ def test_recurring_config_keys() -> None:
 def test_bad_recurring_config_names_the_key(key: str, value: object) -> None:
     with pytest.raises(ConfigError, match=key):
         RatchetConfig.from_mapping({key: value})
+
+
+def test_a_masters_options_keep_its_childrens_expiry_and_older_ones_have_none() -> None:
+    options = JobOptions(queue="cron", expires=45.0)
+    assert decode_options(encode_options(options)) == options
+    before_expiry = (
+        '{"backoff":"EXPONENTIAL","backoff_base":10.0,"max_retries":3,"params":{},'
+        '"priority":2,"queue":"cron","resource":null,"tags":[],"timeout":null}'
+    )
+    assert decode_options(before_expiry) == JobOptions(queue="cron")

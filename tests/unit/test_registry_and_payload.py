@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import functools
 import json
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -196,3 +198,76 @@ def test_nul_inside_json_is_stored_as_its_plain_text_escape() -> None:
     text = payload.encode_arguments("t", ("a\x00b",), {"k\x00": 1}, 1000)
     assert "\x00" not in text
     assert json.loads(text) == {"args": ["a\x00b"], "kwargs": {"k\x00": 1}}
+
+
+# -- registering is an explicit allow: any callable, named if it has no top-level name -----------
+
+
+class Doubler:
+    def __call__(self, x: int) -> int:
+        return 2 * x
+
+
+@pytest.mark.parametrize(
+    "target",
+    [make_closure(), lambda x: x, Service().method, Doubler(), functools.partial(plain, 1)],
+)
+def test_any_callable_registers_under_a_name_and_runs_by_it(target: Any) -> None:
+    registry = TaskRegistry()
+    task = registry.register(target, "given.name", JobOptions())
+    assert registry.for_run("given.name", ()) is task and task.func is target
+    assert registry.for_submit(target, ()) is task  # registered: no allow-list needed
+
+
+@pytest.mark.parametrize(
+    ("target", "said"),
+    [
+        (make_closure(), "make_closure.<locals>.inner has no top-level name"),
+        (lambda x: x, "<lambda> has no top-level name"),
+        (Service().method, "Service.method has no top-level name"),
+        (Doubler(), "has no top-level name"),
+    ],
+)
+def test_a_callable_without_a_top_level_name_needs_a_name(target: Any, said: str) -> None:
+    registry = TaskRegistry()
+    with pytest.raises(TaskNotAllowed, match=re.escape(said)) as refused:
+        registry.register(target, None, JobOptions())
+    assert "@ratchet.task(name=" in str(refused.value)
+    assert list(registry) == []
+
+
+def test_a_function_wrapped_with_functools_wraps_keeps_its_top_level_name() -> None:
+    @functools.wraps(plain)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return plain(*args, **kwargs)
+
+    task = TaskRegistry().register(wrapper, None, JobOptions())
+    assert task.name == default_name(plain) and task.func is wrapper
+
+
+def test_what_cannot_be_registered_is_refused_saying_why() -> None:
+    class Unhashable:
+        __hash__ = None  # type: ignore[assignment]
+
+        def __call__(self) -> None: ...
+
+    with pytest.raises(TaskNotAllowed, match="not callable"):
+        TaskRegistry().register(42, "n", JobOptions())  # type: ignore[arg-type]
+    with pytest.raises(TaskNotAllowed, match="not hashable"):
+        TaskRegistry().register(Unhashable(), "n", JobOptions())
+
+
+def test_two_callables_under_one_name_are_refused_but_the_same_one_again_is_not() -> None:
+    registry = TaskRegistry()
+    closure = make_closure()
+    registry.register(closure, "shared", JobOptions())
+    registry.register(closure, "shared", JobOptions())  # the same origin: a re-import
+    with pytest.raises(ValueError, match="already used"):
+        registry.register(Doubler(), "shared", JobOptions())
+
+
+def test_unregistered_callables_keep_the_allow_list_rules() -> None:
+    registry = TaskRegistry()
+    registry.register(make_closure(), "a.closure", JobOptions())
+    with pytest.raises(TaskNotAllowed, match="nested function or closure"):
+        registry.for_submit(make_closure(), (__name__,))  # another closure, not registered

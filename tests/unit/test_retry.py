@@ -1,20 +1,28 @@
 from __future__ import annotations
 
 import random
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from flask_ratchet import Backoff, DoNotRetry
+from flask_ratchet import Backoff, DoNotRetry, InvalidOption, JobContext, Retry
+from flask_ratchet.ids import uuid7
 from flask_ratchet.retry import (
     MAX_DELAY,
+    NO_RULES,
+    Decision,
+    RetryRules,
     backoff_delay,
     decide,
     describe,
     do_not_retry,
     format_traceback,
     is_permanent,
+    retry_rules,
     sanitize,
 )
+from flask_ratchet.store.types import ClaimedJob, Outcome
+from flask_ratchet.worker.runs import JobTimeout, Run, failed
 
 
 @pytest.mark.parametrize(
@@ -114,3 +122,117 @@ def test_describe_and_traceback_are_sanitized() -> None:
 
 def test_sanitize_replaces_nul_characters() -> None:
     assert sanitize("a\x00b") == "a\ufffdb"
+
+
+# -- a task's retry rules, and a retry a task asks for -------------------------------------------
+
+
+def test_retry_on_lets_only_the_listed_exceptions_retry() -> None:
+    rules = retry_rules({"retry_on": (ConnectionError, TimeoutError)})
+    assert decide(ConnectionResetError("x"), 1, 3, Backoff.FIXED, 5, rules).retry  # a subclass
+    assert decide(TimeoutError("x"), 1, 3, Backoff.FIXED, 5, rules).retry
+    assert not decide(ValueError("x"), 1, 3, Backoff.FIXED, 5, rules).retry
+    # The exception raised decides, as Celery's autoretry_for: not what it was raised from.
+    try:
+        try:
+            raise ConnectionError("down")
+        except ConnectionError as exc:
+            raise ValueError("bad answer") from exc
+    except ValueError as wrapped:
+        assert not decide(wrapped, 1, 3, Backoff.FIXED, 5, rules).retry
+    single = retry_rules({"retry_on": ConnectionError})  # one class is a tuple of one
+    assert single.retry_on == (ConnectionError,)
+
+
+def test_dont_retry_on_stops_retries_from_anywhere_in_the_chain_and_wins() -> None:
+    rules = retry_rules({"retry_on": (RuntimeError,), "dont_retry_on": [PermissionError]})
+    try:
+        try:
+            raise PermissionError("no")
+        except PermissionError as exc:
+            raise RuntimeError("failed") from exc
+    except RuntimeError as wrapped:
+        assert not decide(wrapped, 1, 3, Backoff.FIXED, 5, rules).retry
+    assert decide(RuntimeError("x"), 1, 3, Backoff.FIXED, 5, rules).retry
+    assert not decide(PermissionError("x"), 1, 3, Backoff.FIXED, 5, rules).retry
+
+
+def test_max_backoff_caps_the_wait_and_jitter_takes_up_to_half_off() -> None:
+    capped = retry_rules({"max_backoff": timedelta(minutes=1)})
+    assert [capped.delay(Backoff.EXPONENTIAL, 10, a) for a in (1, 3, 4, 20)] == [10, 40, 60, 60]
+    assert decide(OSError(), 9, 10, Backoff.EXPONENTIAL, 10, capped).delay == 60
+    jittered = retry_rules({"jitter": True, "max_backoff": 100})
+    rng = random.Random(3)
+    delays = [jittered.delay(Backoff.FIXED, 1000, 1, rng) for _ in range(200)]
+    assert all(50 <= d <= 100 for d in delays) and len({round(d, 3) for d in delays}) > 100
+    # Backoff.JITTER under a cap: jittered after capping, so still between half and the cap.
+    delays = [capped.delay(Backoff.JITTER, 10, 10, rng) for _ in range(50)]
+    assert all(30 <= d <= 60 for d in delays)
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"retry_on": "ConnectionError"}, "retry_on must be an exception class"),
+        ({"retry_on": (ConnectionError, int)}, "retry_on must be an exception class"),
+        ({"dont_retry_on": ValueError()}, "dont_retry_on must be an exception class"),
+        ({"max_backoff": 0}, "max_backoff must be positive"),
+        ({"max_backoff": -1}, "max_backoff must be a timedelta"),
+        ({"max_backoff": float("inf")}, "max_backoff must be a timedelta"),
+        ({"jitter": 1}, "jitter must be True or False"),
+    ],
+)
+def test_bad_retry_rules_are_refused_naming_them(options: dict[str, object], said: str) -> None:
+    with pytest.raises(InvalidOption, match=said):
+        retry_rules(dict(options))
+
+
+def test_retry_rules_take_their_keywords_out_of_a_decorators_options() -> None:
+    options: dict[str, object] = {"max_retries": 2, "jitter": True, "queue": "mail"}
+    assert retry_rules(options) == RetryRules(jitter=True)
+    assert options == {"max_retries": 2, "queue": "mail"}
+    assert retry_rules({}) is NO_RULES
+
+
+def test_a_retry_a_task_asks_for_counts_and_ignores_the_filters() -> None:
+    rules = retry_rules({"retry_on": (ConnectionError,), "dont_retry_on": (Retry,)})
+    asked = Retry(in_=timedelta(hours=2))
+    assert str(asked) == "asked to run again in 7200s" and asked.delay == 7200
+    assert decide(asked, 1, 1, Backoff.FIXED, 5, rules) == Decision(retry=True, delay=7200)
+    assert not decide(asked, 2, 1, Backoff.FIXED, 5, rules).retry  # retries spent: it ends
+    later = Retry("rate limited")  # no delay: the task's backoff, under its rules
+    assert (str(later), later.delay) == ("rate limited", None)
+    capped = RetryRules(max_backoff=30)
+    assert decide(later, 3, 5, Backoff.EXPONENTIAL, 10, capped).delay == 30
+    assert describe(Retry("rate limited", in_=5)) == "Retry: rate limited"
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), timedelta(days=-1), timedelta(days=40_000), "5"])
+def test_a_retry_with_a_bad_delay_is_refused_where_it_is_raised(bad: object) -> None:
+    with pytest.raises(InvalidOption, match=r"Retry\(in_=…\) must be a timedelta"):
+        Retry(in_=bad)  # type: ignore[arg-type]
+
+
+def test_a_timeout_retries_whatever_retry_on_says() -> None:
+    now = datetime.now(UTC)
+    claimed = ClaimedJob(
+        job_id=uuid7(),
+        task="t",
+        payload='{"args": [], "kwargs": {}}',
+        params=None,
+        priority=2,
+        attempt=1,
+        max_retries=2,
+        backoff="FIXED",
+        backoff_base=5.0,
+        timeout=1.0,
+        resource=None,
+        scheduled_time=now,
+        picked_at=now,
+    )
+    context = JobContext(job_id=claimed.job_id, task="t", attempt=1, params={})
+    run = Run(claimed, context, received=0.0, rules=RetryRules(retry_on=(ConnectionError,)))
+    timed_out = failed(run, JobTimeout("ran too long"))
+    assert (timed_out.outcome, timed_out.delay) == (Outcome.RETRY, 5.0)
+    assert failed(run, ValueError("bad")).outcome is Outcome.FAILED
+    assert failed(run, ConnectionError("down")).outcome is Outcome.RETRY

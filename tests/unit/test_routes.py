@@ -70,10 +70,10 @@ def test_a_bad_setting_is_an_error_naming_the_key(value: object, words: str) -> 
     assert caught.match(words)
 
 
-def test_routes_move_only_a_job_whose_queue_nothing_chose() -> None:
-    table = routes({"*": "elsewhere"})
+def test_routed_sets_only_the_queue_when_a_rule_gives_one() -> None:
+    table = routes({"a:*": "elsewhere"})
     assert routed(table, "a:b", JobOptions()).queue == "elsewhere"
-    assert routed(table, "a:b", JobOptions(queue="mail")).queue == "mail"  # the task's own
+    assert routed(table, "b:c", JobOptions(queue="mail")).queue == "mail"  # no rule matches
     assert routed(None, "a:b", JobOptions()).queue == "default"
     kept = JobOptions(max_retries=7, tags=("x",))
     moved = routed(table, "a:b", kept)

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
+import os
+import signal
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import click
 from flask import current_app
@@ -33,6 +37,12 @@ from .ids import job_id_of
 from .payload import Unreadable
 from .redact import masked, masked_arguments, stored_text_masked
 from .states import JobStatus
+
+if TYPE_CHECKING:
+    from .worker.runner import Worker
+
+#: The worker's logger: its signals are logged with its other lines.
+log = logging.getLogger("flask_ratchet.worker")
 
 
 class RatchetGroup(AppGroup):
@@ -117,7 +127,7 @@ def worker(
     logs.configure(log_level and log_level.upper(), log_format)
     app = current_app._get_current_object()  # type: ignore[attr-defined]
     try:
-        code = Worker(
+        built = Worker(
             app,
             concurrency=concurrency,
             node_id=node_id,
@@ -126,10 +136,30 @@ def worker(
             queues=queues,
             prefetch=prefetch,
             metrics_port=metrics_port,
-        ).run()
+        )
+        _stop_on_signals(built)
+        code = built.run()
     except SchemaNotReady as exc:
         raise click.ClickException(str(exc)) from None  # one line, exit code 1: no traceback
     sys.exit(code)
+
+
+def _stop_on_signals(built: Worker) -> None:
+    """The first SIGTERM or SIGINT drains the worker; a second exits at once (orphan recovery,
+    or this node's own reclaim at its next start, picks its running jobs up)."""
+    received = 0
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        received += 1
+        if received > 1:
+            log.warning("second signal: stopping at once; running jobs will be recovered")
+            os._exit(1)
+        log.info("signal %s: draining (a second signal stops at once)", signal.Signals(signum).name)
+        built.request_stop()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
 
 
 def _metrics_option(value: str | None) -> tuple[str, int] | None:

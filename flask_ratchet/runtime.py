@@ -113,6 +113,8 @@ class Runtime:
         #: Eager mode (``flask_ratchet.testing``): runs the jobs a commit made due, in this
         #: process, right after the commit; its errors reach whoever committed.
         self.run_inline: Callable[[], object] | None = None
+        #: The testing kit's in-process runner of this app, made at its first use.
+        self.inline_runner: object | None = None
 
     def declared_masters(self) -> list[RecurringDefinition]:
         """The declared masters as this app registers them: their children's options are their

@@ -70,8 +70,6 @@ class Executor:
             threading.Thread(target=self._serve, name=f"ratchet-job-{i}", daemon=True)
             for i in range(concurrency)
         ]
-        for thread in self._threads:
-            thread.start()
         self._runs: dict[uuid.UUID, Run] = {}
         # Jobs taken and not finished: waiting, running, or timed out and not returned yet.
         self._busy = 0
@@ -154,6 +152,11 @@ class Executor:
                     return False
                 self._idle.wait(left)
         return True
+
+    def start(self) -> None:
+        """Start the job threads."""
+        for thread in self._threads:
+            thread.start()
 
     def shutdown(self) -> None:
         """Let idle job threads end (busy ones are daemons and die with the process)."""

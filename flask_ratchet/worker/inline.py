@@ -20,13 +20,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from flask import Flask
+from sqlalchemy.engine import Engine
 
 from ..api.jobs import claim_due, get
 from ..context import CaptureHandler, job_logger
 from ..errors import JobFailed, JobNotFound
 from ..facts import Event
 from ..runtime import Runtime, announce
-from ..store.types import ClaimedJob, Finished, Outcome, Refused
+from ..store import Store
+from ..store.types import ClaimedJob, Finished, Outcome
 from .announcer import predicate_evaluator
 from .completer import Completer
 from .executor import Executor
@@ -52,30 +54,27 @@ class Ran:
         return None if self.finished is None else self.finished.outcome
 
 
-class InlineRunner(Supervision):
+@dataclass(frozen=True, slots=True)
+class _Parts:
+    """What an in-process run uses, made at the first run (in an app context: the app's own
+    engine)."""
+
+    store: Store
+    engine: Engine
+    executor: Executor
+    completer: Completer
+
+
+class InlineRunner:
     """Runs an app's due jobs in the calling thread. One per app (its circuit breakers and
     executor live as long as it does); safe to call from several threads, one run at a time."""
 
     def __init__(self, app: Flask) -> None:
-        super().__init__()
         self.app = app
         self.state: Runtime = app.extensions["ratchet"]
-        self.config = self.state.config
-        self.node_id = NODE_ID
         self._lock = threading.RLock()
         self._written: list[Finished] = []
-        self._executor: Executor | None = None
-        self._completer: Completer | None = None
-
-    def send(self, events: list[Event]) -> None:
-        """Events of a write made here (an expired job's cancel): sent at once, as ``run_jobs``
-        sends the completer's."""
-        announce(self.app, events, self.state.wake)
-
-    def refuse(self, claimed: ClaimedJob, reason: str) -> Refused:
-        """A job of a task this process does not know fails for good at once: there is no
-        other worker here to hand it to."""
-        return Refused(handed_back=False, dead_letter=f"{reason} (run in-process)")
+        self._parts: _Parts | None = None
 
     def run(
         self,
@@ -104,17 +103,17 @@ class InlineRunner(Supervision):
         retry_delays: bool,
         raise_errors: bool,
     ) -> list[uuid.UUID]:
-        self._start()
+        parts = self._start()
         ran: list[uuid.UUID] = []
         while limit is None or len(ran) < limit:
-            claimed = claim_due(self.state, 1, self.node_id, queues)
+            claimed = claim_due(self.state, 1, NODE_ID, queues)
             if not claimed:
                 return ran
-            done = self._run_one(claimed[0])
+            done = self._run_one(parts, claimed[0])
             ran.append(done.job_id)
             if done.outcome is Outcome.RETRY and not retry_delays:
-                with self.store.begin(self.engine) as conn:
-                    self.store.jobs.make_due(conn, done.job_id)
+                with parts.store.begin(parts.engine) as conn:
+                    parts.store.jobs.make_due(conn, done.job_id)
             if raise_errors and done.outcome is Outcome.FAILED:
                 if done.failure is not None:
                     raise done.failure
@@ -125,36 +124,45 @@ class InlineRunner(Supervision):
                 raise JobFailed(ended)
         return ran
 
-    def _start(self) -> None:
-        if self._executor is not None:
-            return
-        self.store = self.state.store
-        self.engine = self.state.engine
-        self._completer = Completer(
-            self.store,
-            self.engine,
-            self.node_id,
+    def _start(self) -> _Parts:
+        if self._parts is not None:
+            return self._parts
+        store, engine = self.state.store, self.state.engine
+
+        def send(events: list[Event]) -> None:
+            # Events of this process's writes are sent at once, after their commit.
+            announce(self.app, events, self.state.wake)
+
+        # No other worker here to hand a job of an unknown task to: it fails for good at once.
+        supervision = Supervision(store, engine, NODE_ID, self.state.config, send, hand_back=False)
+        completer = Completer(
+            store,
+            engine,
+            NODE_ID,
             predicate=predicate_evaluator(self.app),
-            on_events=lambda events: announce(self.app, events, self.state.wake),
+            on_events=send,
             more_coming=lambda: False,
             give_up_after=GIVE_UP_AFTER,  # a test fails, rather than hang on a lost database
         )
         # No job threads: run_here runs each job in the calling thread.
-        self._executor = Executor(self.app, self.state, self, self._written.append, 0, lambda: None)
+        executor = Executor(
+            self.app, self.state, supervision, self._written.append, 0, lambda: None
+        )
         if job_logger.level == logging.NOTSET:
             job_logger.setLevel(logging.INFO)  # as a worker does: the job's info lines are kept
+        self._parts = _Parts(store, engine, executor, completer)
+        return self._parts
 
-    def _run_one(self, claimed: ClaimedJob) -> Ran:
-        assert self._executor is not None and self._completer is not None
+    def _run_one(self, parts: _Parts, claimed: ClaimedJob) -> Ran:
         capture = CaptureHandler()  # the job's log lines are stored with its attempt
         logging.getLogger().addHandler(capture)
         try:
-            run = self._executor.run_here(claimed)
+            run = parts.executor.run_here(claimed)
         finally:
             logging.getLogger().removeHandler(capture)
         finished, self._written[:] = list(self._written), []
         if finished:
-            self._completer.write(finished)
+            parts.completer.write(finished)
         return Ran(claimed.job_id, finished[0] if finished else None, run.failure)
 
 
@@ -164,8 +172,9 @@ def eager_hook(app: Flask, *, raise_errors: bool) -> Callable[[], object]:
 
 
 def inline_runner(app: Flask) -> InlineRunner:
-    """The app's one :class:`InlineRunner`, made at first use."""
-    runner: InlineRunner | None = app.extensions.get("ratchet_inline")
-    if runner is None:
-        runner = app.extensions["ratchet_inline"] = InlineRunner(app)
+    """The app's one :class:`InlineRunner`, made at first use and kept on its runtime."""
+    runtime: Runtime = app.extensions["ratchet"]
+    runner = runtime.inline_runner
+    if not isinstance(runner, InlineRunner):
+        runner = runtime.inline_runner = InlineRunner(app)
     return runner

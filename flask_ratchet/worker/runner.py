@@ -14,15 +14,10 @@ jobs up.
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import socket
 import threading
 import time
 import uuid
 from collections.abc import Mapping
-from importlib.metadata import version
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from flask import Flask
@@ -31,23 +26,15 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from .. import facts
 from ..config import RatchetConfig, describe_queues
 from ..context import CaptureHandler, job_logger
-from ..facts import Event
-from ..forks import fresh_pool_after_fork
-from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..maintenance.recurring import start_recurring
-from ..store.types import Finished, NodeInfo, Outcome
-from .announcer import Announcer, predicate_evaluator
-from .completer import Completer
-from .executor import Executor
+from ..store.types import Finished, Outcome
+from .assembly import WorkerSettings, assemble
 from .logs import claimed_fields
-from .metrics import WorkerMetrics
 from .polling import PollingStrategy
 from .runs import Run
-from .supervision import Supervision
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
-    from ..store import Store
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -56,12 +43,10 @@ WATCH_EVERY = 0.2
 CANCEL_SWEEP_EVERY = 1.0
 
 
-def default_node_id() -> str:
-    return f"{socket.gethostname()[:48]}:{os.getpid()}"
-
-
-class Worker(Supervision):
-    """A worker process for ``app``. :meth:`run` blocks until it is told to stop."""
+class Worker:
+    """A worker for ``app``, its parts built (see :mod:`~flask_ratchet.worker.assembly`).
+    :meth:`run` blocks until :meth:`request_stop` (or, with ``burst``, until nothing is due);
+    the ``flask ratchet worker`` command calls that on SIGTERM and SIGINT."""
 
     def __init__(
         self,
@@ -75,26 +60,25 @@ class Worker(Supervision):
         prefetch: int | None = None,
         metrics_port: tuple[str, int] | None = None,
     ) -> None:
-        super().__init__()
         self.app = app
-        self.state: Runtime = app.extensions["ratchet"]
-        config: RatchetConfig = self.state.config
+        self.runtime: Runtime = app.extensions["ratchet"]
+        config: RatchetConfig = self.runtime.config
         self.config = config
-        self.concurrency = concurrency or config.concurrency
-        self.node_id = node_id or config.node_id or default_node_id()
+        self.settings = WorkerSettings.of(
+            config,
+            concurrency=concurrency,
+            node_id=node_id,
+            burst=burst,
+            drain_timeout=drain_timeout,
+            queues=queues,
+            prefetch=prefetch,
+            metrics_port=metrics_port,
+        )
+        self.node_id = self.settings.node_id
+        self.queues = self.settings.queues
         self.burst = burst
-        #: The queues this worker takes, with each one's thread limit; ``None``: every queue.
-        chosen = config.queues if queues is None else queues
-        self.queues = None if chosen is None else dict(chosen)
-        self.prefetch = config.prefetch if prefetch is None else prefetch
-        #: Where this worker serves Prometheus metrics; ``None``: it has none.
-        self.metrics_port = config.metrics_port if metrics_port is None else metrics_port
-        self.metrics: WorkerMetrics | None = None
-        self.drain_timeout = config.drain_timeout if drain_timeout is None else drain_timeout
-        self.stop_event = threading.Event()  # every helper thread ends when this is set
         self._wake = threading.Event()
         self._draining = threading.Event()
-        self._signals = 0
         self._last_claim_full = False
         self.polling = PollingStrategy(
             minimum=config.poll_interval,
@@ -103,15 +87,23 @@ class Worker(Supervision):
             deep=config.deep_idle_interval,
             deep_after=config.deep_idle_after,
         )
+        self.parts = parts = assemble(app, self.settings, self)
+        self.store = parts.store
+        self.engine = parts.engine
+        self.supervision = parts.supervision
+        self.executor = parts.executor
+        self.completer = parts.completer
+        self.announcer = parts.announcer
+        self.metrics = parts.metrics
+        self.stop_event = parts.stop_event
+        self.recurring: threading.Thread | None = None
 
     # -- wake-ups and signals ------------------------------------------------------------------
 
     def wake(self) -> None:
         """New work was announced (or a queue paused or resumed): poll now, then fast for a
         while."""
-        store: Store | None = getattr(self, "store", None)  # None until run() has begun
-        if store is not None:
-            store.queues.forget_paused()
+        self.store.queues.forget_paused()
         self.polling.wake()
         self._wake.set()
 
@@ -120,83 +112,16 @@ class Worker(Supervision):
         self._draining.set()
         self._wake.set()
 
-    def send(self, events: list[Event]) -> None:
-        """Events of a job thread's own write (an expired job's cancel), sent by the
-        announcer thread as the completer's are."""
-        self.announcer.put(events)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self._signals += 1
-        if self._signals > 1:
-            log.warning("second signal: stopping at once; running jobs will be recovered")
-            os._exit(1)
-        log.info("signal %s: draining (a second signal stops at once)", signal.Signals(signum).name)
-        self.request_stop()
-
     # -- running -------------------------------------------------------------------------------
 
     def run(self) -> int:
         """Work until stopped (or, with ``burst``, until nothing is due); return the exit code."""
-        if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
         with self.app.app_context():
-            self.state.ensure_schema()
-            self.store = self.state.store
-            url = self.state.engine.url
-            self.wakeups = self.state.wakeups
-            # The app's own: a job that cancels another tells waiters through the same one.
-            self._tell_ended = self.state.ended_notifier()
-        self.engine = self.store.dialect.worker_engine(url, self.concurrency)
-        self.claim_engine = self.store.claim_engine(self.engine)
-        for engine in (self.engine, self.claim_engine):
-            fresh_pool_after_fork(engine)  # a job may fork (multiprocessing, subprocess helpers)
+            self.runtime.ensure_schema()
         capture = CaptureHandler()
         logging.getLogger().addHandler(capture)
         if job_logger.level == logging.NOTSET:
             job_logger.setLevel(logging.INFO)
-        self.announcer = Announcer(self.app, self.state.wake)
-        self.completer = Completer(
-            self.store,
-            self.engine,
-            self.node_id,
-            on_written=self._written,
-            predicate=predicate_evaluator(self.app),
-            on_events=self.announcer.put,
-            # The job whose outcome is being written may still count as busy: more than one.
-            more_coming=lambda: self.executor.busy > 1,
-            on_counted=self._counted,
-        )
-        self.executor = Executor(
-            self.app,
-            self.state,
-            self,
-            self.completer.put,
-            self.concurrency,
-            self._freed,
-            prefetch=self.prefetch,
-        )
-        if self.metrics_port is not None:
-            self.metrics = WorkerMetrics(
-                running=lambda: self.executor.busy,
-                capacity=lambda: self.executor.capacity,
-                threads_busy=lambda: self.executor.utilization,
-            )
-        info = NodeInfo(
-            self.node_id,
-            socket.gethostname()[:255],
-            os.getpid(),
-            version("flask-ratchet"),
-            self.concurrency,
-        )
-        self.heartbeat = Heartbeat(
-            self.store,
-            self.engine,
-            info,
-            self.config.heartbeat_interval,
-            self.stop_event,
-            breakers=self.executor.breakers,
-        )
         try:
             self._start()
             self._poll()
@@ -204,25 +129,22 @@ class Worker(Supervision):
         finally:
             self.stop_event.set()
             logging.getLogger().removeHandler(capture)
-            self.state.wake_listeners[:] = [w for w in self.state.wake_listeners if w != self.wake]
-            self.claim_engine.dispose()
-            self.engine.dispose()
+            listeners = self.runtime.wake_listeners
+            listeners[:] = [w for w in listeners if w != self.wake]
+            self.parts.dispose()
 
     def _start(self) -> None:
         self._introduce()
         self.announcer.start()
         self.completer.start()
-        self.heartbeat.start()
-        if self.metrics is not None and self.metrics_port is not None:
-            host, port = self.metrics_port
-            self.metrics.serve(port, host)
-            log.info("metrics served on %s:%d/metrics", host, port)
-        recovery = orphan_recovery(self.config, self.announcer.put, self._recovered)
-        tasks = [recovery, retention(self.config)]
-        self.maintenance = Maintenance(
-            self.store, self.engine, self.node_id, tasks, self.stop_event
-        )
-        self.maintenance.start()
+        self.executor.start()
+        self.parts.heartbeat.start()
+        port = self.settings.metrics_port
+        if self.metrics is not None and port is not None:
+            host, number = port
+            self.metrics.serve(number, host)
+            log.info("metrics served on %s:%d/metrics", host, number)
+        self.parts.maintenance.start()
         # Declared masters are registered before "started" is logged; then the firer starts.
         self.recurring = start_recurring(
             self.app,
@@ -233,13 +155,12 @@ class Worker(Supervision):
             burst=self.burst,
         )
         threading.Thread(target=self._watch, name="ratchet-watchdog", daemon=True).start()
-        self.listener = self.wakeups.listener(self.wake, self.stop_event)
-        self.listener.start()
-        self.state.wake_listeners.append(self.wake)
+        self.parts.listener.start()
+        self.runtime.wake_listeners.append(self.wake)
         log.info(
             "worker %s started: concurrency %d, queues %s",
             self.node_id,
-            self.concurrency,
+            self.settings.concurrency,
             "all" if self.queues is None else describe_queues(self.queues),
         )
 
@@ -255,7 +176,7 @@ class Worker(Supervision):
                     mine = self.store.cluster.reclaim_own(conn, self.node_id)
                     recorded = facts.take(conn)
                 self._write_resource_limits()
-                self.heartbeat.beat()
+                self.parts.heartbeat.beat()
                 break
             except OperationalError as exc:
                 if self._draining.is_set():
@@ -296,14 +217,14 @@ class Worker(Supervision):
             claimed = []
             if free > 0 and quotas != {}:
                 try:
-                    with self.store.single_statement(self.claim_engine) as conn:
+                    with self.store.single_statement(self.parts.claim_engine) as conn:
                         taken = self.store.jobs.claim_due(
                             conn,
                             free,
                             self.node_id,
                             boost,
                             quotas,
-                            self._refusing(),
+                            self.supervision.refusing(),
                         )
                     # Only once the claim has committed: a claim of several statements
                     # (MariaDB) whose commit failed was rolled back, and its jobs are others' to
@@ -334,7 +255,7 @@ class Worker(Supervision):
             delay = self.polling.delay(self.executor.utilization)
             # Not while it leaves a task's jobs to others: those are due, and would have it poll
             # without pause.
-            if free > 0 and len(claimed) < free and not self._refusing():
+            if free > 0 and len(claimed) < free and not self.supervision.refusing():
                 delay = min(delay, self._until_next_due())
             self._wake.wait(delay)
 
@@ -383,21 +304,24 @@ class Worker(Supervision):
         unwritten = max(0, self.completer.backlog - self.executor.capacity)
         return max(0, self.executor.free - unwritten)
 
-    def _counted(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
+    # -- what the parts tell it (see WorkerHooks) ------------------------------------------------
+
+    def counted(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
         if self.metrics is not None:
             self.metrics.written(batch, applied)
 
-    def _recovered(self, tasks: list[str]) -> None:
+    def recovered(self, tasks: list[str]) -> None:
         if self.metrics is not None:
             self.metrics.recovered(tasks)
 
-    def _written(self) -> None:
+    def written(self) -> None:
         """Outcomes were written: room was made, and whoever waits for a job's end may look."""
-        self._freed()
-        if self._tell_ended is not None:
-            self._tell_ended()
+        self.freed()
+        tell_ended = self.parts.tell_ended
+        if tell_ended is not None:
+            tell_ended()
 
-    def _freed(self) -> None:
+    def freed(self) -> None:
         """Room was made (a job ended, or outcomes were written). After a full claim there is
         probably more work waiting: claim again once half the capacity is free, so that claims
         come in batches, not one by one."""
@@ -449,7 +373,7 @@ class Worker(Supervision):
     def _drain(self) -> int:
         # Claimed jobs that never started go back at once; running ones get the drain timeout.
         self._release(self.executor.take_waiting())
-        finished = self.executor.wait_idle(self.drain_timeout)
+        finished = self.executor.wait_idle(self.settings.drain_timeout)
         if not finished:
             left = self.executor.abandon()
             log.warning("drain timeout: releasing %d unfinished jobs to PENDING", len(left))

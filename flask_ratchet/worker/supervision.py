@@ -1,4 +1,4 @@
-"""The supervisor side of running jobs, shared by a worker process and the testing kit's
+"""The supervisor side of running jobs, held by a worker process and by the testing kit's
 in-process runner: what a running job's :class:`~flask_ratchet.JobContext` asks of whoever runs it
 (progress, "still mine?", the previous step's result), and handing back jobs of unknown tasks."""
 
@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
@@ -32,15 +33,27 @@ REFUSAL_WINDOW = 60.0
 
 
 class Supervision:
-    """Implements :class:`~flask_ratchet.worker.permits.WorkerSide` over ``store``, ``engine``
-    and ``node_id``, which the subclass sets before any job runs."""
+    """Implements :class:`~flask_ratchet.worker.permits.WorkerSide` for the jobs a runner runs
+    on ``engine`` under ``node_id``. ``send`` sends the events of a write made here (an
+    expired job's cancel) once committed. With ``hand_back=False`` (a runner with no other
+    worker to hand to) a job of an unknown task fails for good at once."""
 
-    node_id: str
-    engine: Engine
-    store: Store
-    config: RatchetConfig
-
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        store: Store,
+        engine: Engine,
+        node_id: str,
+        config: RatchetConfig,
+        send: Callable[[list[Event]], None],
+        *,
+        hand_back: bool = True,
+    ) -> None:
+        self.store = store
+        self.engine = engine
+        self.node_id = node_id
+        self.config = config
+        self.send = send
+        self._hand_back = hand_back
         #: Tasks this worker handed jobs of back, not knowing them: until when it claims none.
         self._refused: dict[str, float] = {}
         self._refused_lock = threading.Lock()
@@ -55,6 +68,8 @@ class Supervision:
             log.warning("could not store progress of job %s", job_id, exc_info=True)
 
     def refuse(self, claimed: ClaimedJob, reason: str) -> Refused | None:
+        if not self._hand_back:
+            return Refused(handed_back=False, dead_letter=f"{reason} (run in-process)")
         grace = self.config.unknown_task_grace
         try:
             with self.store.begin(self.engine) as conn:
@@ -91,11 +106,7 @@ class Supervision:
             self.send(recorded)
         return ended
 
-    def send(self, events: list[Event]) -> None:
-        """Send committed events: signals, callbacks, end notices (the subclass's way)."""
-        raise NotImplementedError
-
-    def _refusing(self) -> list[str]:
+    def refusing(self) -> list[str]:
         """The tasks whose jobs this worker leaves to others for now."""
         now = time.monotonic()
         with self._refused_lock:

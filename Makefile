@@ -38,12 +38,12 @@ lint: setup
 	$(VENV)/bin/codespell
 
 test: lint setup-test
-	$(PY) -m pytest -n $(JOBS) --durations=15
+	$(PY) -m pytest -n $(JOBS) --dist worksteal --durations=15
 
 # The suite without the tests marked slow (worker processes, many rows): for a quick answer
 # while working. CI runs them all (`make test`).
 test-fast: lint setup-test
-	$(PY) -m pytest -n $(JOBS) -m "not slow"
+	$(PY) -m pytest -n $(JOBS) --dist worksteal -m "not slow"
 
 # The unit and integration tiers on the lowest versions pyproject.toml allows (.ci/lowest.txt),
 # in a virtualenv of their own.
@@ -54,7 +54,7 @@ test-lowest: system-deps
 	python3 -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(LOWEST)/bin/python -m pip install --quiet -c .ci/lowest.txt -e . --group dev --group mysqlclient
-	$(LOWEST)/bin/python -m pytest -n $(LOWEST_JOBS) tests/unit tests/integration
+	$(LOWEST)/bin/python -m pytest -n $(LOWEST_JOBS) --dist worksteal tests/unit tests/integration
 
 demo: setup
 	$(PY) -m examples.demo

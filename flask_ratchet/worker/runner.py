@@ -116,13 +116,13 @@ class Worker:
 
     def run(self) -> int:
         """Work until stopped (or, with ``burst``, until nothing is due); return the exit code."""
-        with self.app.app_context():
-            self.runtime.ensure_schema()
         capture = CaptureHandler()
         logging.getLogger().addHandler(capture)
         if job_logger.level == logging.NOTSET:
             job_logger.setLevel(logging.INFO)
         try:
+            with self.app.app_context():
+                self.runtime.ensure_schema()
             self._start()
             self._poll()
             return self._drain()

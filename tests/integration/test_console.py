@@ -878,7 +878,7 @@ def test_recent_audit_keeps_the_order_of_actions_in_the_same_instant(app: Flask)
     at = datetime.now(UTC)
     with ratchet.transaction() as conn:
         written = [
-            ratchet.state.store.cluster.record_audit(
+            ratchet.runtime.store.cluster.record_audit(
                 conn,
                 at=at,
                 actor="a",

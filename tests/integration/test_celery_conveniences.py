@@ -9,8 +9,8 @@ import uuid
 import pytest
 from flask import Flask
 
-from console.reads.queues import queue_names
 from flask_ratchet import InvalidJobId, JobFailed, JobStatus
+from flask_ratchet.console.reads.queues import queue_names
 from flask_ratchet.testing import run_jobs
 from tests.apps import add, db, ratchet, refuse, send_mail
 

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+
+from flask_ratchet import Priority
 from flask_ratchet.console.reads import alarms as alarm_reads
 from flask_ratchet.console.reads import overview as reports
 from flask_ratchet.console.reads.jobs import Count
-
-from flask_ratchet import Priority
 from flask_ratchet.schema import job, node, queue_state
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.types import NodeInfo

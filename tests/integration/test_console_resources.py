@@ -16,11 +16,11 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from flask_ratchet.console import present
-from flask_ratchet.console.reads import resources as held
 from werkzeug.test import TestResponse
 
 from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
+from flask_ratchet.console import present
+from flask_ratchet.console.reads import resources as held
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.resources import ResourceLimit
 from flask_ratchet.schema import node

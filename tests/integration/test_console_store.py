@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+
 from flask_ratchet.console.reads import jobs as queries
 from flask_ratchet.console.reads import overview as reports
-
 from flask_ratchet.ids import uuid7
 from flask_ratchet.schema import job_log, job_tag
 from flask_ratchet.states import JobStatus

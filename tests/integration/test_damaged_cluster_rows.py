@@ -13,12 +13,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from flask_ratchet.console.reads.resources import live_node_ids
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
 from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.columns import UtcDateTime
+from flask_ratchet.console.reads.resources import live_node_ids
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.store.cluster import BREAKER_RESET
 from flask_ratchet.store.types import NodeInfo

@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from flask_ratchet.console.present import duration
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
 from flask_ratchet.columns import EARLIEST, LATEST, UNREADABLE_ID, StoredUuid
+from flask_ratchet.console.present import duration
 from flask_ratchet.maintenance.tasks import orphan_recovery, retention
 from flask_ratchet.options import JobOptions
 from flask_ratchet.payload import Unreadable

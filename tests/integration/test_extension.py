@@ -15,7 +15,7 @@ from flask_ratchet.config import RatchetConfig
 from tests.apps import add, create_app, db, ratchet
 
 
-def test_state_lives_in_app_extensions_and_nothing_starts(tmp_path: Path) -> None:
+def test_the_runtime_lives_in_app_extensions_and_nothing_starts(tmp_path: Path) -> None:
     before = set(threading.enumerate())
     app = create_app(f"sqlite:///{tmp_path / 'a.db'}")
     runtime = app.extensions["ratchet"]

@@ -33,7 +33,7 @@ setup-test: setup system-deps
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy --strict flask_ratchet console
+	$(VENV)/bin/mypy --strict flask_ratchet
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/codespell
 

@@ -20,10 +20,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import sqlalchemy as sa
-from flask_ratchet.console.reads import overview
 
 from bench.enqueue_claim import DEFAULT_PG, fresh_database
 from flask_ratchet import migrate
+from flask_ratchet.console.reads import overview
 from flask_ratchet.ids import uuid7
 from flask_ratchet.schema import execution, job
 from flask_ratchet.store import store_for

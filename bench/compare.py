@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> dict[str, Figures]:
         lite = f"sqlite:///{Path(tmp) / 'ratchet.db'}"
         app = make_app(lite)
         with app.app_context():
-            ratchet.state.ensure_schema()
+            ratchet.runtime.ensure_schema()
             db.engine.dispose()
         columns["ratchet (SQLite)"] = ours(lite, args)
         files = itertools.count()

@@ -106,14 +106,14 @@ def claim_cost(
     rounds: int = 300, batch: int = 10, queues: list[str] | None = None
 ) -> tuple[float, float]:
     """Mean and p95 milliseconds of one claim; each claimed batch is put back afterwards."""
-    state = ratchet.state
+    runtime = ratchet.runtime
     times: list[float] = []
     for _ in range(rounds):
         start = time.perf_counter()
         claimed = ratchet.claim_due(batch, "bench", queues)
         times.append((time.perf_counter() - start) * 1000)
         assert len(claimed) == batch
-        with state.engine.begin() as conn:  # back to PENDING, so the backlog does not shrink
+        with runtime.engine.begin() as conn:  # back to PENDING, so the backlog does not shrink
             conn.execute(
                 sa.update(job_queue)
                 .where(job_queue.c.job_id.in_([c.job_id for c in claimed]))
@@ -125,7 +125,7 @@ def claim_cost(
 
 def analyze() -> None:
     """Fresh statistics for the hot table (PostgreSQL, MariaDB), as the server would gather."""
-    engine = ratchet.state.engine
+    engine = ratchet.runtime.engine
     if engine.dialect.name == "postgresql":
         with engine.execution_options(isolation_level="AUTOCOMMIT").connect() as conn:
             conn.exec_driver_sql("VACUUM ANALYZE ratchet_job_queue")
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
         for label, url in stores:
             app = make_app(url)
             with app.app_context():
-                ratchet.state.ensure_schema()
+                ratchet.runtime.ensure_schema()
                 single(100)  # warm up connections and statement caches
                 r = rate(args.single, lambda: single(args.single))
                 rows.append((label, f"single enqueue ({args.single:,} jobs)", f"{r:,.0f} jobs/s"))
@@ -181,7 +181,7 @@ def other_queues(label: str, url: str, deep: int) -> list[tuple[str, str, str]]:
     rows = []
     app = make_app(url)
     with app.app_context():
-        ratchet.state.ensure_schema()
+        ratchet.runtime.ensure_schema()
         bulk(10_000, queue="mail")
         for other in (0, deep):
             bulk(other, queue="bulk")

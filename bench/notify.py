@@ -49,14 +49,14 @@ def measure(url: str, mode: str, threads: int, seconds: float, out: object) -> N
     app = make_app(url)
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {"pool_size": threads + 2}
     with app.app_context():
-        state = ratchet.state
-        state.ensure_schema()
-        notifier = Notifier(PgChannels(state.engine.url))
+        runtime = ratchet.runtime
+        runtime.ensure_schema()
+        notifier = Notifier(PgChannels(runtime.engine.url))
         if mode == "after commit (shipped)":
-            state.wakeups.notifier = lambda: notifier.request  # type: ignore[method-assign]
+            runtime.wakeups.notifier = lambda: notifier.request  # type: ignore[method-assign]
             n = run(app, threads, seconds, lambda i: ratchet.enqueue_now(noop, i) and None)
         elif mode == "in transaction":
-            state.wakeups.notifier = lambda: None  # type: ignore[method-assign]
+            runtime.wakeups.notifier = lambda: None  # type: ignore[method-assign]
 
             def in_transaction(i: int) -> None:
                 with ratchet.transaction() as conn:
@@ -66,7 +66,7 @@ def measure(url: str, mode: str, threads: int, seconds: float, out: object) -> N
             n = run(app, threads, seconds, in_transaction)
             notifier.sent = n
         else:
-            state.wakeups.notifier = lambda: None  # type: ignore[method-assign]
+            runtime.wakeups.notifier = lambda: None  # type: ignore[method-assign]
             n = run(app, threads, seconds, lambda i: ratchet.enqueue_now(noop, i) and None)
         db.engine.dispose()
     out.put((n, notifier.sent))  # type: ignore[attr-defined]

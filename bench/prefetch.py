@@ -70,7 +70,7 @@ def one_run(url: str, args: argparse.Namespace, prefetch: list[str]) -> dict[str
     ]
     try:
         with app.app_context():
-            ratchet.state.ensure_schema()
+            ratchet.runtime.ensure_schema()
             while _nodes() < 2:
                 time.sleep(0.1)
             start = time.time()

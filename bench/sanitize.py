@@ -19,7 +19,6 @@ import time
 from collections.abc import Callable
 
 from flask_ratchet.console import present
-
 from flask_ratchet.retry import describe, format_traceback, sanitize
 
 #: The shapes of text timed, each made ``size`` characters long by repeating its unit.

@@ -219,7 +219,7 @@ def warm_client() -> None:
     finds nothing to do). Needs an app context."""
     with db.engine.connect() as conn:
         conn.exec_driver_sql("SELECT 1")
-    ratchet.state.wake()
+    ratchet.runtime.wake()
 
 
 def bench_stores(which: str, pg: str, pg_name: str, tmp: Path) -> list[tuple[str, str]]:
@@ -232,7 +232,7 @@ def bench_stores(which: str, pg: str, pg_name: str, tmp: Path) -> list[tuple[str
         lite = f"sqlite:///{tmp / 'bench.db'}"
         app = make_app(lite)
         with app.app_context():
-            ratchet.state.ensure_schema()
+            ratchet.runtime.ensure_schema()
             db.engine.dispose()
         stores.append(("SQLite", lite))
     return stores

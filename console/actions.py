@@ -29,7 +29,7 @@ from flask_ratchet.states import TERMINAL, Action, JobStatus, sources
 
 from . import filters, pages, reads
 from .htmx import notice_or_page
-from .pages import job_id_or_404, state
+from .pages import current_runtime, job_id_or_404
 from .security import actor
 
 #: The most jobs one action changes: a bulk action takes the newest this many that match.
@@ -84,10 +84,10 @@ def _apply(
     say) is counted as refused, without taking the other jobs' changes and the audit row down
     with it (see :func:`~flask_ratchet.api.jobs.change_each`).
     """
-    s = state()
-    changed, refused = jobs.change_each(s, action, ids)
+    runtime = current_runtime()
+    changed, refused = jobs.change_each(runtime, action, ids)
     outcome = ActionResult(action, changed, refused)
-    with s.connection() as conn:
+    with runtime.connection() as conn:
         audit(conn, action, scope, target(outcome), outcome.requested, len(outcome.changed))
     return outcome
 
@@ -103,9 +103,10 @@ def audit(
 ) -> None:
     """One ``ratchet_audit`` row for this request's actor and role, stamped ``at`` (by default
     now, by the database's clock)."""
-    state().store.cluster.record_audit(
+    store = current_runtime().store
+    store.cluster.record_audit(
         conn,
-        at=state().store.now(conn) if at is None else at,
+        at=store.now(conn) if at is None else at,
         actor=actor(),
         role=str(g.ratchet_role),
         action=action,
@@ -183,9 +184,9 @@ def _confirm_page(name: str, wanted: filters.ListRequest, grew_from: int | None 
     greater ids) and the count shown: the action then never reaches a job that arrived after
     this page, and asks again if more jobs came to match meanwhile.
     """
-    s = state()
+    runtime = current_runtime()
     among = SOURCES[name]
-    with s.connection() as conn:
+    with runtime.connection() as conn:
         floor = reads.jobs.search_floor(conn, wanted.query)
         n = reads.jobs.count_jobs(conn, wanted.query, BULK_CAP, among=among, floor=floor)
         newest = reads.jobs.matching_ids(conn, wanted.query, 1, among=among, floor=floor)
@@ -222,9 +223,9 @@ def on_filter() -> tuple[str, int] | Response | str:
     if bound is None:
         abort(400, "bound must be the job id from the confirmation page")
     confirmed = filters.whole_number("count", request.form.get("count", ""), 0, filters.INT_MAX)
-    s = state()
+    runtime = current_runtime()
     among = SOURCES[name]
-    with s.connection() as conn:
+    with runtime.connection() as conn:
         floor = reads.jobs.search_floor(conn, wanted.query)
         n = reads.jobs.count_jobs(
             conn, wanted.query, BULK_CAP, among=among, upto=bound, floor=floor
@@ -273,16 +274,16 @@ class RecurringActionResult:
     status: str | None = None
 
 
-def _recurring_operation(s: Runtime, action: str) -> Callable[[str], bool | uuid.UUID]:
+def _recurring_operation(runtime: Runtime, action: str) -> Callable[[str], bool | uuid.UUID]:
     def run(recurring_id: str) -> bool | uuid.UUID:
-        child = recurring.run_now(s, recurring_id)
+        child = recurring.run_now(runtime, recurring_id)
         return False if child is None else child
 
     ops: dict[str, Callable[[str], bool | uuid.UUID]] = {
-        "pause": lambda recurring_id: recurring.pause(s, recurring_id),
-        "resume": lambda recurring_id: recurring.resume(s, recurring_id),
+        "pause": lambda recurring_id: recurring.pause(runtime, recurring_id),
+        "resume": lambda recurring_id: recurring.resume(runtime, recurring_id),
         "run": run,
-        "cancel": lambda recurring_id: recurring.cancel(s, recurring_id),
+        "cancel": lambda recurring_id: recurring.cancel(runtime, recurring_id),
     }
     return ops[action]
 
@@ -299,19 +300,19 @@ def recurring_one(action: str) -> Response | str:
     recurring_id = request.form.get("id", "")
     if not recurring_id or len(recurring_id) > filters.MAX_TEXT:
         abort(400, f"id must be a recurring job's id of 1 to {filters.MAX_TEXT} characters")
-    s = state()
-    op = _recurring_operation(s, action)
-    with s.connection() as conn:
+    runtime = current_runtime()
+    op = _recurring_operation(runtime, action)
+    with runtime.connection() as conn:
         try:
             # A savepoint, as for jobs: a failure in the database leaves the audit row intact.
-            with s.store.savepoint(conn):
+            with runtime.store.savepoint(conn):
                 result = op(recurring_id)
         except sa.exc.DBAPIError:
             result = False
         child = result if isinstance(result, uuid.UUID) else None
         changed = child is not None or result is True
         audit(conn, action, "recurring", recurring_id, 1, int(changed))
-        found = None if changed else recurring.get(s, recurring_id)
+        found = None if changed else recurring.get(runtime, recurring_id)
     outcome = RecurringActionResult(
         action,
         recurring_id,

@@ -21,11 +21,10 @@ from flask import Flask, abort, current_app, request
 from sqlalchemy.exc import SQLAlchemyError
 from werkzeug.wrappers import Response
 
-from flask_ratchet import runtime
 from flask_ratchet.errors import SchemaNotReady
 from flask_ratchet.states import JobStatus
 
-from .pages import live_after
+from .pages import current_runtime, live_after
 from .reads.cluster import ClusterFigures, cluster_figures
 
 if TYPE_CHECKING:
@@ -96,10 +95,12 @@ class ClusterCollector:
     def read(self) -> ClusterFigures:
         """The figures, in an app context of the collector's app."""
         with self._app.app_context():
-            s = runtime.current()
-            with s.connection() as conn:
-                now = s.store.now(conn)
-                return cluster_figures(conn, s.store.dialect, s.store.queues, now, live_after(s))
+            runtime = current_runtime()
+            with runtime.connection() as conn:
+                now = runtime.store.now(conn)
+                return cluster_figures(
+                    conn, runtime.store.dialect, runtime.store.queues, now, live_after(runtime)
+                )
 
 
 def _why(exc: Exception) -> str:

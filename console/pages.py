@@ -14,12 +14,12 @@ from typing import Any
 from flask import abort, g, render_template, request, url_for
 from sqlalchemy.engine import Connection
 
-from flask_ratchet import api, runtime
+from flask_ratchet import api
 from flask_ratchet.cron import DIALECT_LABELS, CronError, dialect, next_fire_times
 from flask_ratchet.flows import waits_for_parent
 from flask_ratchet.paging import Page
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
-from flask_ratchet.runtime import Runtime
+from flask_ratchet.runtime import Runtime, current
 from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
 
 from . import filters, reads
@@ -32,15 +32,15 @@ NEW_CAP = 999
 UPCOMING = 3
 
 
-def state() -> Runtime:
-    """The current app's ratchet runtime."""
-    return runtime.current()
+def current_runtime() -> Runtime:
+    """The current app's ratchet runtime (``app.extensions["ratchet"]``)."""
+    return current()
 
 
-def live_after(s: Runtime) -> float:
+def live_after(runtime: Runtime) -> float:
     """Seconds since its last heartbeat within which a node counts as live: three missed
     heartbeats make it silent."""
-    return 3 * s.config.heartbeat_interval
+    return 3 * runtime.config.heartbeat_interval
 
 
 def overview() -> str:
@@ -48,13 +48,13 @@ def overview() -> str:
     the last hour), queue health, nodes and recent actions."""
     chosen = filters.one_of("window", request.args.get("window"), tuple(reads.overview.WINDOWS))
     window = reads.overview.WINDOWS[chosen] if chosen else reads.overview.DEFAULT_WINDOW
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
-        counts = reads.overview.status_counts(conn, s.store.dialect)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
+        counts = reads.overview.status_counts(conn, runtime.store.dialect)
         buckets = reads.overview.throughput(conn, now, window)
-        oldest = s.store.health.oldest_due_age(conn, now)
-        p95 = s.store.health.p95_queue_wait(conn, now)
+        oldest = runtime.store.health.oldest_due_age(conn, now)
+        p95 = runtime.store.health.p95_queue_wait(conn, now)
         nodes = reads.nodes.nodes(conn, now)
         audit = reads.overview.recent_audit(conn)
     return render_template(
@@ -67,7 +67,7 @@ def overview() -> str:
         window_arg=None if window == reads.overview.DEFAULT_WINDOW else window.key,
         oldest=oldest,
         p95=p95,
-        nodes=[n for n in nodes if n.heartbeat_age <= live_after(s)],
+        nodes=[n for n in nodes if n.heartbeat_age <= live_after(runtime)],
         audit=audit,
         now=now,
     )
@@ -89,23 +89,23 @@ def header_alarms() -> reads.alarms.Alarms | None:
 
 def read_alarms() -> reads.alarms.Alarms:
     """Every alarm, as of the database's time."""
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
         return reads.alarms.alarms(
             conn,
             now,
-            live_after(s),
-            s.config.alarm_due_after,
-            s.config.alarm_dead_letter_window,
+            live_after(runtime),
+            runtime.config.alarm_due_after,
+            runtime.config.alarm_dead_letter_window,
         )
 
 
 def jobs() -> str:
     """The job list: filters, sort, keyset pages, and a banner counting newer jobs."""
     wanted = filters.parse(request.args)
-    s = state()
-    with s.connection() as conn:
+    runtime = current_runtime()
+    with runtime.connection() as conn:
         floor = reads.jobs.search_floor(conn, wanted.query)
         try:
             page = reads.jobs.list_jobs(conn, wanted.query, wanted.size, wanted.cursor, floor=floor)
@@ -152,8 +152,8 @@ def jobs_new() -> str:
     newest = filters.job_id(request.args.get("newest", ""))
     if newest is None:
         abort(400, "newest must be a job id")
-    s = state()
-    with s.connection() as conn:
+    runtime = current_runtime()
+    with runtime.connection() as conn:
         n = reads.jobs.newer_than(conn, wanted.query, newest, NEW_CAP)
     return render_template("ratchet/_jobs_new.html", n=n, cap=NEW_CAP, args=wanted.args)
 
@@ -162,11 +162,11 @@ def job_detail(job_id: str) -> str:
     """One job: facts, arguments, progress, executions, logs, alerts, neighbours, actions, and
     the batch, chain or workflow it is part of."""
     key = job_id_or_404(job_id)
-    s = state()
-    job = api.jobs.get(s, key)
+    runtime = current_runtime()
+    job = api.jobs.get(runtime, key)
     if job is None:
         abort(404)
-    with s.connection() as conn:
+    with runtime.connection() as conn:
         extras = reads.job_detail.job_extras(conn, key)
         flow = reads.batches.job_flow(conn, key)
         waits_on = None if flow is None else flow.waits_on
@@ -221,9 +221,9 @@ def batches() -> str:
     wanted = filters.one_of("state", request.args.get("state"), reads.batches.BATCH_STATES)
     size = filters.page_size(request.args.get("size"))
     cursor = filters.checked_cursor(request.args.get("cursor"))
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
         try:
             page = reads.batches.list_batches(conn, wanted, size, cursor)
         except ValueError:
@@ -248,9 +248,9 @@ def batch_detail(batch_id: str) -> str:
     wanted = filters.one_of("status", request.args.get("status"), tuple(JobStatus.__members__))
     size = filters.page_size(request.args.get("size"))
     cursor = filters.checked_cursor(request.args.get("cursor"))
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
         found = reads.batches.batch_row(conn, key)
         if found is None:
             abort(404)
@@ -288,19 +288,19 @@ def _page_args(size: int, **values: str | None) -> dict[str, str]:
 
 def dead_letters() -> str:
     """Jobs that failed for good, grouped by task and error, with their alerts."""
-    s = state()
-    with s.connection() as conn:
+    runtime = current_runtime()
+    with runtime.connection() as conn:
         groups = reads.dead_letters.failure_groups(conn)
     return render_template("ratchet/dlq.html", groups=groups)
 
 
 def nodes() -> str:
     """Every worker node: heartbeat age, running jobs, version."""
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
         rows = reads.nodes.nodes(conn, now)
-    return render_template("ratchet/nodes.html", nodes=rows, live_after=live_after(s))
+    return render_template("ratchet/nodes.html", nodes=rows, live_after=live_after(runtime))
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,10 +316,10 @@ class MasterRow:
 def recurring() -> str:
     """Every recurring master (CANCELED ones with ``?canceled=1``) and its next fire times."""
     with_canceled = request.args.get("canceled", "") == "1"
-    s = state()
-    masters = api.recurring.list_all(s, with_canceled)
-    with s.connection() as conn:
-        now = s.store.now(conn)
+    runtime = current_runtime()
+    masters = api.recurring.list_all(runtime, with_canceled)
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
     rows = [MasterRow(m, _upcoming(m), _dialect(m.cron)) for m in masters]
     return render_template(
         "ratchet/recurring.html",
@@ -360,7 +360,7 @@ def recurring_cancel() -> str:
     wanted = request.args.get("id", "")
     if not wanted or len(wanted) > filters.MAX_TEXT:
         abort(404)
-    master = api.recurring.get(state(), wanted)
+    master = api.recurring.get(current_runtime(), wanted)
     if master is None:
         abort(404)
     return render_template("ratchet/recurring_cancel.html", master=master)

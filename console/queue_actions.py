@@ -14,7 +14,7 @@ from flask_ratchet.errors import InvalidOption
 
 from .actions import audit
 from .htmx import notice_or_page
-from .pages import state
+from .pages import current_runtime
 from .security import actor
 
 #: The actions, and what each does.
@@ -36,10 +36,10 @@ def set_paused(action: str) -> Response | str:
     if change is None:
         abort(400, f"action must be one of {', '.join(QUEUE_ACTIONS)}")
     name = request.form.get("name", "")
-    s = state()
-    with s.connection() as conn:
+    runtime = current_runtime()
+    with runtime.connection() as conn:
         try:
-            changed = change(s, name, by=actor())
+            changed = change(runtime, name, by=actor())
         except InvalidOption as exc:
             abort(400, str(exc))
         audit(conn, f"{action}-queue", "queue", name, 1, int(changed))

@@ -6,12 +6,12 @@ from __future__ import annotations
 from flask import render_template
 
 from . import reads
-from .pages import state
+from .pages import current_runtime
 
 
 def queues() -> str:
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
-        report = reads.queues.queues(conn, s.store.queues, now)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
+        report = reads.queues.queues(conn, runtime.store.queues, now)
     return render_template("ratchet/queues.html", report=report, max_queues=reads.queues.MAX_QUEUES)

@@ -24,7 +24,7 @@ from flask_ratchet.resources import ResourceLimit
 from . import filters, reads
 from .actions import audit
 from .htmx import notice_or_page
-from .pages import live_after, state
+from .pages import current_runtime, live_after
 
 #: The audit action of a limit set from the console.
 SET_LIMIT = "set-limit"
@@ -72,11 +72,11 @@ def set_limit() -> Response | str:
         # Its column is an INTEGER: PostgreSQL would refuse the row, SQLite store a number
         # no other reader expects.
         abort(400, f"max_concurrent must be at most {filters.INT_MAX}")
-    s = state()
-    with s.connection() as conn:
-        before = s.store.resources.get_resource_limit(conn, name)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        before = runtime.store.resources.get_resource_limit(conn, name)
         try:
-            limit = configure_resource(s, name, wanted_max, wanted_delay)
+            limit = configure_resource(runtime, name, wanted_max, wanted_delay)
         except ValueError as exc:
             abort(400, str(exc))
         outcome = LimitChange(limit, before)
@@ -96,16 +96,16 @@ def reset_breaker() -> Response | str:
     service = request.form.get("service", "")
     if not service or len(service) > filters.MAX_TEXT:
         abort(400, f"service must be a service's name of 1 to {filters.MAX_TEXT} characters")
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
-        found = reads.resources.service_breakers(conn, now, live_after(s), service)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
+        found = reads.resources.service_breakers(conn, now, live_after(runtime), service)
         workers = len(found.nodes)
         if workers:
             # Requested of and passed on to every live worker that reports the breaker; each
             # applies it at its next heartbeat, which the page then shows.
             audit(conn, BREAKER_RESET, "breaker", service, workers, workers, at=now)
-    outcome = ResetOutcome(service, workers, now, s.config.heartbeat_interval)
+    outcome = ResetOutcome(service, workers, now, runtime.config.heartbeat_interval)
     return notice_or_page(
         "ratchet/_breaker_notice.html", url_for("ratchet_console.breakers"), outcome=outcome
     )

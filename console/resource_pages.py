@@ -12,17 +12,17 @@ from flask_ratchet.options import RESOURCE_MAX_LENGTH
 from flask_ratchet.resources import DEFAULT_RETRY_DELAY
 
 from . import filters, reads
-from .pages import live_after, state
+from .pages import current_runtime, live_after
 
 
 def resources() -> str:
     """Every resource with a limit, permits out or live jobs naming it: its limit, permits in
     use and who holds them, and its waiting jobs."""
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
-        report = reads.resources.resources(conn, s.store.dialect)
-        live = reads.resources.live_node_ids(conn, now, live_after(s))
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
+        report = reads.resources.resources(conn, runtime.store.dialect)
+        live = reads.resources.live_node_ids(conn, now, live_after(runtime))
     return render_template(
         "ratchet/resources.html",
         report=report,
@@ -41,11 +41,11 @@ def resource_limit() -> str:
     name = request.args.get("name", "")
     if not name or len(name) > RESOURCE_MAX_LENGTH:
         abort(404)
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
-        row = reads.resources.resource(conn, s.store.dialect, name)
-        live = reads.resources.live_node_ids(conn, now, live_after(s))
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
+        row = reads.resources.resource(conn, runtime.store.dialect, name)
+        live = reads.resources.live_node_ids(conn, now, live_after(runtime))
     return render_template(
         "ratchet/resource_limit.html",
         r=row,
@@ -57,15 +57,15 @@ def resource_limit() -> str:
 
 def breakers() -> str:
     """Every service's circuit breaker in each live worker, and its worst state."""
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
-        report = reads.resources.breakers(conn, now, live_after(s))
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
+        report = reads.resources.breakers(conn, now, live_after(runtime))
     return render_template(
         "ratchet/breakers.html",
         report=report,
         now=now,
-        interval=s.config.heartbeat_interval,
+        interval=runtime.config.heartbeat_interval,
         max_services=reads.resources.MAX_SERVICES,
     )
 
@@ -76,10 +76,10 @@ def breaker_reset() -> str:
     service = request.args.get("service", "")
     if not service or len(service) > filters.MAX_TEXT:
         abort(404)
-    s = state()
-    with s.connection() as conn:
-        now = s.store.now(conn)
-        found = reads.resources.service_breakers(conn, now, live_after(s), service)
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        now = runtime.store.now(conn)
+        found = reads.resources.service_breakers(conn, now, live_after(runtime), service)
     return render_template(
-        "ratchet/breaker_reset.html", svc=found, interval=s.config.heartbeat_interval
+        "ratchet/breaker_reset.html", svc=found, interval=runtime.config.heartbeat_interval
     )

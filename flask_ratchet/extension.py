@@ -18,7 +18,7 @@ from flask import Flask, current_app
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection
 
-from . import facts, migrate, runtime
+from . import facts, migrate
 from .api import handles, jobs, queues, resources
 from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
 from .api.handles import JobHandle
@@ -34,6 +34,7 @@ from .recurring import RecurringDefinition
 from .registry import TaskRegistry
 from .resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from .runtime import Runtime
+from .runtime import current as current_runtime
 from .states import JobStatus
 from .store.types import ClaimedJob
 from .worker.inline import eager_hook
@@ -85,8 +86,8 @@ class Ratchet(RecurringMethods):
         config = RatchetConfig.from_mapping(app.config)
         found = app.extensions.get("sqlalchemy")
         database = database_for(app, db or self._db, found, config)
-        state = Runtime(database, config, self.registry, self.recurring_definitions)
-        app.extensions["ratchet"] = state
+        runtime = Runtime(database, config, self.registry, self.recurring_definitions)
+        app.extensions["ratchet"] = runtime
 
         from .cli import ratchet_cli
 
@@ -98,16 +99,16 @@ class Ratchet(RecurringMethods):
         app.before_request(_ensure_schema)
         app.teardown_request(_warn_uncommitted)
         if config.eager:  # tests only: jobs run in this process when their enqueue commits
-            state.run_inline = eager_hook(app, raise_errors=config.eager_raise)
+            runtime.run_inline = eager_hook(app, raise_errors=config.eager_raise)
         if config.console_url_prefix is not None:
             from .console import blueprint
 
             app.register_blueprint(blueprint, url_prefix=config.console_url_prefix)
 
     @property
-    def state(self) -> Runtime:
+    def runtime(self) -> Runtime:
         """The current app's :class:`~flask_ratchet.runtime.Runtime` (needs an app context)."""
-        return runtime.current(self.registry)
+        return current_runtime(self.registry)
 
     # -- tasks ---------------------------------------------------------------------------------
 
@@ -149,7 +150,7 @@ class Ratchet(RecurringMethods):
         ``fn`` is a registered task (or its name) or a function under ``RATCHET_ALLOWED_MODULES``.
         Nothing is written until :meth:`JobBuilder.submit`.
         """
-        return make_builder(self.state, fn, args, kwargs)
+        return make_builder(self.runtime, fn, args, kwargs)
 
     def enqueue_now(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> JobHandle:
         """Enqueue with the task's default options and submit: ``enqueue(...).submit()``."""
@@ -163,7 +164,7 @@ class Ratchet(RecurringMethods):
         :raises InvalidOption: unless ``delay`` is a ``timedelta`` or seconds from 0 to
             ``options.MAX_DURATION`` (100 years).
         """
-        return make_builder(self.state, fn, args, kwargs, delay=seconds("delay", delay))
+        return make_builder(self.runtime, fn, args, kwargs, delay=seconds("delay", delay))
 
     def schedule_at(
         self, when: datetime, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any
@@ -174,7 +175,7 @@ class Ratchet(RecurringMethods):
             (1970) or after ``options.LATEST_DUE`` (9999-01-01 UTC).
         """
         run_at = due_time("schedule_at()", when)
-        return make_builder(self.state, fn, args, kwargs, run_at=run_at)
+        return make_builder(self.runtime, fn, args, kwargs, run_at=run_at)
 
     def wait(
         self,
@@ -193,11 +194,11 @@ class Ratchet(RecurringMethods):
         :raises JobFailed: with ``raise_on_failure``, if it ended FAILED or CANCELED.
         :raises InvalidJobId: for an id that is no UUID.
         """
-        return handles.wait(self.state, job_id, timeout, raise_on_failure=raise_on_failure)
+        return handles.wait(self.runtime, job_id, timeout, raise_on_failure=raise_on_failure)
 
     def enqueue_many(self, builders: Iterable[JobBuilder]) -> list[JobHandle]:
         """Submit many jobs in one transaction with multi-row inserts; all or nothing."""
-        return submit_jobs(self.state, list(builders))
+        return submit_jobs(self.runtime, list(builders))
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
@@ -205,31 +206,31 @@ class Ratchet(RecurringMethods):
 
         Inside a request you rarely need this: operations join the request's ``db.session``.
         """
-        with self.state.transaction() as conn:
+        with self.runtime.transaction() as conn:
             yield conn
 
     # -- operations ----------------------------------------------------------------------------
 
     def cancel_job(self, job_id: uuid.UUID | str) -> bool:
         """PENDING, PAUSED or RUNNING → CANCELED (a running job's result is discarded)."""
-        return jobs.cancel(self.state, job_id)
+        return jobs.cancel(self.runtime, job_id)
 
     def pause_job(self, job_id: uuid.UUID | str) -> bool:
         """PENDING or FAILED → PAUSED, remembering which. Pausing a paused job returns True."""
-        return jobs.pause(self.state, job_id)
+        return jobs.pause(self.runtime, job_id)
 
     def resume_job(self, job_id: uuid.UUID | str) -> bool:
         """PAUSED → the status it was paused from."""
-        return jobs.resume(self.state, job_id)
+        return jobs.resume(self.runtime, job_id)
 
     def retry_job(self, job_id: uuid.UUID | str) -> bool:
         """FAILED → PENDING, attempts reset, due now; re-reserves its business key."""
-        return jobs.retry(self.state, job_id)
+        return jobs.retry(self.runtime, job_id)
 
     def delete_job(self, job_id: uuid.UUID | str) -> bool:
         """Delete a SUCCEEDED, FAILED or CANCELED job with its executions, log lines, alerts and
         tags; False (nothing deleted) if it is live or there is no such job."""
-        return jobs.delete(self.state, job_id)
+        return jobs.delete(self.runtime, job_id)
 
     def replace(
         self,
@@ -248,7 +249,7 @@ class Ratchet(RecurringMethods):
         :raises JobNotFound: if there is no such job.
         :raises IllegalTransition: if the job already ended (nothing is written).
         """
-        return jobs.replace(self.state, job_id, delay, fn, args, kwargs)
+        return jobs.replace(self.runtime, job_id, delay, fn, args, kwargs)
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -258,7 +259,7 @@ class Ratchet(RecurringMethods):
         :raises InvalidJobId: (a ``ValueError``) for an id that is no UUID: a caller's
             mistake, never a job that might exist.
         """
-        return jobs.get(self.state, job_id)
+        return jobs.get(self.runtime, job_id)
 
     def find_jobs(
         self,
@@ -282,7 +283,7 @@ class Ratchet(RecurringMethods):
                 page = ratchet.find_jobs(status="FAILED", tag="billing", cursor=page.next_cursor)
         """
         return jobs.find(
-            self.state,
+            self.runtime,
             status=status,
             task=task,
             tag=tag,
@@ -297,7 +298,7 @@ class Ratchet(RecurringMethods):
     def queue_health(self, queue: str | None = None) -> dict[str, Any]:
         """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds), of
         every job, or of the jobs of ``queue``."""
-        return jobs.queue_health(self.state, queue)
+        return jobs.queue_health(self.runtime, queue)
 
     def claim_due(
         self,
@@ -311,22 +312,22 @@ class Ratchet(RecurringMethods):
 
         Always its own short transaction: a claim never joins a request.
         """
-        return jobs.claim_due(self.state, limit, node_id, queues)
+        return jobs.claim_due(self.runtime, limit, node_id, queues)
 
     # -- batches -------------------------------------------------------------------------------
 
     def enqueue_batch(self, name: str) -> BatchBuilder:
         """Start a batch: ``add()`` children, set options and follow-ups, then ``submit()``."""
-        return BatchBuilder(self.state, name)
+        return BatchBuilder(self.runtime, name)
 
     def streaming_batch(self, name: str) -> StreamingBatchBuilder:
         """Start a batch whose children come from an iterable:
         ``.from_iterable(items).process(fn).with_chunk_size(500).start()``."""
-        return StreamingBatchBuilder(self.state, name)
+        return StreamingBatchBuilder(self.runtime, name)
 
     def batch_progress(self, batch_id: uuid.UUID | str) -> BatchProgress | None:
         """A batch's counts and metrics (``batch_id`` is its parent job's id), or None."""
-        return batch_progress(self.state, batch_id)
+        return batch_progress(self.runtime, batch_id)
 
     # -- queues --------------------------------------------------------------------------------
 
@@ -336,7 +337,7 @@ class Ratchet(RecurringMethods):
 
         :raises InvalidOption: for a name that is no queue name.
         """
-        return queues.pause_queue(self.state, name)
+        return queues.pause_queue(self.runtime, name)
 
     def resume_queue(self, name: str) -> bool:
         """Let workers claim jobs of queue ``name`` again (they are woken at once); False if it
@@ -344,13 +345,13 @@ class Ratchet(RecurringMethods):
 
         :raises InvalidOption: for a name that is no queue name.
         """
-        return queues.resume_queue(self.state, name)
+        return queues.resume_queue(self.runtime, name)
 
     def queues(self) -> list[QueueSummary]:
         """Every known queue, by name (the default queue, every queue ever paused, and every
         queue a live or ended job names, as the console lists them): live jobs per status, due
         jobs, the oldest due job's wait, and whether it is paused."""
-        return queues.queues(self.state)
+        return queues.queues(self.runtime)
 
     # -- resources -----------------------------------------------------------------------------
 
@@ -374,21 +375,21 @@ class Ratchet(RecurringMethods):
         :raises InvalidOption: for a bad name, ``max_concurrent < 1`` or a delay that is not
             positive or longer than ``options.MAX_DURATION``; nothing is written.
         """
-        return resources.configure_resource(self.state, name, max_concurrent, retry_delay)
+        return resources.configure_resource(self.runtime, name, max_concurrent, retry_delay)
 
 
 def _ensure_schema() -> None:
     # Only to create the tables before a handler can take the write lock that needs. A missing
     # schema is not the host app's pages' problem: ratchet's own calls raise SchemaNotReady.
-    state = current_app.extensions["ratchet"]
-    if state.auto_create:
-        state.ensure_schema()
+    runtime = current_app.extensions["ratchet"]
+    if runtime.auto_create:
+        runtime.ensure_schema()
 
 
 def _warn_uncommitted(exc: BaseException | None) -> None:
     # Before Flask-SQLAlchemy's teardown (an app context's) rolls the session back: a request
     # that never committed jobs it enqueued loses them without a word otherwise. Not after an
     # unhandled error, whose rollback is what the app asked for (and which is logged already).
-    state = current_app.extensions["ratchet"]
-    if exc is None and state.db is not None and state.db.session.registry.has():
-        facts.warn_uncommitted(state.db.session())
+    runtime = current_app.extensions["ratchet"]
+    if exc is None and runtime.db is not None and runtime.db.session.registry.has():
+        facts.warn_uncommitted(runtime.db.session())

@@ -2,7 +2,7 @@
 reading recurring masters, each method handing the work to :mod:`flask_ratchet.api.recurring`.
 
 A mixin, so that ``extension.py`` keeps to one screenful per concern; it needs only
-``registry``, ``recurring_definitions`` and ``state``, which ``Ratchet`` has.
+``registry``, ``recurring_definitions`` and ``runtime``, which ``Ratchet`` has.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class RecurringMethods:
     recurring_definitions: dict[str, RecurringDefinition]
 
     @property
-    def state(self) -> Runtime:
+    def runtime(self) -> Runtime:
         """The current app's Runtime (``Ratchet`` gives it)."""
         raise NotImplementedError
 
@@ -91,38 +91,38 @@ class RecurringMethods:
 
         :raises CronError: for a bad expression, interval or zone, naming the field.
         """
-        return make_recurring_builder(self.state, cron, zone, fn, args, kwargs)
+        return make_recurring_builder(self.runtime, cron, zone, fn, args, kwargs)
 
     def register_recurring(self) -> list[RecurringJob]:
         """Register every declared master now (workers do this when they start), e.g. from a
         deploy step."""
-        return recurring.register_declared(self.state)
+        return recurring.register_declared(self.runtime)
 
     def pause_recurring(self, recurring_id: str) -> bool:
         """ACTIVE → PAUSED: no children until resumed. Pausing a paused master returns True."""
-        return recurring.pause(self.state, recurring_id)
+        return recurring.pause(self.runtime, recurring_id)
 
     def resume_recurring(self, recurring_id: str) -> bool:
         """PAUSED → ACTIVE, next at the first occurrence after now (paused time is not made up)."""
-        return recurring.resume(self.state, recurring_id)
+        return recurring.resume(self.runtime, recurring_id)
 
     def cancel_recurring(self, recurring_id: str) -> bool:
         """End a master (ACTIVE or PAUSED → CANCELED); its id is free to be registered again.
 
         Children already created are not touched (cancel them with ``cancel_job``).
         """
-        return recurring.cancel(self.state, recurring_id)
+        return recurring.cancel(self.runtime, recurring_id)
 
     def run_recurring_now(self, recurring_id: str) -> JobHandle | None:
         """Create one extra child of an ACTIVE or PAUSED master, due now; ``None`` if there is
         no such master. The schedule is not changed."""
-        job_id = recurring.run_now(self.state, recurring_id)
+        job_id = recurring.run_now(self.runtime, recurring_id)
         return None if job_id is None else JobHandle(job_id)
 
     def get_recurring(self, recurring_id: str) -> RecurringJob | None:
         """A snapshot of one master (also a canceled one), or ``None``."""
-        return recurring.get(self.state, recurring_id)
+        return recurring.get(self.runtime, recurring_id)
 
     def list_recurring(self, *, include_canceled: bool = False) -> list[RecurringJob]:
         """Every master with its next fire time, by id."""
-        return recurring.list_all(self.state, include_canceled)
+        return recurring.list_all(self.runtime, include_canceled)

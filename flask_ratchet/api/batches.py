@@ -50,11 +50,11 @@ class BatchHandle:
 
     id: uuid.UUID
     total: int
-    _state: Runtime
+    _runtime: Runtime
 
     def progress(self) -> BatchProgress:
         """The batch's counts and metrics now."""
-        found = batch_progress(self._state, self.id)
+        found = batch_progress(self._runtime, self.id)
         if found is None:  # archived or deleted since
             raise LookupError(f"batch {self.id} no longer exists")
         return found
@@ -70,9 +70,9 @@ class _FollowUp:
 class BatchBuilder(OptionSetters):
     """Children, options for all of them, and follow-ups; then :meth:`submit`."""
 
-    def __init__(self, state: Runtime, name: str) -> None:
+    def __init__(self, runtime: Runtime, name: str) -> None:
         validate_text("a batch name", name, KEY_MAX_LENGTH)
-        self._state = state
+        self._runtime = runtime
         self._name = name
         self._children: list[JobBuilder] = []
         self._changes: dict[str, Any] = {}
@@ -86,7 +86,7 @@ class BatchBuilder(OptionSetters):
 
     def add(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Self:
         """Add the child ``fn(*args, **kwargs)`` (checked now, like ``enqueue``)."""
-        self._children.append(make_builder(self._state, fn, args, kwargs))
+        self._children.append(make_builder(self._runtime, fn, args, kwargs))
         return self
 
     def with_options(self, **options: Any) -> Self:
@@ -119,8 +119,8 @@ class BatchBuilder(OptionSetters):
     def on_progress(self, fn: Callable[..., Any] | str) -> Self:
         """Call ``fn(progress)`` (a registered task, with a
         :class:`~flask_ratchet.job.BatchProgress`) in the worker as children end."""
-        config = self._state.config
-        self._progress_task = self._state.registry.for_submit(fn, config.allowed_modules).name
+        config = self._runtime.config
+        self._progress_task = self._runtime.registry.for_submit(fn, config.allowed_modules).name
         return self
 
     def on_success(self, fn: Callable[..., Any] | str, /, *args: Any, **kwargs: Any) -> Self:
@@ -159,7 +159,7 @@ class BatchBuilder(OptionSetters):
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> Self:
-        builder = make_builder(self._state, fn, args, kwargs)
+        builder = make_builder(self._runtime, fn, args, kwargs)
         self._follow_ups.append(_FollowUp(builder, kind, threshold))
         return self
 
@@ -167,7 +167,7 @@ class BatchBuilder(OptionSetters):
 
     def _parent(self) -> NewJob:
         # Never run, never retried; in the app's default queue and priority unless set.
-        options = replace(self._state.config.job_defaults, max_retries=0).merged(
+        options = replace(self._runtime.config.job_defaults, max_retries=0).merged(
             **{k: v for k, v in self._changes.items() if k in ("queue", "priority", "tags")}
         )
         return NewJob(
@@ -202,7 +202,7 @@ class BatchBuilder(OptionSetters):
         parent = self._parent()
         children = [self._child(b, parent.job_id) for b in self._children]
         follow_ups, links = self._follow_up_jobs(parent.job_id)
-        store = self._state.store
+        store = self._runtime.store
         new_batch = NewBatch(parent.job_id, self._name, len(children), self._progress_task)
 
         def write(conn: Connection) -> None:
@@ -212,8 +212,8 @@ class BatchBuilder(OptionSetters):
             if not children:
                 store.flows.settle(conn, parent.job_id, self._name)  # no children: ended already
 
-        self._state.write_jobs(write, wake=lambda _: True)
-        return BatchHandle(parent.job_id, len(children), self._state)
+        self._runtime.write_jobs(write, wake=lambda _: True)
+        return BatchHandle(parent.job_id, len(children), self._runtime)
 
 
 class StreamingBatchBuilder(BatchBuilder):
@@ -221,8 +221,8 @@ class StreamingBatchBuilder(BatchBuilder):
     in one transaction: memory stays flat however many items there are, and if the iterable
     raises, nothing at all is written."""
 
-    def __init__(self, state: Runtime, name: str) -> None:
-        super().__init__(state, name)
+    def __init__(self, runtime: Runtime, name: str) -> None:
+        super().__init__(runtime, name)
         self._items: Iterable[Any] | None = None
         self._process: Callable[..., Any] | str | None = None
         self._chunk_size = 500
@@ -234,7 +234,7 @@ class StreamingBatchBuilder(BatchBuilder):
 
     def process(self, fn: Callable[..., Any] | str) -> Self:
         """The task each item is passed to."""
-        self._state.registry.for_submit(fn, self._state.config.allowed_modules)
+        self._runtime.registry.for_submit(fn, self._runtime.config.allowed_modules)
         self._process = fn
         return self
 
@@ -255,9 +255,9 @@ class StreamingBatchBuilder(BatchBuilder):
         """Read the iterable to its end, writing children as it goes, in one transaction."""
         if self._items is None or self._process is None:
             raise ValueError("call from_iterable(items) and process(fn) before start()")
-        state, store = self._state, self._state.store
-        config = state.config
-        task = state.registry.for_submit(self._process, config.allowed_modules)
+        runtime, store = self._runtime, self._runtime.store
+        config = runtime.config
+        task = runtime.registry.for_submit(self._process, config.allowed_modules)
         options = self._child_options(task.options_over(config.job_defaults))
         if "queue" not in self._changes and "queue" not in task.explicit:
             options = routed(config.routes, task.name, options)
@@ -310,8 +310,8 @@ class StreamingBatchBuilder(BatchBuilder):
 
         # write_jobs takes back everything written here if the iterable or the database
         # raises, also inside a caller's transaction (a savepoint).
-        total = state.write_jobs(stream, wake=lambda _: True)
-        return BatchHandle(parent.job_id, total, state)
+        total = runtime.write_jobs(stream, wake=lambda _: True)
+        return BatchHandle(parent.job_id, total, runtime)
 
 
 def batch_progress(runtime: Runtime, batch_id: uuid.UUID | str) -> BatchProgress | None:

@@ -47,8 +47,8 @@ class _Dependent:
 class FlowBuilder:
     """A first job and the jobs that follow it; :meth:`submit` writes them all."""
 
-    def __init__(self, state: Runtime, root: JobBuilder) -> None:
-        self._state = state
+    def __init__(self, runtime: Runtime, root: JobBuilder) -> None:
+        self._runtime = runtime
         self._root = root
         self._last = root
         self._dependents: list[_Dependent] = []
@@ -95,8 +95,8 @@ class FlowBuilder:
         worker with the step's result. If it raises, routing fails: every branch of that step
         is canceled and the error is kept with them.
         """
-        config = self._state.config
-        name = self._state.registry.for_submit(predicate, config.allowed_modules).name
+        config = self._runtime.config
+        name = self._runtime.registry.for_submit(predicate, config.allowed_modules).name
         self._add(Condition.WHEN, fn, args, kwargs, predicate=name)
         return self
 
@@ -123,7 +123,7 @@ class FlowBuilder:
                 )
             builder = fn
         else:
-            builder = make_builder(self._state, fn, args, kwargs)
+            builder = make_builder(self._runtime, fn, args, kwargs)
         self._dependents.append(_Dependent(builder, self._last, kind, predicate))
         return builder
 
@@ -156,13 +156,13 @@ class FlowBuilder:
     def submit(self) -> FlowHandle:
         """Write every job of the flow (joining the current transaction, like ``submit()``)."""
         jobs, links = self.build()
-        state = self._state
+        runtime = self._runtime
         wake = self._root.wakes_workers
 
         def write(conn: Any) -> Sequence[Any]:
-            inserted = state.store.jobs.insert_jobs(conn, jobs)
-            state.store.flows.insert_links(conn, links)
+            inserted = runtime.store.jobs.insert_jobs(conn, jobs)
+            runtime.store.flows.insert_links(conn, links)
             return inserted
 
-        inserted = state.write_jobs(write, wake=lambda _: wake)
+        inserted = runtime.write_jobs(write, wake=lambda _: wake)
         return FlowHandle(inserted[0].job_id, tuple(i.job_id for i in inserted))

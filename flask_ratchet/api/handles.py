@@ -16,12 +16,12 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-from .. import runtime
 from ..errors import JobFailed, JobNotFound, WaitInTransaction, WaitTimeout
 from ..ids import job_id_of
 from ..job import Job
 from ..options import seconds
 from ..runtime import Runtime
+from ..runtime import current as current_runtime
 from ..states import JobStatus
 from ..wakeups.end_watches import LISTEN_TIMEOUT
 
@@ -42,11 +42,11 @@ class JobHandle:
         """Wait for the job to end (SUCCEEDED, FAILED or CANCELED) and return it, with its
         ``result`` or ``error``; with ``raise_on_failure``, a job that did not succeed raises
         :class:`~flask_ratchet.errors.JobFailed` instead. See :func:`wait`."""
-        return wait(runtime.current(), self.id, timeout, raise_on_failure=raise_on_failure)
+        return wait(current_runtime(), self.id, timeout, raise_on_failure=raise_on_failure)
 
 
 def wait(
-    state: Runtime,
+    runtime: Runtime,
     job_id: uuid.UUID | str,
     timeout: timedelta | float | None,
     *,
@@ -72,22 +72,22 @@ def wait(
     """
     key = job_id_of(job_id)
     limit = math.inf if timeout is None else seconds("timeout", timeout)
-    if state.in_inline_run():
+    if runtime.in_inline_run():
         raise RuntimeError(
             f"cannot wait for job {key} from a job run in-process (run_jobs, eager mode): "
             "no other job runs until this one returns. Chain the work instead (.then())"
         )
-    if state.in_transaction():
+    if runtime.in_transaction():
         raise WaitInTransaction(
             f"cannot wait for job {key} inside an open transaction: the job's end cannot be "
             "seen from it, and a job enqueued in it does not exist for the workers until it "
             "commits. Call db.session.commit() (or leave ratchet.transaction()) first"
         )
-    state.ensure_schema()
-    engine, store = state.engine, state.store
+    runtime.ensure_schema()
+    engine, store = runtime.engine, runtime.store
     deadline = time.monotonic() + limit
     # Listen before the first read, so that an end between the read and the wait is not lost.
-    watch = state.wakeups.end_watch(min(limit, LISTEN_TIMEOUT))
+    watch = runtime.wakeups.end_watch(min(limit, LISTEN_TIMEOUT))
     try:
         while True:
             with engine.connect() as conn:

@@ -167,8 +167,10 @@ class RecurringJobBuilder(OptionsBuilder):
     ...     .submit())
     """
 
-    def __init__(self, state: Runtime, task: Task, payload_text: str, cron: str, zone: str) -> None:
-        super().__init__(state, task, payload_text)
+    def __init__(
+        self, runtime: Runtime, task: Task, payload_text: str, cron: str, zone: str
+    ) -> None:
+        super().__init__(runtime, task, payload_text)
         self._cron = cron
         self._zone = zone
         # A task registered under a name of its own (a closure, a callable object) is known by
@@ -210,7 +212,7 @@ class RecurringJobBuilder(OptionsBuilder):
             payload.encode_value(
                 f"the params of {self._task.name}",
                 self._options.params,
-                self._state.config.max_payload_bytes,
+                self._runtime.config.max_payload_bytes,
             )
         self._submitted = True
         return RecurringDefinition(
@@ -229,12 +231,12 @@ class RecurringJobBuilder(OptionsBuilder):
         return it. The same definition again changes nothing (see
         :meth:`flask_ratchet.store.recurring.Recurring.register`)."""
         definition = self.build()
-        store = self._state.store.recurring
-        return self._state.run(lambda conn: store.register(conn, definition)[0], atomic=True)
+        store = self._runtime.store.recurring
+        return self._runtime.run(lambda conn: store.register(conn, definition)[0], atomic=True)
 
 
 def make_recurring_builder(
-    state: Runtime,
+    runtime: Runtime,
     cron: str | timedelta,
     zone: str,
     target: Callable[..., Any] | str,
@@ -245,6 +247,6 @@ def make_recurring_builder(
     its arguments; raise before anything is built."""
     expr = schedule_of(cron)
     cron_validate(expr, zone)
-    task = state.registry.for_submit(target, state.config.allowed_modules)
-    text = payload.encode_arguments(task.name, args, kwargs, state.config.max_payload_bytes)
-    return RecurringJobBuilder(state, task, text, cron_normalize(expr), zone)
+    task = runtime.registry.for_submit(target, runtime.config.allowed_modules)
+    text = payload.encode_arguments(task.name, args, kwargs, runtime.config.max_payload_bytes)
+    return RecurringJobBuilder(runtime, task, text, cron_normalize(expr), zone)

@@ -101,11 +101,11 @@ class OptionsBuilder(OptionSetters):
     """Options of a job (or of a recurring master's children) over its task's defaults, and the
     warning for a builder that was never submitted."""
 
-    def __init__(self, state: Runtime, task: Task, payload_text: str) -> None:
-        self._state = state
+    def __init__(self, runtime: Runtime, task: Task, payload_text: str) -> None:
+        self._runtime = runtime
         self._task = task
         self._payload = payload_text
-        self._options = task.options_over(state.config.job_defaults)
+        self._options = task.options_over(runtime.config.job_defaults)
         self._submitted = False
         #: ``with_queue`` was called: a chain's ``with_queue`` leaves this job where it is.
         self.queue_chosen = False
@@ -119,7 +119,7 @@ class OptionsBuilder(OptionSetters):
         (``with_queue``) or its task did (see :mod:`flask_ratchet.routes`)."""
         if self.queue_chosen or "queue" in self._task.explicit:
             return self._options
-        return routed(self._state.config.routes, self._task.name, self._options)
+        return routed(self._runtime.config.routes, self._task.name, self._options)
 
     def __del__(self) -> None:
         if not getattr(self, "_submitted", True):
@@ -145,14 +145,14 @@ class JobBuilder(OptionsBuilder):
 
     def __init__(
         self,
-        state: Runtime,
+        runtime: Runtime,
         task: Task,
         payload_text: str,
         *,
         delay: float = 0.0,
         run_at: datetime | None = None,
     ) -> None:
-        super().__init__(state, task, payload_text)
+        super().__init__(runtime, task, payload_text)
         self._delay = delay
         self._run_at = run_at
         self._idempotency_key: str | None = None
@@ -216,7 +216,7 @@ class JobBuilder(OptionsBuilder):
         return self._callback("failure", fn)
 
     def _callback(self, when: str, fn: Callable[..., Any] | str) -> Self:
-        task = self._state.registry.for_submit(fn, self._state.config.allowed_modules)
+        task = self._runtime.registry.for_submit(fn, self._runtime.config.allowed_modules)
         self._callbacks.setdefault(when, []).append(task.name)
         return self
 
@@ -254,11 +254,11 @@ class JobBuilder(OptionsBuilder):
     def _flow(self) -> FlowBuilder:
         from .chains import FlowBuilder
 
-        return FlowBuilder(self._state, self)
+        return FlowBuilder(self._runtime, self)
 
     def build(self) -> NewJob:
         """Return the validated job this builder describes, and mark the builder used."""
-        limit = self._state.config.max_payload_bytes
+        limit = self._runtime.config.max_payload_bytes
         options = self._routed_options()
         params = options.params
         params_text = (
@@ -306,11 +306,11 @@ class JobBuilder(OptionsBuilder):
 
     def submit(self) -> JobHandle:
         """Write the job (joining the current transaction, see ``Ratchet.transaction``)."""
-        return submit_jobs(self._state, [self])[0]
+        return submit_jobs(self._runtime, [self])[0]
 
 
 def make_builder(
-    state: Runtime,
+    runtime: Runtime,
     target: Callable[..., Any] | str,
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
@@ -319,13 +319,13 @@ def make_builder(
     run_at: datetime | None = None,
 ) -> JobBuilder:
     """Check the task and encode its arguments; raise before anything is built if either is bad."""
-    task = state.registry.for_submit(target, state.config.allowed_modules)
-    text = payload.encode_arguments(task.name, args, kwargs, state.config.max_payload_bytes)
-    return JobBuilder(state, task, text, delay=delay, run_at=run_at)
+    task = runtime.registry.for_submit(target, runtime.config.allowed_modules)
+    text = payload.encode_arguments(task.name, args, kwargs, runtime.config.max_payload_bytes)
+    return JobBuilder(runtime, task, text, delay=delay, run_at=run_at)
 
 
 def replacement_builder(
-    state: Runtime,
+    runtime: Runtime,
     old: Job,
     target: Callable[..., Any] | str,
     args: tuple[Any, ...],
@@ -337,7 +337,7 @@ def replacement_builder(
     The new job keeps every option of the old one (:attr:`~flask_ratchet.job.Job.options`, its
     queue included), its deadline and its business key: it takes the old job's place.
     """
-    builder = make_builder(state, target, args, kwargs, delay=delay)
+    builder = make_builder(runtime, target, args, kwargs, delay=delay)
     builder._options = old.options
     builder.queue_chosen = True  # the old job's queue, not the routes'
     builder._expires_at = old.expires_at

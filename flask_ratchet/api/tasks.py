@@ -23,12 +23,12 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypedDict, TypeVar
 
-from .. import runtime
 from ..breaker import BreakerSettings
 from ..options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from ..registry import Task, TaskRegistry
 from ..retry import retry_rules
 from ..runtime import Runtime
+from ..runtime import current as current_runtime
 from .handles import JobHandle
 from .submit import JobBuilder, make_builder
 
@@ -68,7 +68,7 @@ class TaskFunction(Generic[P, R]):
     def builder(self, *args: P.args, **kwargs: P.kwargs) -> JobBuilder:
         """A job of this task with these arguments, to set options on; nothing is written
         until ``submit()``."""
-        return make_builder(self._state(), self._task.name, args, kwargs)
+        return make_builder(self._runtime(), self._task.name, args, kwargs)
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Submit a job of this task, due now, with the task's default options."""
@@ -85,7 +85,7 @@ class TaskFunction(Generic[P, R]):
         :raises InvalidOption: for a negative or too long ``delay``.
         """
         wait = seconds("delay", delay)
-        return make_builder(self._state(), self._task.name, args, kwargs, delay=wait).submit()
+        return make_builder(self._runtime(), self._task.name, args, kwargs, delay=wait).submit()
 
     def schedule_at(self, when: datetime, /, *args: P.args, **kwargs: P.kwargs) -> JobHandle:
         """Submit a job of this task due at ``when`` (an aware datetime).
@@ -93,10 +93,10 @@ class TaskFunction(Generic[P, R]):
         :raises InvalidOption: for a naive datetime or one out of range.
         """
         run_at = due_time("schedule_at()", when)
-        return make_builder(self._state(), self._task.name, args, kwargs, run_at=run_at).submit()
+        return make_builder(self._runtime(), self._task.name, args, kwargs, run_at=run_at).submit()
 
-    def _state(self) -> Runtime:
-        return runtime.current(self._registry, f"task {self._task.name!r}")
+    def _runtime(self) -> Runtime:
+        return current_runtime(self._registry, f"task {self._task.name!r}")
 
 
 class TaskOptions(TypedDict, total=False):

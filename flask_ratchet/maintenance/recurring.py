@@ -218,24 +218,24 @@ def start_recurring(
     workers, so that the children run at once. Join it with ``firer.join()`` after setting
     ``stop`` or ``draining``.
     """
-    state: Runtime = app.extensions["ratchet"]
+    runtime: Runtime = app.extensions["ratchet"]
     if burst:
         log.info("recurring jobs are not fired by a --burst worker")
         return None
-    if not state.config.recurring_enabled:
+    if not runtime.config.recurring_enabled:
         log.info("recurring jobs are disabled here (RATCHET_RECURRING_ENABLED = False)")
         return None
-    registrar = Registrar(store, engine, state.declared_masters())
+    registrar = Registrar(store, engine, runtime.declared_masters())
     registrar.register_pending()
 
     def wake() -> None:
         with app.app_context():
-            state.wake()
+            runtime.wake()
 
     firer = RecurringFirer(
         store,
         engine,
-        state.config,
+        runtime.config,
         stop,
         draining=draining,
         registrar=registrar,

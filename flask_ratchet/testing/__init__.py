@@ -61,9 +61,9 @@ def _app(app: Flask | None) -> Flask:
     return app if app is not None else current_app._get_current_object()  # type: ignore[attr-defined]
 
 
-def _state(app: Flask | None = None) -> Runtime:
-    found: Runtime = _app(app).extensions["ratchet"]
-    return found
+def _runtime(app: Flask | None = None) -> Runtime:
+    runtime: Runtime = _app(app).extensions["ratchet"]
+    return runtime
 
 
 # -- running jobs ---------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def run_jobs(
         queues=queues, limit=limit, retry_delays=retry_delays, raise_errors=raise_errors
     )
     with target.app_context():
-        return _snapshots(_state(target), ran)
+        return _snapshots(_runtime(target), ran)
 
 
 @contextmanager
@@ -109,13 +109,13 @@ def eager(app: Flask | None = None, *, raise_errors: bool = True) -> Iterator[In
     exception); ``False`` only records it.
     """
     target = _app(app)
-    state = _state(target)
-    previous = state.run_inline
-    state.run_inline = eager_hook(target, raise_errors=raise_errors)
+    runtime = _runtime(target)
+    previous = runtime.run_inline
+    runtime.run_inline = eager_hook(target, raise_errors=raise_errors)
     try:
         yield inline_runner(target)
     finally:
-        state.run_inline = previous
+        runtime.run_inline = previous
 
 
 # -- what was enqueued ----------------------------------------------------------------------------
@@ -130,11 +130,11 @@ def enqueued_jobs(
 ) -> list[Job]:
     """The jobs of ``task`` (every task for ``None``) in ``queue``, oldest first; by default
     the PENDING ones (``status=None``: all). Inside a transaction, its own jobs count too."""
-    state = _state(app)
+    runtime = _runtime(app)
     out: list[Job] = []
     cursor: str | None = None
     while True:
-        page = find(state, status=status, task=task, queue=queue, limit=500, cursor=cursor)
+        page = find(runtime, status=status, task=task, queue=queue, limit=500, cursor=cursor)
         out.extend(page.items)
         cursor = page.next_cursor
         if cursor is None:
@@ -267,11 +267,11 @@ class JobsKit:
         refute_enqueued(task, app=self.app, **match)
 
 
-def _snapshots(state: Runtime, ids: list[uuid.UUID]) -> list[Job]:
+def _snapshots(runtime: Runtime, ids: list[uuid.UUID]) -> list[Job]:
     out = []
-    with state.engine.connect() as conn:
+    with runtime.engine.connect() as conn:
         for job_id in ids:
-            job = state.store.jobs.get_job(conn, job_id)
+            job = runtime.store.jobs.get_job(conn, job_id)
             if job is None:
                 raise JobNotFound(f"job {job_id} ran here and is gone (deleted meanwhile)")
             out.append(job)

@@ -61,12 +61,12 @@ class Attempts:
     """Runs attempts for one worker (or the testing kit's in-process runs): its app, its
     process's circuit breakers and the permits it holds."""
 
-    def __init__(self, app: Flask, state: Runtime, supervisor: WorkerSide) -> None:
+    def __init__(self, app: Flask, runtime: Runtime, supervisor: WorkerSide) -> None:
         self._app = app
-        self._state = state
+        self._runtime = runtime
         self._supervisor = supervisor
         #: This process's circuit breakers, by service.
-        self.breakers = Breakers(state.config.circuit_breakers)
+        self.breakers = Breakers(runtime.config.circuit_breakers)
         self._permits = PermitGate(supervisor)
 
     def run(self, run: Run) -> Finished | None:
@@ -85,7 +85,9 @@ class Attempts:
             args, kwargs, params = read_claimed(run.claimed)
             if params is not None:
                 run.ctx.params = params
-            task = self._state.registry.for_run(claimed.task, self._state.config.allowed_modules)
+            task = self._runtime.registry.for_run(
+                claimed.task, self._runtime.config.allowed_modules
+            )
         except UnknownTask as exc:
             return self._refuse(run, exc)
         except (UnreadableJob, TaskNotAllowed) as exc:
@@ -144,7 +146,7 @@ class Attempts:
             return None
         try:
             result = payload.encode_value(
-                f"the result of {claimed.task}", value, self._state.config.max_payload_bytes
+                f"the result of {claimed.task}", value, self._runtime.config.max_payload_bytes
             )
         except (PayloadError, PayloadTooLarge) as exc:
             return failed(run, exc, permanent=True)

@@ -50,7 +50,7 @@ class Executor:
     def __init__(
         self,
         app: Flask,
-        state: Runtime,
+        runtime: Runtime,
         supervisor: WorkerSide,
         report: Callable[[Finished], None],
         concurrency: int,
@@ -58,7 +58,7 @@ class Executor:
         prefetch: int | None = None,
     ) -> None:
         self._app = app
-        self._state = state
+        self._runtime = runtime
         self._supervisor = supervisor
         self._report = report
         self._on_free = on_free
@@ -79,7 +79,7 @@ class Executor:
         self._prefetch = prefetch
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
-        self._attempts = Attempts(app, state, supervisor)
+        self._attempts = Attempts(app, runtime, supervisor)
         #: This process's circuit breakers, by service.
         self.breakers = self._attempts.breakers
 

@@ -114,7 +114,7 @@ def runs(path: Path) -> collections.Counter[str]:
 def enqueue_marks(url: str, path: Path) -> list[str]:
     app = create_app(url)
     with app.app_context():
-        ratchet.state.ensure_schema()
+        ratchet.runtime.ensure_schema()
         handles = ratchet.enqueue_many(ratchet.enqueue(mark_run, str(path)) for _ in range(JOBS))
         db.engine.dispose()
     return [str(h.id) for h in handles]

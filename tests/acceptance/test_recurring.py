@@ -33,9 +33,9 @@ def children(recurring_id: str) -> list[tuple[datetime, datetime]]:
 
 
 def db_now() -> datetime:
-    state = ratchet.state
-    with state.engine.connect() as conn:
-        return state.store.now(conn)
+    runtime = ratchet.runtime
+    with runtime.engine.connect() as conn:
+        return runtime.store.now(conn)
 
 
 def stop(workers: Workers, procs: list[subprocess.Popen[bytes]]) -> None:

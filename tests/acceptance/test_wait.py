@@ -37,7 +37,7 @@ def test_a_waiter_reads_the_job_a_few_times_not_in_a_tight_loop(
         if statement.startswith("SELECT ratchet_job.job_id"):  # one per read of the job
             reads.append(statement)
 
-    engine = ratchet.state.engine
+    engine = ratchet.runtime.engine
     sa.event.listen(engine, "before_cursor_execute", count_reads)
     try:
         assert slow.wait(timeout=60).status == JobStatus.SUCCEEDED
@@ -54,7 +54,7 @@ def test_a_waiter_reads_the_job_a_few_times_not_in_a_tight_loop(
 def test_on_postgresql_a_worker_tells_waiters_that_jobs_ended(app: Flask, workers: Workers) -> None:
     workers.start()
     add.enqueue(0, 0).wait(timeout=60)  # the worker is up
-    watch = ChannelEndWatch(PgChannels(ratchet.state.engine.url))
+    watch = ChannelEndWatch(PgChannels(ratchet.runtime.engine.url))
     try:
         add.enqueue(1, 1)
         started = time.monotonic()

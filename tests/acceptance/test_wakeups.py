@@ -42,7 +42,7 @@ def prefix(database_url: str) -> str:
 def app(database_url: str, prefix: str) -> Iterator[Flask]:
     app = create_app(database_url, RATCHET_WAKEUP_URL=REDIS, RATCHET_WAKEUP_PREFIX=prefix)
     with app.app_context():
-        ratchet.state.ensure_schema()
+        ratchet.runtime.ensure_schema()
         yield app
 
 
@@ -74,7 +74,7 @@ def test_without_redis_the_poll_still_runs_the_jobs(database_url: str, workers: 
     nowhere = "redis://127.0.0.1:9/0"  # nothing listens there
     app = create_app(database_url, RATCHET_WAKEUP_URL=nowhere)
     with app.app_context():
-        ratchet.state.ensure_schema()
+        ratchet.runtime.ensure_schema()
         proc = workers.start(RATCHET_WAKEUP_URL=nowhere)
         done = add.enqueue(4, 5).wait(timeout=60)
         assert (done.status, done.result) == (JobStatus.SUCCEEDED, 9)

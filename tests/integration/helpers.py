@@ -82,8 +82,8 @@ def job_in(status: JobStatus, *, business_key: str | None = None) -> uuid.UUID:
 def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
     """End a RUNNING job as the worker does (its outcome through the completer's write, fenced
     by ``node``); whether it was written."""
-    state = ratchet.state
-    with state.engine.connect() as conn:
+    runtime = ratchet.runtime
+    with runtime.engine.connect() as conn:
         row = conn.execute(
             sa.select(job.c.task, job.c.follow_up, job.c.batch_id, job_queue.c.attempts)
             .join(job_queue, job_queue.c.job_id == job.c.job_id)
@@ -101,8 +101,8 @@ def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
         follow_up=row.follow_up,
         batch_id=row.batch_id,
     )
-    with state.store.begin(state.engine) as conn:
-        return job_id in state.store.executions.complete_many(conn, node, [outcome])
+    with runtime.store.begin(runtime.engine) as conn:
+        return job_id in runtime.store.executions.complete_many(conn, node, [outcome])
 
 
 def add_refusing_trigger(

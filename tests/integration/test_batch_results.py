@@ -34,10 +34,10 @@ def test_the_store_pages_children_in_submission_order(app: Flask) -> None:
     handle = batch.submit()
     db.session.commit()
     run_jobs(app)
-    store = ratchet.state.store.flows.batches
+    store = ratchet.runtime.store.flows.batches
     pages = []
     after = None
-    with ratchet.state.engine.connect() as conn:
+    with ratchet.runtime.engine.connect() as conn:
         while True:
             page = store.children(conn, handle.id, after, 4)
             pages.append([c.result for c in page])

@@ -21,8 +21,8 @@ SETTINGS = BreakerSettings(window=4, failure_rate=0.5, open_for=60, half_open_ca
 
 
 def published(service: str) -> dict[str, object]:
-    state = ratchet.state
-    with state.engine.connect() as conn:
+    runtime = ratchet.runtime
+    with runtime.engine.connect() as conn:
         info = conn.execute(sa.select(node.c.info).where(node.c.node_id == "n-breakers")).scalar()
     return json.loads(info)["breakers"][service]  # type: ignore[no-any-return]
 
@@ -35,16 +35,16 @@ def test_breakers_are_published_and_an_operator_reset_reaches_the_worker(app: Fl
         assert breaker.allow() is None
         breaker.record(success=False)
     assert breaker.state == BreakerState.OPEN
-    state = ratchet.state
+    runtime = ratchet.runtime
     info = NodeInfo("n-breakers", "host", 1, "test", 2)
-    beat = Heartbeat(state.store, state.engine, info, 60, threading.Event(), breakers=breakers)
+    beat = Heartbeat(runtime.store, runtime.engine, info, 60, threading.Event(), breakers=breakers)
     beat.beat()
     assert published("stripe")["state"] == "OPEN"
     assert published("stripe")["times_opened"] == 1
-    with state.store.begin(state.engine) as conn:
-        state.store.cluster.record_audit(
+    with runtime.store.begin(runtime.engine) as conn:
+        runtime.store.cluster.record_audit(
             conn,
-            at=state.store.now(conn),
+            at=runtime.store.now(conn),
             actor="ops",
             role="admin",
             action=BREAKER_RESET,
@@ -63,9 +63,9 @@ def test_breakers_are_published_and_an_operator_reset_reaches_the_worker(app: Fl
 
 
 def reset(at: datetime, service: str = "stripe") -> None:
-    state = ratchet.state
-    with state.store.begin(state.engine) as conn:
-        state.store.cluster.record_audit(
+    runtime = ratchet.runtime
+    with runtime.store.begin(runtime.engine) as conn:
+        runtime.store.cluster.record_audit(
             conn,
             at=at,
             actor="ops",
@@ -84,12 +84,12 @@ def test_a_reset_that_commits_after_a_later_stamped_one_is_still_applied(app: Fl
     breakers = Breakers()
     breaker = breakers.get("stripe", SETTINGS)
     assert breaker is not None
-    state = ratchet.state
+    runtime = ratchet.runtime
     info = NodeInfo("n-breakers", "host", 1, "test", 2)
-    beat = Heartbeat(state.store, state.engine, info, 60, threading.Event(), breakers=breakers)
+    beat = Heartbeat(runtime.store, runtime.engine, info, 60, threading.Event(), breakers=breakers)
     beat.beat()
-    with state.store.begin(state.engine) as conn:
-        now = state.store.now(conn)
+    with runtime.store.begin(runtime.engine) as conn:
+        now = runtime.store.now(conn)
     time.sleep(0.5)
     reset(now + timedelta(seconds=0.3), service="other")  # the later-stamped one commits first
     beat.beat()

@@ -9,8 +9,8 @@ import uuid
 import pytest
 from flask import Flask
 
-from console.reads.queues import queue_names
 from flask_ratchet import InvalidJobId, JobFailed, JobStatus
+from flask_ratchet.console.reads.queues import queue_names
 from flask_ratchet.testing import run_jobs
 from tests.apps import add, db, ratchet, refuse, send_mail
 
@@ -70,7 +70,7 @@ def test_queues_list_shows_every_queue_the_console_lists(app: Flask) -> None:
     ratchet.pause_queue("idle")  # no job at all, paused
     assert ratchet.resume_queue("idle")
     found = [q.name for q in ratchet.queues()]
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     with db.engine.connect() as conn:
         console_names, truncated = queue_names(conn, store.queues, store.queues.states(conn))
     assert found == console_names == ["default", "idle", "mail", "reports"] and not truncated

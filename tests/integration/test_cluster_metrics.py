@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 from flask import Flask
-from flask_ratchet.console.metrics import FAMILIES, ClusterCollector
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from flask_ratchet.console.metrics import FAMILIES, ClusterCollector
 from flask_ratchet.schema import node
 from flask_ratchet.states import JobStatus
 from tests.apps import add, create_app, db, ratchet

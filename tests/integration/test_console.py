@@ -15,12 +15,12 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 from flask.testing import FlaskClient
-from flask_ratchet.console import actions as actions_module
-from flask_ratchet.console.reads import overview as reports
 from werkzeug.test import TestResponse
 
 from flask_ratchet import Priority
 from flask_ratchet.config import ConfigError
+from flask_ratchet.console import actions as actions_module
+from flask_ratchet.console.reads import overview as reports
 from flask_ratchet.cron import next_fire_times
 from flask_ratchet.recurring import RecurringStatus
 from flask_ratchet.schema import audit, dlq_alert, job, job_queue, recurring
@@ -878,7 +878,7 @@ def test_recent_audit_keeps_the_order_of_actions_in_the_same_instant(app: Flask)
     at = datetime.now(UTC)
     with ratchet.transaction() as conn:
         written = [
-            ratchet.state.store.cluster.record_audit(
+            ratchet.runtime.store.cluster.record_audit(
                 conn,
                 at=at,
                 actor="a",

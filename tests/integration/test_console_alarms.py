@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+
+from flask_ratchet import Priority
 from flask_ratchet.console.reads import alarms as alarm_reads
 from flask_ratchet.console.reads import overview as reports
 from flask_ratchet.console.reads.jobs import Count
-
-from flask_ratchet import Priority
 from flask_ratchet.schema import job, node, queue_state
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.types import NodeInfo
@@ -34,19 +34,19 @@ DEAD_LETTER_WINDOW = 900.0
 
 def read_alarms(due_after: float = DUE_AFTER) -> alarm_reads.Alarms:
     with ratchet.transaction() as conn:
-        now = ratchet.state.store.now(conn)
+        now = ratchet.runtime.store.now(conn)
         return alarm_reads.alarms(conn, now, LIVE_AFTER, due_after, DEAD_LETTER_WINDOW)
 
 
 def db_now() -> datetime:
     with ratchet.transaction() as conn:
-        return ratchet.state.store.now(conn)
+        return ratchet.runtime.store.now(conn)
 
 
 def heartbeat(node_id: str, age: float = 0.0) -> None:
     """Record ``node_id`` alive as a worker does, then make its heartbeat ``age`` seconds old."""
     with ratchet.transaction() as conn:
-        beat = ratchet.state.store.cluster.heartbeat(conn, NodeInfo(node_id, "h", 1, "t", 4))
+        beat = ratchet.runtime.store.cluster.heartbeat(conn, NodeInfo(node_id, "h", 1, "t", 4))
         if age:
             conn.execute(
                 sa.update(node)
@@ -139,7 +139,7 @@ def test_dead_letters_count_recent_failures_for_good_only(
         conn.execute(
             sa.update(job)
             .where(job.c.job_id == old)
-            .values(finished_at=ratchet.state.store.now(conn) - timedelta(minutes=20))
+            .values(finished_at=ratchet.runtime.store.now(conn) - timedelta(minutes=20))
         )
     assert ratchet.retry_job(retried)  # live again: no longer a dead letter
     found = read_alarms()
@@ -293,7 +293,7 @@ def test_the_dead_letter_window_is_the_apps_setting(database_url: str) -> None:
             conn.execute(
                 sa.update(job)
                 .where(job.c.job_id == failed)
-                .values(finished_at=ratchet.state.store.now(conn) - timedelta(minutes=20))
+                .values(finished_at=ratchet.runtime.store.now(conn) - timedelta(minutes=20))
             )
     page = Console(app.test_client()).get("/ratchet/jobs").text
     found = alarm_items(page)
@@ -381,7 +381,7 @@ def test_the_schema_page_draws_no_alarms(empty_engine: sa.Engine) -> None:
 def test_throughput_fills_each_windows_bars(app: Flask) -> None:
     owner = job_in(JobStatus.FAILED)
     with ratchet.transaction() as conn:
-        now = ratchet.state.store.now(conn)
+        now = ratchet.runtime.store.now(conn)
         for ago, status in (
             (timedelta(0), "SUCCEEDED"),
             (timedelta(minutes=12), "FAILED"),
@@ -432,7 +432,7 @@ def test_the_overview_draws_the_chosen_window(app: Flask) -> None:
 def test_the_overview_chart_scales_to_a_round_axis(app: Flask) -> None:
     owner = job_in(JobStatus.FAILED)
     with ratchet.transaction() as conn:
-        now = ratchet.state.store.now(conn)
+        now = ratchet.runtime.store.now(conn)
         for i in range(7):
             add_execution(conn, owner, now, "FAILED" if i == 0 else "SUCCEEDED")
     page = Console(app.test_client()).get("/ratchet/?window=15m").text

@@ -8,9 +8,9 @@ import re
 
 import pytest
 from flask import Flask, render_template_string
-from flask_ratchet.console.security import CSRF_COOKIE
 from flask_wtf.csrf import CSRFProtect
 
+from flask_ratchet.console.security import CSRF_COOKIE
 from flask_ratchet.states import JobStatus
 from tests.apps import add, db, made, ratchet
 from tests.integration.test_console import ADMIN, ORIGIN, Console

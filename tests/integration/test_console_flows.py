@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from flask_ratchet.console import present
-from flask_ratchet.console.reads import batches as flows
 from werkzeug.test import TestResponse
 
+from flask_ratchet.console import present
+from flask_ratchet.console.reads import batches as flows
 from flask_ratchet.job import BatchProgress
 from flask_ratchet.schema import batch, job, workflow_condition
 from tests.apps import add, create_app, db, ratchet

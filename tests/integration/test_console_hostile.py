@@ -9,11 +9,11 @@ from urllib.parse import quote
 
 import pytest
 from flask import Flask, g, request
-from flask_ratchet.console import filters
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from werkzeug.test import TestResponse
 
+from flask_ratchet.console import filters
 from flask_ratchet.states import JobStatus
 from tests.apps import add, create_app, db, ratchet
 from tests.integration.helpers import count, job_in

@@ -16,11 +16,11 @@ from urllib.parse import quote
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from flask_ratchet.console import present
-from flask_ratchet.console.reads import resources as held
 from werkzeug.test import TestResponse
 
 from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
+from flask_ratchet.console import present
+from flask_ratchet.console.reads import resources as held
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.resources import ResourceLimit
 from flask_ratchet.schema import node
@@ -63,9 +63,9 @@ def running(n: int, resource: str, node_id: str = "node-a") -> list[uuid.UUID]:
 
 def permit(job_id: uuid.UUID, resource: str, node_id: str = "node-a") -> None:
     """Take a permit for a RUNNING job as its worker would."""
-    state = ratchet.state
-    with state.store.begin(state.engine) as conn:
-        state.store.resources.acquire_permit(conn, job_id, resource, node_id)
+    runtime = ratchet.runtime
+    with runtime.store.begin(runtime.engine) as conn:
+        runtime.store.resources.acquire_permit(conn, job_id, resource, node_id)
 
 
 def pending(n: int, resource: str | None) -> list[uuid.UUID]:
@@ -95,17 +95,17 @@ def failing(service: str, breakers: Breakers) -> None:
 
 def worker_beat(node_id: str, breakers: Breakers) -> Heartbeat:
     """A worker's heartbeat publishing ``breakers``, beaten once."""
-    state = ratchet.state
+    runtime = ratchet.runtime
     info = NodeInfo(node_id, "host-" + node_id, 4242, "test", 2)
-    beat = Heartbeat(state.store, state.engine, info, 60, threading.Event(), breakers=breakers)
+    beat = Heartbeat(runtime.store, runtime.engine, info, 60, threading.Event(), breakers=breakers)
     beat.beat()
     return beat
 
 
 def limit_of(name: str) -> ResourceLimit | None:
-    state = ratchet.state
-    with state.engine.connect() as conn:
-        return state.store.resources.get_resource_limit(conn, name)
+    runtime = ratchet.runtime
+    with runtime.engine.connect() as conn:
+        return runtime.store.resources.get_resource_limit(conn, name)
 
 
 def stranger_post(console: Console, url: str, form: dict[str, str]) -> TestResponse:
@@ -359,7 +359,7 @@ def test_breakers_page_shows_each_live_worker_and_the_worst_state(console: Conso
         conn.execute(
             sa.update(node)
             .where(node.c.node_id == "n-stale")
-            .values(last_heartbeat=ratchet.state.store.now(conn) - held.RESET_LOOKBACK)
+            .values(last_heartbeat=ratchet.runtime.store.now(conn) - held.RESET_LOOKBACK)
         )
     page = console.get("/ratchet/breakers")
     assert page.status_code == 200

@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from flask import Flask
+
 from flask_ratchet.console.reads import jobs as queries
 from flask_ratchet.console.reads import overview as reports
-
 from flask_ratchet.ids import uuid7
 from flask_ratchet.schema import job_log, job_tag
 from flask_ratchet.states import JobStatus
@@ -23,7 +23,7 @@ from tests.integration.helpers import add_execution, count, job_in, lock_waits
 
 def delete(job_id: uuid.UUID) -> bool:
     with ratchet.transaction() as conn:
-        return ratchet.state.store.jobs.delete_ended(conn, job_id)
+        return ratchet.runtime.store.jobs.delete_ended(conn, job_id)
 
 
 def test_delete_takes_ended_jobs_with_everything_that_belongs_to_them(app: Flask) -> None:
@@ -64,8 +64,8 @@ def test_delete_refuses_running_and_paused_failed_jobs(app: Flask) -> None:
 def test_counts_stop_at_the_cap(app: Flask, dialect: str) -> None:
     ratchet.enqueue_many(ratchet.enqueue(add, i, i) for i in range(12))
     with ratchet.transaction() as conn:
-        exact = reports.status_counts(conn, ratchet.state.store.dialect, cap=100)
-        capped = reports.status_counts(conn, ratchet.state.store.dialect, cap=10)
+        exact = reports.status_counts(conn, ratchet.runtime.store.dialect, cap=100)
+        capped = reports.status_counts(conn, ratchet.runtime.store.dialect, cap=10)
     assert exact[JobStatus.PENDING] == queries.Count(12)
     assert exact[JobStatus.FAILED] == queries.Count(0)
     assert not capped[JobStatus.PENDING].exact
@@ -78,7 +78,7 @@ def test_past_the_cap_postgres_estimates_from_statistics(app: Flask, dialect: st
     with ratchet.transaction() as conn:
         if dialect == "postgresql":
             conn.exec_driver_sql("ANALYZE ratchet_job_queue")
-        counts = reports.status_counts(conn, ratchet.state.store.dialect, cap=50)
+        counts = reports.status_counts(conn, ratchet.runtime.store.dialect, cap=50)
     pending = counts[JobStatus.PENDING]
     if dialect == "postgresql":
         assert pending.estimated and 250 <= pending.value <= 350
@@ -89,7 +89,7 @@ def test_past_the_cap_postgres_estimates_from_statistics(app: Flask, dialect: st
 def test_throughput_buckets_the_last_hour_by_minute(app: Flask) -> None:
     failed = job_in(JobStatus.FAILED)
     with ratchet.transaction() as conn:
-        now = ratchet.state.store.now(conn)
+        now = ratchet.runtime.store.now(conn)
         for minutes_ago, status in ((0, "SUCCEEDED"), (0, "FAILED"), (5, "SUCCEEDED"), (90, "OK")):
             started = now - timedelta(minutes=minutes_ago)
             add_execution(conn, failed, started, status, queue_wait_ms=100.0 * (minutes_ago + 1))
@@ -122,7 +122,7 @@ def test_a_delete_waits_for_a_concurrent_pause_and_then_leaves_the_job(
     the job from under it. The delete locks the cold row first (SQLite: its write lock), so it
     waits for the pause to commit, and then sees the hot row."""
     failed = job_in(JobStatus.FAILED)
-    store, engine = ratchet.state.store, ratchet.state.engine
+    store, engine = ratchet.runtime.store, ratchet.runtime.engine
     outcome: list[bool] = []
     with store.begin(engine) as pausing:
         assert store.jobs.pause(pausing, failed)  # hot row written, not yet committed

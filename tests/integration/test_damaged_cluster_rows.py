@@ -13,12 +13,12 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from flask_ratchet.console.reads.resources import live_node_ids
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
 from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.columns import UtcDateTime
+from flask_ratchet.console.reads.resources import live_node_ids
 from flask_ratchet.maintenance.heartbeat import Heartbeat
 from flask_ratchet.store.cluster import BREAKER_RESET
 from flask_ratchet.store.types import NodeInfo
@@ -191,11 +191,11 @@ def test_a_heartbeat_in_the_future_keeps_no_node_alive(
     """Its RUNNING jobs and permits are taken back like any silent node's, not held for ever."""
     job_id = ratchet.enqueue(add, 1, 2).with_resource("api").submit().id
     assert [c.job_id for c in ratchet.claim_due(1, "ghost")] == [job_id]
-    state = ratchet.state
-    with state.store.begin(state.engine) as conn:
-        state.store.resources.acquire_permit(conn, job_id, "api", "ghost")
-        state.store.cluster.heartbeat(conn, NodeInfo("ghost", "h", 1, "v", 1))
-        state.store.cluster.heartbeat(conn, NodeInfo("alive", "h", 2, "v", 1))
+    runtime = ratchet.runtime
+    with runtime.store.begin(runtime.engine) as conn:
+        runtime.store.resources.acquire_permit(conn, job_id, "api", "ghost")
+        runtime.store.cluster.heartbeat(conn, NodeInfo("ghost", "h", 1, "v", 1))
+        runtime.store.cluster.heartbeat(conn, NodeInfo("alive", "h", 2, "v", 1))
     with db.engine.begin() as conn:
         conn.execute(
             sa.text(f"UPDATE ratchet_node SET {column} = :value WHERE node_id = 'ghost'"),
@@ -212,9 +212,9 @@ def test_a_heartbeat_in_the_future_keeps_no_node_alive(
             )
     with db.engine.connect() as conn:  # the console agrees: only "alive" is live
         assert live_node_ids(conn, datetime.now(UTC), 60) == {"alive"}
-    with state.store.begin(state.engine) as conn:
-        recovered = state.store.cluster.recover_orphans(conn, grace=60)
-        assert state.store.cluster.delete_dead_nodes(conn, 3600) == 1
+    with runtime.store.begin(runtime.engine) as conn:
+        recovered = runtime.store.cluster.recover_orphans(conn, grace=60)
+        assert runtime.store.cluster.delete_dead_nodes(conn, 3600) == 1
     assert recovered.requeued == [job_id]
     assert count("ratchet_resource_permit") == 0
     found = ratchet.get_job(job_id)
@@ -241,13 +241,18 @@ def test_a_breaker_reset_with_a_damaged_id_is_applied_and_the_heartbeat_goes_on(
     for _ in range(2):
         breaker.record(success=False)
     assert breaker.state == BreakerState.OPEN
-    state = ratchet.state
+    runtime = ratchet.runtime
     beat = Heartbeat(
-        state.store, state.engine, NodeInfo("n", "h", 1, "v", 1), 60, threading.Event(), breakers
+        runtime.store,
+        runtime.engine,
+        NodeInfo("n", "h", 1, "v", 1),
+        60,
+        threading.Event(),
+        breakers,
     )
     beat.beat()
-    with state.store.begin(state.engine) as conn:
-        later = state.store.now(conn) + timedelta(seconds=1)
+    with runtime.store.begin(runtime.engine) as conn:
+        later = runtime.store.now(conn) + timedelta(seconds=1)
     insert(
         "ratchet_audit",
         audit_id="<b>not an id",

@@ -117,7 +117,7 @@ def test_chains_batches_recurring_and_replace_carry_deadlines(app: Flask) -> Non
 
 def test_a_deadline_is_checked_against_the_claim_and_fenced_by_it(app: Flask) -> None:
     handle = ratchet.enqueue(add, 1, 1).with_expires(timedelta(hours=1)).submit()
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     with store.begin(db.engine) as conn:  # not claimed: the worker's expiry does not apply
         assert not store.jobs.expire(conn, handle.id, "node-a", "expired")
     (claimed,) = ratchet.claim_due(1, "node-a")

@@ -15,12 +15,12 @@ from flask_ratchet.config import RatchetConfig
 from tests.apps import add, create_app, db, ratchet
 
 
-def test_state_lives_in_app_extensions_and_nothing_starts(tmp_path: Path) -> None:
+def test_the_runtime_lives_in_app_extensions_and_nothing_starts(tmp_path: Path) -> None:
     before = set(threading.enumerate())
     app = create_app(f"sqlite:///{tmp_path / 'a.db'}")
-    state = app.extensions["ratchet"]
-    assert state.registry is ratchet.registry
-    assert isinstance(state.config, RatchetConfig)
+    runtime = app.extensions["ratchet"]
+    assert runtime.registry is ratchet.registry
+    assert isinstance(runtime.config, RatchetConfig)
     # No thread started (threads left by earlier tests may end meanwhile: compare identities).
     assert set(threading.enumerate()) <= before
     assert not (tmp_path / "a.db").exists() or not _has_ratchet_tables(tmp_path / "a.db")
@@ -54,7 +54,7 @@ def test_constructor_form_and_explicit_db(tmp_path: Path) -> None:
     own = Ratchet(app, db=other_db)
     own.task(add)
     with app.app_context():
-        assert own.state.db is other_db
+        assert own.runtime.db is other_db
         assert own.get_job(own.enqueue_now(add, 1, 2).id) is not None
         other_db.engine.dispose()
 

@@ -316,8 +316,8 @@ def test_the_recovery_sweep_settles_a_batch_whose_children_ended_unseen(app: Fla
     for i in range(3):
         builder.add(batch_item, i)
     handle = builder.on_failure(follow_up, "swept").submit()
-    state = ratchet.state
-    with state.store.begin(state.engine) as conn:
+    runtime = ratchet.runtime
+    with runtime.store.begin(runtime.engine) as conn:
         # Children ended without their batch hearing of it (as if written by hand).
         ids = list(
             conn.execute(
@@ -330,9 +330,9 @@ def test_the_recovery_sweep_settles_a_batch_whose_children_ended_unseen(app: Fla
         )
         conn.execute(sa.update(job).where(job.c.job_id == ids[0]).values(terminal_status="FAILED"))
     assert not handle.progress().finished
-    with state.store.begin(state.engine) as conn:
-        assert state.store.flows.settle_stranded_batches(conn) == 1
-        assert state.store.flows.settle_stranded_batches(conn) == 0  # once
+    with runtime.store.begin(runtime.engine) as conn:
+        assert runtime.store.flows.settle_stranded_batches(conn) == 1
+        assert runtime.store.flows.settle_stranded_batches(conn) == 0  # once
     progress = handle.progress()
     assert (progress.succeeded, progress.failed, progress.finished) == (2, 1, True)
     assert status(handle.id) == JobStatus.FAILED
@@ -471,8 +471,8 @@ def test_canceling_a_batch_while_a_worker_ends_its_last_child_commits_both(app: 
     PostgreSQL these two used to deadlock, and the cancel raised."""
     from flask_ratchet.store.types import Ended, Finished, Outcome
 
-    state = ratchet.state
-    store, engine = state.store, state.engine
+    runtime = ratchet.runtime
+    store, engine = runtime.store, runtime.engine
     handle = ratchet.enqueue_batch("raced").add(batch_item, 1).add(batch_item, 2).submit()
     first, last = children_of(handle.id)
     assert ratchet.cancel_job(first)
@@ -509,7 +509,7 @@ def two_writers(
 ) -> dict[str, str]:
     """``first(conn, started)`` and, once it sets ``started``, ``second(conn)``, each in a
     transaction of its own, in two threads: how each one ended ("committed", or its error)."""
-    store, engine = ratchet.state.store, ratchet.state.engine
+    store, engine = ratchet.runtime.store, ratchet.runtime.engine
     outcome: dict[str, str] = {}
     started = threading.Event()
 
@@ -541,7 +541,7 @@ def race_with_batch_cancel(
 ) -> dict[str, str]:
     """Cancel a batch while ``other(conn)`` runs: the cancel takes the batch row, waits until
     the other writer waits for a lock, then goes on to the job rows. How each one ended."""
-    store, engine = ratchet.state.store, ratchet.state.engine
+    store, engine = ratchet.runtime.store, ratchet.runtime.engine
 
     def cancel(conn: Connection, started: threading.Event) -> None:
         store.flows.batches.lock_of(conn, [batch_id])  # cancel's first step ...
@@ -558,7 +558,7 @@ def test_recovering_a_spent_batch_child_while_the_batch_is_canceled_commits_both
     """Orphan recovery fails a child that used its last attempt (and counts it into its batch)
     while the batch is canceled: both take the batch row before any job row, so on PostgreSQL
     neither waits for the other in a cycle (they used to deadlock, and one of them raised)."""
-    store, engine = ratchet.state.store, ratchet.state.engine
+    store, engine = ratchet.runtime.store, ratchet.runtime.engine
     handle = (
         ratchet.enqueue_batch("orphaned")
         .with_max_retries(0)
@@ -585,7 +585,7 @@ def test_resuming_a_paused_failed_child_while_the_batch_is_canceled_commits_both
     app: Flask,
 ) -> None:
     """Resumed to FAILED, a child counts into its batch again: batch row first, as above."""
-    store, engine = ratchet.state.store, ratchet.state.engine
+    store, engine = ratchet.runtime.store, ratchet.runtime.engine
     handle = ratchet.enqueue_batch("resumed").add(batch_item, 1).add(batch_item, 2).submit()
     first, second = children_of(handle.id)
     with store.begin(engine) as conn:
@@ -607,7 +607,7 @@ def test_archiving_a_flow_takes_its_batch_and_condition_rows_with_it(app: Flask)
     handle = ratchet.enqueue_batch("archived").add(batch_item, 1).on_success(step, "s").submit()
     ratchet.enqueue(step, "a").then(step, "b").submit()
     work(app)
-    store, engine = ratchet.state.store, ratchet.state.engine
+    store, engine = ratchet.runtime.store, ratchet.runtime.engine
     assert handle.progress().finished
     with store.begin(engine) as conn:
         assert store.cluster.archive_ended(conn, older_than=0, limit=100) == count("ratchet_job")

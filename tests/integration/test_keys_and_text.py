@@ -88,12 +88,12 @@ ZONED = {
 def test_times_are_utc_whatever_the_sessions_zone(dialect: str, database_url: str) -> None:
     app = create_app(database_url, SQLALCHEMY_ENGINE_OPTIONS=ZONED[dialect])
     with app.app_context():
-        ratchet.state.ensure_schema()
+        ratchet.runtime.ensure_schema()
         at = datetime(2030, 6, 1, 12, 0, tzinfo=UTC)
         later = ratchet.schedule_at(at, add, 1, 2).submit().id
         now = ratchet.enqueue_now(add, 1, 2).id
         with db.engine.connect() as conn:
-            server = ratchet.state.store.now(conn)
+            server = ratchet.runtime.store.now(conn)
         found = ratchet.get_job(later)
         assert found is not None and found.scheduled_at == at
         created = ratchet.get_job(now)
@@ -114,7 +114,7 @@ def test_an_oversized_key_is_refused_before_anything_is_written_in_any_sql_mode(
     )
     app = create_app(database_url, SQLALCHEMY_ENGINE_OPTIONS=options)
     with app.app_context():
-        ratchet.state.ensure_schema()
+        ratchet.runtime.ensure_schema()
         with pytest.raises(InvalidOption, match="at most 255"):
             ratchet.enqueue(add, 1, 2).with_idempotency_key("k" * 256).submit()
         with pytest.raises(InvalidOption, match="at most 255"):

@@ -21,8 +21,8 @@ def test_each_driver_runs_the_whole_life_of_a_job(database_url: str, driver: str
     url = sa.make_url(database_url).set(drivername=driver)
     app = create_app(url.render_as_string(hide_password=False))
     with app.app_context():
-        assert isinstance(ratchet.state.store.dialect, MySQLDialect)
-        ratchet.state.ensure_schema()
+        assert isinstance(ratchet.runtime.store.dialect, MySQLDialect)
+        ratchet.runtime.ensure_schema()
         ok = ratchet.enqueue(add, 2, 3).with_idempotency_key("k").with_tags("t").submit()
         assert ratchet.enqueue(add, 2, 3).with_idempotency_key("k").submit().id == ok.id
         failing = fail_until.enqueue(9)

@@ -63,7 +63,7 @@ def test_a_transaction_groups_enqueues_all_or_nothing(plain_app: Flask, database
 def test_outside_a_request_too_and_wait_sees_the_end(plain_app: Flask, database_url: str) -> None:
     handle = shout.enqueue("quiet")
     assert jobs_written(database_url) == 1
-    assert not plain.state.in_transaction()  # nothing to commit first: wait() may wait
+    assert not plain.runtime.in_transaction()  # nothing to commit first: wait() may wait
     run_jobs(plain_app)
     assert handle.wait(timeout=5).result == "QUIET"
 

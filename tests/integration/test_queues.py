@@ -158,7 +158,7 @@ def test_the_next_due_time_leaves_paused_queues_out(app: Flask) -> None:
     submit("mail", minutes_ago=5)
     later = ratchet.schedule(timedelta(hours=1), add, 1, 1).with_queue("reports").submit()
     ratchet.pause_queue("mail")
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     with db.engine.connect() as conn:
         assert store.queues.live(conn) == ["mail", "reports"]
         every = store.queues.claimable(conn, None)
@@ -190,7 +190,7 @@ def test_queues_summarise_live_jobs_and_paused_state(app: Flask) -> None:
 
 
 def refuse(claimed: ClaimedJob, node: str, grace: float = 600.0) -> Refused:
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     with store.begin(db.engine) as conn:
         return store.executions.refuse(conn, node, claimed, f"{node} does not know it", grace)
 
@@ -278,7 +278,7 @@ def test_a_run_by_a_worker_that_knows_the_task_clears_the_refusals(app: Flask) -
     (claimed,) = ratchet.claim_due(1, "node-a")
     refuse(claimed, "node-a")
     (ran,) = ratchet.claim_due(1, "node-b")
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     retry = Finished(job_id, Outcome.RETRY, ran.task, ran.attempt, error="boom", delay=60)
     with store.begin(db.engine) as conn:
         assert store.executions.complete_many(conn, "node-b", [retry]) == {job_id}
@@ -288,11 +288,11 @@ def test_a_run_by_a_worker_that_knows_the_task_clears_the_refusals(app: Flask) -
 def test_a_claim_leaves_out_the_tasks_its_worker_refused(app: Flask) -> None:
     plain = ratchet.enqueue(add, 1, 1).submit().id
     mail = ratchet.enqueue(send_mail, "x").submit().id
-    store = ratchet.state.store
-    with store.single_statement(ratchet.state.statement_engine) as conn:
+    store = ratchet.runtime.store
+    with store.single_statement(ratchet.runtime.statement_engine) as conn:
         claimed = store.jobs.claim_due(conn, 10, "n", 15, None, ["tests.apps:add"])
     assert [c.job_id for c in claimed] == [mail]
-    with store.single_statement(ratchet.state.statement_engine) as conn:
+    with store.single_statement(ratchet.runtime.statement_engine) as conn:
         claimed = store.jobs.claim_due(conn, 10, "n", 15, {"default": 5}, ["tests.apps:add"])
     assert claimed == []
     assert [c.job_id for c in ratchet.claim_due(10, "n")] == [plain]

@@ -80,7 +80,7 @@ def test_the_quick_start_runs_as_written(empty_engine: sa.Engine, tmp_path: Path
         "app = create_app()\n"
         "with app.app_context():\n"
         "    db.create_all()\n"
-        "    ratchet.state.ensure_schema() if ratchet.state.auto_create else None\n"
+        "    ratchet.runtime.ensure_schema() if ratchet.runtime.auto_create else None\n"
         "assert app.test_client().post('/signup', data={'email': 'a@example.com'}).text == 'ok'\n"
         "with app.app_context():\n"
         "    (job,) = ratchet.find_jobs().items\n"

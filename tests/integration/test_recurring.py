@@ -63,17 +63,17 @@ def children(recurring_id: str) -> list[datetime | None]:
 
 
 def firer(threshold: float = 60.0, disabled: tuple[str, ...] = ()) -> RecurringFirer:
-    state = ratchet.state
+    runtime = ratchet.runtime
     config = dataclasses.replace(
-        state.config, recurring_misfire_threshold=threshold, recurring_disabled=disabled
+        runtime.config, recurring_misfire_threshold=threshold, recurring_disabled=disabled
     )
-    return RecurringFirer(state.store, state.engine, config, threading.Event())
+    return RecurringFirer(runtime.store, runtime.engine, config, threading.Event())
 
 
 def db_now() -> datetime:
-    state = ratchet.state
-    with state.engine.connect() as conn:
-        return state.store.now(conn)
+    runtime = ratchet.runtime
+    with runtime.engine.connect() as conn:
+        return runtime.store.now(conn)
 
 
 def monthly_before(now: datetime, months: int) -> datetime:
@@ -449,7 +449,7 @@ def test_a_registration_that_waited_for_a_firer_does_not_schedule_its_occurrence
     """PostgreSQL's now() is when the transaction began: the registration below reads it, waits
     for the firer's row lock, and must not put next_fire back to the occurrence just fired.
     (SQLite serialises whole write transactions: there a registration never waits.)"""
-    state = ratchet.state
+    runtime = ratchet.runtime
     m = ratchet.schedule_recurring("* * * * * ?", "UTC", add, 1, 2).submit()
     changed = ratchet.schedule_recurring("* * * * * ?", "Europe/Berlin", add, 1, 2).build()
     pinned, go = threading.Event(), threading.Event()
@@ -459,11 +459,11 @@ def test_a_registration_that_waited_for_a_firer_does_not_schedule_its_occurrence
 
     def register() -> None:
         try:
-            with pg_app.app_context(), state.store.begin(state.engine) as conn:
-                began.append(state.store.now(conn))  # the transaction's clock from here on
+            with pg_app.app_context(), runtime.store.begin(runtime.engine) as conn:
+                began.append(runtime.store.now(conn))  # the transaction's clock from here on
                 pinned.set()
                 go.wait(30)
-                registered.append(state.store.recurring.register(conn, changed)[0])
+                registered.append(runtime.store.recurring.register(conn, changed)[0])
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -474,8 +474,8 @@ def test_a_registration_that_waited_for_a_firer_does_not_schedule_its_occurrence
     assert occurrence is not None
     set_next_fire(m.id, occurrence)
     poll_until(lambda: db_now() >= occurrence, "the occurrence after the registration began")
-    with state.store.begin(state.engine) as conn:
-        fired = state.store.recurring.fire_due(conn, timedelta(seconds=60)).fired
+    with runtime.store.begin(runtime.engine) as conn:
+        fired = runtime.store.recurring.fire_due(conn, timedelta(seconds=60)).fired
         assert [f.fire_time for f in fired] == [occurrence]
         go.set()
         poll_until(lambda: lock_waits(db.engine) == 1, "the registration to wait for the row")
@@ -508,29 +508,29 @@ def test_disabled_ids_do_not_fire(app: Flask) -> None:
 def test_recurring_can_be_switched_off_for_a_whole_app(database_url: str) -> None:
     off = create_app(database_url, RATCHET_RECURRING_ENABLED=False)
     with off.app_context():
-        state = off.extensions["ratchet"]
-        assert start_recurring(off, state.store, state.engine, threading.Event()) is None
+        runtime = off.extensions["ratchet"]
+        assert start_recurring(off, runtime.store, runtime.engine, threading.Event()) is None
         db.engine.dispose()
 
 
 def test_a_burst_worker_does_not_fire(app: Flask) -> None:
-    state = ratchet.state
+    runtime = ratchet.runtime
     stop = threading.Event()
-    assert start_recurring(app, state.store, state.engine, stop, burst=True) is None
+    assert start_recurring(app, runtime.store, runtime.engine, stop, burst=True) is None
     assert count("ratchet_recurring") == 0  # nor registers
 
 
 def test_one_failing_declared_job_does_not_keep_the_others_out(
     app: Flask, caplog: pytest.LogCaptureFixture
 ) -> None:
-    state = ratchet.state
+    runtime = ratchet.runtime
     broken = dataclasses.replace(
         ratchet.recurring_definitions["tests.new-year-2099"], id="tests.broken", zone="Nowhere/X"
     )
     ratchet.recurring_definitions[broken.id] = broken  # e.g. a zone this machine lacks
     stop = threading.Event()
     try:
-        started = start_recurring(app, state.store, state.engine, stop)
+        started = start_recurring(app, runtime.store, runtime.engine, stop)
         # Registered before start_recurring returned, i.e. before the worker says "started".
         assert ratchet.get_recurring("tests.new-year-2099") is not None
         assert ratchet.get_recurring(broken.id) is None
@@ -591,10 +591,10 @@ class MasterTableLock:
 def test_the_firer_survives_a_database_outage_and_logs_it_once(
     app: Flask, database_url: str, dialect: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    state = ratchet.state
+    runtime = ratchet.runtime
     engine = outage_engine(database_url)
     stop = threading.Event()
-    mine = RecurringFirer(state.store, engine, state.config, stop)
+    mine = RecurringFirer(runtime.store, engine, runtime.config, stop)
     caplog.set_level(logging.INFO, logger="flask_ratchet.worker")
     m = ratchet.schedule_recurring(MONTHLY, "UTC", add, 1, 2).submit()
     set_next_fire(m.id, monthly_before(db_now(), 1))

@@ -27,8 +27,8 @@ from tests.integration.test_flows import work
 
 @contextmanager
 def tx() -> Iterator[sa.Connection]:
-    state = ratchet.state
-    with state.store.begin(state.engine) as conn:
+    runtime = ratchet.runtime
+    with runtime.store.begin(runtime.engine) as conn:
         yield conn
 
 
@@ -42,16 +42,16 @@ def running(n: int, node: str = "node-a", resource: str = "api") -> list[uuid.UU
 
 def acquire(job_id: uuid.UUID, node: str = "node-a", resource: str = "api") -> Acquisition:
     with tx() as conn:
-        return ratchet.state.store.resources.acquire_permit(conn, job_id, resource, node)
+        return ratchet.runtime.store.resources.acquire_permit(conn, job_id, resource, node)
 
 
 def release(job_id: uuid.UUID, node: str = "node-a") -> bool:
     with tx() as conn:
-        return ratchet.state.store.resources.release_permit(conn, job_id, node)
+        return ratchet.runtime.store.resources.release_permit(conn, job_id, node)
 
 
 def holders() -> set[tuple[uuid.UUID, str]]:
-    with ratchet.state.engine.connect() as conn:
+    with ratchet.runtime.engine.connect() as conn:
         rows = conn.execute(sa.select(resource_permit.c.job_id, resource_permit.c.node_id))
         return {(r.job_id, r.node_id) for r in rows}
 
@@ -75,7 +75,7 @@ def test_configure_resource_writes_and_changes_the_limit(app: Flask) -> None:
     ratchet.configure_resource("api", max_concurrent=5, retry_delay=0.5)
     ratchet.configure_resource("other", 1)
     with tx() as conn:
-        store = ratchet.state.store
+        store = ratchet.runtime.store
         assert store.resources.get_resource_limit(conn, "api") == ResourceLimit("api", 5, 0.5)
         assert store.resources.get_resource_limit(conn, "other") == ResourceLimit(
             "other", 1, DEFAULT_RETRY_DELAY
@@ -106,7 +106,7 @@ def test_a_bad_limit_is_refused_and_writes_nothing(
     with pytest.raises(ValueError, match=message):
         ratchet.configure_resource(*args)
     with tx() as conn:
-        assert ratchet.state.store.resources.get_resource_limit(conn, "api") == ResourceLimit(
+        assert ratchet.runtime.store.resources.get_resource_limit(conn, "api") == ResourceLimit(
             "api", 4, 1.0
         )
     assert count("ratchet_resource_limit") == 1
@@ -145,7 +145,7 @@ def test_permits_count_per_resource(app: Flask) -> None:
     assert acquire(api_job, resource="api").permit is Permit.GRANTED
     assert acquire(db_job, resource="db").permit is Permit.GRANTED
     with tx() as conn:
-        assert ratchet.state.store.resources.permits_in_use(conn, "api") == 1
+        assert ratchet.runtime.store.resources.permits_in_use(conn, "api") == 1
 
 
 def test_raising_the_limit_applies_to_the_next_request(app: Flask) -> None:
@@ -202,7 +202,7 @@ def test_release_is_fenced_by_the_node(app: Flask) -> None:
 
 def ask_at_once(engine: sa.Engine, jobs: list[uuid.UUID]) -> dict[uuid.UUID, Permit]:
     """Every job asks for a permit at the same moment, on a thread and connection of its own."""
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     barrier = threading.Barrier(len(jobs))
     answers: dict[uuid.UUID, Permit] = {}
 
@@ -246,7 +246,7 @@ def test_concurrent_requests_never_exceed_the_limit(app: Flask, database_url: st
 
 def heartbeat(node_id: str) -> None:
     with tx() as conn:
-        ratchet.state.store.cluster.heartbeat(conn, NodeInfo(node_id, "host", 1, "test", 4))
+        ratchet.runtime.store.cluster.heartbeat(conn, NodeInfo(node_id, "host", 1, "test", 4))
 
 
 def test_orphan_recovery_releases_permits_of_dead_nodes_only(app: Flask) -> None:
@@ -264,7 +264,7 @@ def test_orphan_recovery_releases_permits_of_dead_nodes_only(app: Flask) -> None
     (fresh,) = running(1, node="dead")
     acquire(fresh, node="dead")  # taken a moment ago: spared, like a job claimed a moment ago
     with tx() as conn:
-        ratchet.state.store.cluster.recover_orphans(conn, 60)
+        ratchet.runtime.store.cluster.recover_orphans(conn, 60)
     assert holders() == {(kept, "alive"), (ended, "alive"), (fresh, "dead")}
 
 
@@ -277,7 +277,7 @@ def test_a_silent_nodes_permits_are_released(app: Flask) -> None:
     with tx() as conn:
         conn.execute(sa.text("UPDATE ratchet_node SET last_heartbeat = :t"), {"t": "2000-01-01"})
     with tx() as conn:
-        ratchet.state.store.cluster.recover_orphans(conn, 60)
+        ratchet.runtime.store.cluster.recover_orphans(conn, 60)
     assert holders() == set()
 
 
@@ -288,7 +288,7 @@ def test_a_restarting_node_drops_its_own_permits(app: Flask) -> None:
     acquire(mine, node="node-a")
     acquire(theirs, node="node-b")
     with tx() as conn:
-        ratchet.state.store.cluster.reclaim_own(conn, "node-a")
+        ratchet.runtime.store.cluster.reclaim_own(conn, "node-a")
     assert holders() == {(theirs, "node-b")}
 
 

@@ -71,7 +71,7 @@ def test_a_retry_the_task_asks_for_reschedules_it_and_counts(app: Flask) -> None
     # Its own delay (an hour), not its backoff; retry_on and dont_retry_on do not stop it.
     hour = timedelta(hours=1)
     assert before + hour - timedelta(seconds=1) <= first.scheduled_at <= after + hour
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     with store.begin(db.engine) as conn:
         store.jobs.make_due(conn, handle.id)  # the hour has passed
     ran = run_jobs(app)  # retries due at once from here

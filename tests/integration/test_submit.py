@@ -90,7 +90,7 @@ def test_registered_defaults_apply_and_every_option_is_stored(app: Flask) -> Non
         "req-1",
         "charge-8",
     )
-    with ratchet.state.engine.connect() as conn:
+    with ratchet.runtime.engine.connect() as conn:
         stored = conn.exec_driver_sql(
             "SELECT j.priority, q.priority FROM ratchet_job j JOIN ratchet_job_queue q "
             "ON q.job_id = j.job_id WHERE j.idempotency_key = 'req-1'"
@@ -109,8 +109,8 @@ def test_priority_ordinals_are_fixed() -> None:
 
 
 def test_schedule_and_schedule_at_set_the_due_time(app: Flask) -> None:
-    with ratchet.state.engine.connect() as conn:
-        now = ratchet.state.store.now(conn)
+    with ratchet.runtime.engine.connect() as conn:
+        now = ratchet.runtime.store.now(conn)
     later = ratchet.get_job(ratchet.schedule(timedelta(minutes=30), add, 1, 1).submit().id)
     at = datetime(2027, 1, 1, tzinfo=UTC)
     fixed = ratchet.get_job(ratchet.schedule_at(at, add, 1, 1).submit().id)
@@ -288,7 +288,7 @@ def _rows(ids: list[Any]) -> list[dict[str, Any]]:
     itself (ids and times)."""
     own = {"job_id", "created_at", "first_due_at", "scheduled_time", "updated_at"}
     out = []
-    with ratchet.state.engine.connect() as conn:
+    with ratchet.runtime.engine.connect() as conn:
         for job_id in ids:
             cold = (
                 conn.execute(sa.select(job_table).where(job_table.c.job_id == job_id))
@@ -313,10 +313,10 @@ def test_a_bulk_insert_the_database_refuses_raises_sqlalchemys_error_and_writes_
         replace(ratchet.enqueue(add, i, i).with_tags("t").build(), recurring_id="r", fire_time=at)
         for i in range(2)
     ]
-    state = ratchet.state
-    own = state.store.single_statement(state.statement_engine)
+    runtime = ratchet.runtime
+    own = runtime.store.single_statement(runtime.statement_engine)
     with pytest.raises(sa.exc.IntegrityError), ratchet.transaction() if joined else own as conn:
-        state.store.jobs.insert_jobs(conn, jobs)
+        runtime.store.jobs.insert_jobs(conn, jobs)
     assert rows_written() == dict.fromkeys(rows_written(), 0)
 
 
@@ -352,8 +352,8 @@ def _race(app: Flask, submit: Any, n: int = 3) -> list[Any]:
 
 def test_database_now_is_used_for_due_times(app: Flask, dialect: str) -> None:
     handle = ratchet.enqueue_now(add, 1, 1)
-    with ratchet.state.engine.connect() as conn:
-        db_now = ratchet.state.store.now(conn)
+    with ratchet.runtime.engine.connect() as conn:
+        db_now = ratchet.runtime.store.now(conn)
         due = conn.execute(
             sa.text("SELECT scheduled_time FROM ratchet_job_queue WHERE job_id = :id"),
             {"id": stored_id(handle.id, dialect)},

@@ -12,11 +12,11 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 from flask import Flask
-from flask_ratchet.console.present import duration
 from markupsafe import escape
 
 from flask_ratchet import JobStatus
 from flask_ratchet.columns import EARLIEST, LATEST, UNREADABLE_ID, StoredUuid
+from flask_ratchet.console.present import duration
 from flask_ratchet.maintenance.tasks import orphan_recovery, retention
 from flask_ratchet.options import JobOptions
 from flask_ratchet.payload import Unreadable
@@ -436,7 +436,7 @@ def test_an_id_that_is_not_a_uuid_reads_as_the_nil_id(app: Flask, text: str) -> 
     (claimed,) = ratchet.claim_due(10, "node-a")
     assert claimed.job_id == waiting and claimed.depends_on == UNREADABLE_ID
     with db.engine.begin() as conn:
-        assert ratchet.state.store.cluster.archive_ended(conn, older_than=0, limit=10) == 1
+        assert ratchet.runtime.store.cluster.archive_ended(conn, older_than=0, limit=10) == 1
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
@@ -459,7 +459,7 @@ def test_ended_jobs_whose_id_is_not_a_uuid_leave_retention_archiving_the_others(
     kept = ended_job()
     for key, text in zip(damaged, ["zz", "<b>not-a-uuid"], strict=True):
         write_text_id("ratchet_job", "job_id", "job_id", key, text)
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     for _ in range(2):
         with db.engine.begin() as conn:
             store.cluster.archive_ended(conn, older_than=0, limit=10)
@@ -555,7 +555,7 @@ def test_any_id_column_that_is_not_a_uuid_leaves_pages_commands_and_maintenance_
         done = runner.invoke(args=["ratchet", *args])
         # Exits cleanly: "no job has id …" for the job whose own id was damaged.
         assert done.exception is None or isinstance(done.exception, SystemExit), args
-    config, store = ratchet.state.config, ratchet.state.store
+    config, store = ratchet.runtime.config, ratchet.runtime.store
     for task in (retention(config), orphan_recovery(config), retention(config)):
         task.run(store, db.engine)
     ratchet.claim_due(10, "node-b")

@@ -99,7 +99,7 @@ def test_a_request_waits_only_after_it_commits(database_url: str) -> None:
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 def test_a_cancel_from_the_api_tells_waiters_elsewhere(app: Flask) -> None:
     job_id = add.enqueue(1, 2).id  # no worker: it stays PENDING
-    watch = ChannelEndWatch(PgChannels(ratchet.state.engine.url))
+    watch = ChannelEndWatch(PgChannels(ratchet.runtime.engine.url))
     try:
         assert ratchet.cancel_job(job_id)
         started = time.monotonic()
@@ -134,7 +134,7 @@ def test_waiters_in_one_process_share_one_listening_connection(app: Flask) -> No
     threads = [threading.Thread(target=wait_for, args=(job_id,)) for job_id in jobs]
     for thread in threads:
         thread.start()
-    hub = EndHub.of(PgChannels(ratchet.state.engine.url))
+    hub = EndHub.of(PgChannels(ratchet.runtime.engine.url))
     deadline = time.monotonic() + 30
     while hub.waiters < len(jobs) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -64,7 +65,7 @@ def test_wheel_installs_and_serves_the_console(tmp_path: Path) -> None:
         "flask_ratchet/static/ratchet/console.css",
         "flask_ratchet/static/ratchet/htmx.min.js",
         "flask_ratchet/static/ratchet/VENDORED.json",
-        *(f"flask_ratchet/console/{p.name}" for p in CONSOLE.glob("*.py")),
+        *(f"flask_ratchet/console/{p.relative_to(CONSOLE)}" for p in CONSOLE.rglob("*.py")),
         *(f"flask_ratchet/templates/ratchet/{p.name}" for p in TEMPLATES.glob("*.html")),
         "flask_ratchet/migrations/env.py",
         "flask_ratchet/migrations/script.py.mako",
@@ -108,8 +109,11 @@ def test_every_package_folder_is_listed_for_the_wheel() -> None:
     listed = set(
         tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
     )
+    # Through the symlink flask_ratchet/console too, which rglob() may not follow.
     found = {
-        ".".join(p.parent.relative_to(ROOT).parts)
-        for p in (ROOT / "flask_ratchet").rglob("__init__.py")
+        ".".join(Path(folder).relative_to(ROOT).parts)
+        for folder, _, names in os.walk(ROOT / "flask_ratchet", followlinks=True)
+        if "__init__.py" in names
     }
+    assert "flask_ratchet.console.reads" in found
     assert found <= listed, f"add {sorted(found - listed)} to [tool.setuptools] packages"

@@ -26,8 +26,8 @@ from tests.integration.helpers import add_refusing_trigger, count, drop_refusing
 
 @contextmanager
 def tx() -> Iterator[sa.Connection]:
-    state = ratchet.state
-    with state.store.begin(state.engine) as conn:
+    runtime = ratchet.runtime
+    with runtime.store.begin(runtime.engine) as conn:
         yield conn
 
 
@@ -63,7 +63,7 @@ def test_complete_many_writes_every_kind_of_outcome(app: Flask) -> None:
         finished(back, Outcome.RELEASE),
     ]
     with tx() as conn:
-        applied = ratchet.state.store.executions.complete_many(conn, "n1", items)
+        applied = ratchet.runtime.store.executions.complete_many(conn, "n1", items)
     assert applied == {ok, bad, again, back}
     jobs = {i: ratchet.get_job(i) for i in (ok, bad, again, back)}
     assert jobs[ok].status == JobStatus.SUCCEEDED and jobs[ok].result == {"sum": 2}  # type: ignore[union-attr]
@@ -83,7 +83,7 @@ def test_completion_is_fenced_by_node_and_status(app: Flask) -> None:
     (mine,) = running(1, node="n1")
     with tx() as conn:
         assert (
-            ratchet.state.store.executions.complete_many(
+            ratchet.runtime.store.executions.complete_many(
                 conn, "n2", [finished(mine, Outcome.SUCCEEDED)]
             )
             == set()
@@ -91,13 +91,13 @@ def test_completion_is_fenced_by_node_and_status(app: Flask) -> None:
     assert ratchet.cancel_job(mine)
     with tx() as conn:
         assert (
-            ratchet.state.store.executions.complete_many(
+            ratchet.runtime.store.executions.complete_many(
                 conn, "n1", [finished(mine, Outcome.SUCCEEDED)]
             )
             == set()
         )
         assert (
-            ratchet.state.store.executions.complete_many(
+            ratchet.runtime.store.executions.complete_many(
                 conn, "n1", [finished(mine, Outcome.RETRY)]
             )
             == set()
@@ -111,13 +111,13 @@ def test_dlq_alerts_are_deduplicated_per_job_and_error_per_hour(app: Flask) -> N
     (job_id,) = running(1)
     for _ in range(3):
         with tx() as conn:
-            ratchet.state.store.executions.complete_many(
+            ratchet.runtime.store.executions.complete_many(
                 conn, "n1", [finished(job_id, Outcome.FAILED, error="E: x")]
             )
         assert ratchet.retry_job(job_id)
         ratchet.claim_due(1, "n1")
     with tx() as conn:
-        ratchet.state.store.executions.complete_many(
+        ratchet.runtime.store.executions.complete_many(
             conn, "n1", [finished(job_id, Outcome.FAILED, error="E: other")]
         )
         rows = conn.execute(
@@ -128,11 +128,11 @@ def test_dlq_alerts_are_deduplicated_per_job_and_error_per_hour(app: Flask) -> N
 
 def sql_id(job_id: uuid.UUID) -> object:
     """A job id as raw SQL sees it (SQLite stores UUIDs as 32 hex digits)."""
-    return stored_id(job_id, ratchet.state.engine)
+    return stored_id(job_id, ratchet.runtime.engine)
 
 
 def test_orphans_of_silent_nodes_are_requeued_or_failed(app: Flask) -> None:
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     live, dead_once, dead_spent = running(3, node="dead")
     five_minutes_ago = datetime.now(UTC) - timedelta(minutes=5)
     with tx() as conn:
@@ -165,12 +165,12 @@ def test_orphans_of_silent_nodes_are_requeued_or_failed(app: Flask) -> None:
 def test_a_node_reclaims_its_own_jobs_at_start(app: Flask) -> None:
     (job_id,) = running(1, node="fixed-id")
     with tx() as conn:
-        recovered = ratchet.state.store.cluster.reclaim_own(conn, "fixed-id")
+        recovered = ratchet.runtime.store.cluster.reclaim_own(conn, "fixed-id")
     assert recovered.requeued == [job_id]
 
 
 def test_leases_are_exclusive_renewable_and_expire(app: Flask) -> None:
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     with tx() as conn:
         assert store.cluster.try_lease(conn, "orphans", "a", ttl=60)
         assert not store.cluster.try_lease(conn, "orphans", "b", ttl=60)
@@ -183,7 +183,7 @@ def test_leases_are_exclusive_renewable_and_expire(app: Flask) -> None:
 
 
 def test_next_due_is_the_earliest_pending_time(app: Flask) -> None:
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     with tx() as conn:
         assert store.cluster.next_due(conn) is None
     at = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
@@ -194,7 +194,7 @@ def test_next_due_is_the_earliest_pending_time(app: Flask) -> None:
 
 
 def test_archive_moves_old_ended_jobs_and_purges_history(app: Flask) -> None:
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     (job_id,) = running(1)
     with tx() as conn:
         store.executions.complete_many(conn, "n1", [finished(job_id, Outcome.FAILED, error="E: x")])
@@ -208,12 +208,11 @@ def test_archive_moves_old_ended_jobs_and_purges_history(app: Flask) -> None:
 
 def test_progress_is_fenced(app: Flask) -> None:
     (job_id,) = running(1)
+    executions = ratchet.runtime.store.executions
     with tx() as conn:
-        assert ratchet.state.store.executions.report_progress(conn, "n1", job_id, '{"done":1}')
-        assert not ratchet.state.store.executions.report_progress(conn, "n2", job_id, '{"done":2}')
-        assert ratchet.state.store.executions.still_running(conn, "n1", [job_id, uuid.uuid4()]) == {
-            job_id
-        }
+        assert executions.report_progress(conn, "n1", job_id, '{"done":1}')
+        assert not executions.report_progress(conn, "n2", job_id, '{"done":2}')
+        assert executions.still_running(conn, "n1", [job_id, uuid.uuid4()]) == {job_id}
     found = ratchet.get_job(job_id)
     assert found is not None and found.progress == Progress(1)  # while it runs
     assert found.progress.fraction is None
@@ -224,7 +223,7 @@ def test_terminal_outcomes_free_the_business_key(app: Flask, outcome: Outcome) -
     job_id = ratchet.enqueue(add, 1, 1).with_business_key("bk").submit().id
     ratchet.claim_due(1, "n1")
     with tx() as conn:
-        ratchet.state.store.executions.complete_many(conn, "n1", [finished(job_id, outcome)])
+        ratchet.runtime.store.executions.complete_many(conn, "n1", [finished(job_id, outcome)])
     assert count("ratchet_business_key") == 0
 
 
@@ -232,14 +231,14 @@ def test_a_refused_outcome_is_isolated_and_stored_without_its_details(app: Flask
     """The database refuses one outcome's details (here a trigger, standing for any refusal):
     the rest of the batch is written, and that one is stored reduced, never retried for ever."""
     ok, poisoned = running(2)
-    state = ratchet.state
+    runtime = ratchet.runtime
     with tx() as conn:
-        contains = "strpos" if state.engine.dialect.name == "postgresql" else "instr"
+        contains = "strpos" if runtime.engine.dialect.name == "postgresql" else "instr"
         add_refusing_trigger(
             conn, "refuse_poison", "ratchet_execution", f"{contains}(NEW.error, 'poison') > 0"
         )
     try:
-        completer = Completer(state.store, state.engine, "n1")
+        completer = Completer(runtime.store, runtime.engine, "n1")
         completer.start()
         completer.put(finished(ok, Outcome.SUCCEEDED, result="4"))
         completer.put(finished(poisoned, Outcome.FAILED, error="ValueError: poison", traceback="…"))
@@ -266,7 +265,7 @@ def test_a_maintenance_task_failing_on_what_it_read_runs_again_next_time(
         raise ValueError("badly formed hexadecimal UUID string")
 
     task = PeriodicTask("damaged", 0.01, damaged)
-    maintenance = Maintenance(ratchet.state.store, db.engine, "node-a", [task], threading.Event())
+    maintenance = Maintenance(ratchet.runtime.store, db.engine, "node-a", [task], threading.Event())
     due = {"damaged": 0.0}
     maintenance.run_due(due, time.monotonic())
     time.sleep(0.02)  # the lease lasts 90% of the interval

@@ -18,7 +18,7 @@ def test_a_claim_failing_on_what_it_read_is_logged_and_polling_goes_on(
     app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     job_id = ratchet.enqueue_now(add, 1, 2).id
-    store = ratchet.state.store
+    store = ratchet.runtime.store
     claim = store.jobs.claim_due
     failures = [ValueError("badly formed hexadecimal UUID string")]
 

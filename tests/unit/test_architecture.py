@@ -25,6 +25,7 @@ def modules() -> set[str]:
     library = {
         str(p.relative_to(ROOT / "flask_ratchet")) for p in ROOT.glob("flask_ratchet/**/*.py")
     }
+    # flask_ratchet/console is a symlink to console/, which a glob's ** may not follow.
     console = {str(p.relative_to(ROOT)) for p in ROOT.glob("console/**/*.py")}
     return library | console
 
@@ -47,7 +48,7 @@ def test_every_top_level_module_is_in_a_layer() -> None:
 
 
 def test_no_import_cycle_is_larger_than_a_pair() -> None:
-    graph = grimp.build_graph("flask_ratchet", "console")
+    graph = grimp.build_graph("flask_ratchet")
     components = strongly_connected(graph)
     assert [c for c in components if len(c) > 2] == []
     pairs = sorted(sorted(c) for c in components if len(c) == 2)

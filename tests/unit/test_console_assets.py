@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 
 import pytest
+
 from flask_ratchet.console import present
 from flask_ratchet.console.reads.jobs import Count
 from flask_ratchet.console.reads.overview import WINDOWS, Bucket

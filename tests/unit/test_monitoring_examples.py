@@ -12,9 +12,9 @@ from typing import Any
 import promql_parser
 import pytest
 import yaml
-from flask_ratchet.console.metrics import FAMILIES
 from prometheus_client import Metric
 
+from flask_ratchet.console.metrics import FAMILIES
 from flask_ratchet.worker.metrics import WorkerMetrics
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "monitoring"

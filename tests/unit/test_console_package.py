@@ -1,0 +1,44 @@
+"""The console is one module object, ``flask_ratchet.console``: the folder ``console/`` is that
+package (``flask_ratchet/console`` is a symlink to it), and it is never imported as a top-level
+``console``, which would be a second module with a blueprint of its own."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from flask import Flask
+
+import flask_ratchet.console
+from flask_ratchet import Ratchet
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_extension_registers_flask_ratchet_consoles_blueprint() -> None:
+    app = Flask(__name__)
+    app.config["RATCHET_DATABASE_URL"] = "sqlite://"
+    Ratchet(app)
+    registered = app.blueprints["ratchet_console"]
+    assert registered is flask_ratchet.console.blueprint
+    assert sys.modules[registered.import_name] is flask_ratchet.console
+    assert not [name for name in sys.modules if name.split(".")[0] == "console"]
+
+
+def test_the_console_folder_is_the_package_through_a_relative_symlink() -> None:
+    link = ROOT / "flask_ratchet" / "console"
+    assert link.is_symlink() and os.readlink(link) == "../console"  # relative: a clone works
+    assert Path(flask_ratchet.console.__file__).resolve() == ROOT / "console" / "__init__.py"
+    reads = Path(flask_ratchet.console.reads.__file__).resolve()
+    assert reads == ROOT / "console" / "reads" / "__init__.py"
+
+
+def test_a_top_level_console_import_is_refused() -> None:
+    for statement in ("import console", "from console.reads.queues import queue_names"):
+        done = subprocess.run(
+            [sys.executable, "-c", statement], cwd=ROOT, capture_output=True, text=True
+        )
+        assert done.returncode == 1, statement
+        assert "the console is flask_ratchet.console" in done.stderr, done.stderr

@@ -71,7 +71,7 @@ class InlineRunner:
 
     def __init__(self, app: Flask) -> None:
         self.app = app
-        self.state: Runtime = app.extensions["ratchet"]
+        self.runtime: Runtime = app.extensions["ratchet"]
         self._lock = threading.RLock()
         self._written: list[Finished] = []
         self._parts: _Parts | None = None
@@ -91,9 +91,9 @@ class InlineRunner:
         :raises: with ``raise_errors``, the error of the first job that failed for good, after
             its outcome is written (the jobs after it stay due).
         """
-        if self.state.in_inline_run():
+        if self.runtime.in_inline_run():
             return []  # a job run here enqueued more: the loop below picks them up
-        with self._lock, self.app.app_context(), self.state.running_inline():
+        with self._lock, self.app.app_context(), self.runtime.running_inline():
             return self._drain(queues, limit, retry_delays, raise_errors)
 
     def _drain(
@@ -106,7 +106,7 @@ class InlineRunner:
         parts = self._start()
         ran: list[uuid.UUID] = []
         while limit is None or len(ran) < limit:
-            claimed = claim_due(self.state, 1, NODE_ID, queues)
+            claimed = claim_due(self.runtime, 1, NODE_ID, queues)
             if not claimed:
                 return ran
             done = self._run_one(parts, claimed[0])
@@ -118,7 +118,7 @@ class InlineRunner:
                 if done.failure is not None:
                     raise done.failure
                 # An error that is no exception of this process (an unreadable row): the job.
-                ended = get(self.state, done.job_id)
+                ended = get(self.runtime, done.job_id)
                 if ended is None:  # deleted meanwhile (a callback of its own)
                     raise JobNotFound(f"job {done.job_id} failed and is gone")
                 raise JobFailed(ended)
@@ -127,14 +127,15 @@ class InlineRunner:
     def _start(self) -> _Parts:
         if self._parts is not None:
             return self._parts
-        store, engine = self.state.store, self.state.engine
+        store, engine = self.runtime.store, self.runtime.engine
 
         def send(events: list[Event]) -> None:
             # Events of this process's writes are sent at once, after their commit.
-            announce(self.app, events, self.state.wake)
+            announce(self.app, events, self.runtime.wake)
 
         # No other worker here to hand a job of an unknown task to: it fails for good at once.
-        supervision = Supervision(store, engine, NODE_ID, self.state.config, send, hand_back=False)
+        config = self.runtime.config
+        supervision = Supervision(store, engine, NODE_ID, config, send, hand_back=False)
         completer = Completer(
             store,
             engine,
@@ -146,7 +147,7 @@ class InlineRunner:
         )
         # No job threads: run_here runs each job in the calling thread.
         executor = Executor(
-            self.app, self.state, supervision, self._written.append, 0, lambda: None
+            self.app, self.runtime, supervision, self._written.append, 0, lambda: None
         )
         if job_logger.level == logging.NOTSET:
             job_logger.setLevel(logging.INFO)  # as a worker does: the job's info lines are kept

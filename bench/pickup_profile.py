@@ -38,8 +38,8 @@ from flask import Flask
 from bench.enqueue_claim import DEFAULT_PG, db, fresh_database, make_app, ratchet
 from bench.peers._common import IDLE_SECONDS, stamp_file, stop
 from bench.worker import percentile, reset, warm_client, worker
-from flask_ratchet.store import wakeup
 from flask_ratchet.store.postgres import PostgresDialect
+from flask_ratchet.wakeups.hub import Hub
 
 STAGES = (
     ("enqueue returned", "enqueued"),
@@ -71,14 +71,14 @@ def profiled(i: int) -> None:
 def profiled_app() -> Flask:
     """The worker's app (``--app bench.pickup_profile:profiled_app()``), stamping its wake-ups
     and claims."""
-    listener_init = wakeup.Listener.__init__
+    attach = Hub.attach
 
-    def init(self: wakeup.Listener, channels: Any, on_wake: Callable[[], None], *a: Any) -> None:
+    def attach_stamped(self: Hub, on_wake: Callable[[], None], stop: threading.Event) -> None:
         def woken() -> None:
             _stamp("woken", time.perf_counter())
             on_wake()
 
-        listener_init(self, channels, woken, *a)
+        attach(self, woken, stop)
 
     claim_due = PostgresDialect.claim_due
 
@@ -89,7 +89,7 @@ def profiled_app() -> Flask:
             _stamp("claim", sent, f"{time.perf_counter():.6f}")
         return claimed
 
-    wakeup.Listener.__init__ = init  # type: ignore[method-assign,assignment]
+    Hub.attach = attach_stamped  # type: ignore[method-assign]
     PostgresDialect.claim_due = claim  # type: ignore[method-assign,assignment]
     return make_app(os.environ["BENCH_URL"])
 

@@ -23,7 +23,7 @@ from ..options import seconds
 from ..runtime import Runtime
 from ..runtime import current as current_runtime
 from ..states import JobStatus
-from ..wakeups.end_watches import LISTEN_TIMEOUT
+from ..wakeups.hub import LISTEN_TIMEOUT
 
 #: The longest a waiter goes without reading the job: the floor under the notifications.
 READ_AT_LEAST_EVERY = 1.0

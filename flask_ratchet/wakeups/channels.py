@@ -54,11 +54,11 @@ class Publisher(Protocol):
 
 
 class Subscription(Protocol):
-    """An open connection that hears notices on one channel."""
+    """An open connection that hears notices on its channels."""
 
-    def heard(self, timeout: float) -> int:
-        """Wait until a notice comes, or ``timeout`` seconds; return how many came (0 if
-        none). It returns as soon as one has come: the listener acts on it at once."""
+    def heard(self, timeout: float) -> set[str]:
+        """Wait until a notice comes, or ``timeout`` seconds; return the channels notices came
+        on (none: empty). It returns as soon as one has come: the listener acts on it at once."""
         ...
 
     def close(self) -> None: ...
@@ -74,7 +74,7 @@ class Channels(Protocol):
 
     def publisher(self, channel: str) -> Publisher: ...
 
-    def subscription(self, channel: str) -> Subscription: ...
+    def subscription(self, *channels: str) -> Subscription: ...
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
@@ -98,8 +98,8 @@ class PgChannels:
     def publisher(self, channel: str) -> PgPublisher:
         return PgPublisher(self._dsn, channel)
 
-    def subscription(self, channel: str) -> PgSubscription:
-        return PgSubscription(self._dsn, channel)
+    def subscription(self, *channels: str) -> PgSubscription:
+        return PgSubscription(self._dsn, channels)
 
 
 class PgPublisher:
@@ -117,23 +117,24 @@ class PgPublisher:
 
 
 class PgSubscription:
-    def __init__(self, dsn: str, channel: str) -> None:
+    def __init__(self, dsn: str, channels: tuple[str, ...]) -> None:
         import psycopg
 
         self._conn: psycopg.Connection[Any] = psycopg.connect(
             psycopg.conninfo.make_conninfo(dsn, **PG_CONNECT_OPTIONS), autocommit=True
         )
         try:
-            self._conn.execute(f"LISTEN {channel}")
+            for channel in channels:
+                self._conn.execute(f"LISTEN {channel}")
         except BaseException:
             self._conn.close()
             raise
         #: The server process listening, for tests that cut it.
         self.backend_pid: int | None = self._conn.info.backend_pid
 
-    def heard(self, timeout: float) -> int:
+    def heard(self, timeout: float) -> set[str]:
         # Back at the first notice (with any that came in the same packet), not at the timeout.
-        return sum(1 for _ in self._conn.notifies(timeout=timeout, stop_after=1))
+        return {n.channel for n in self._conn.notifies(timeout=timeout, stop_after=1)}
 
     def close(self) -> None:
         self._conn.close()
@@ -157,8 +158,8 @@ class RedisChannels:
     def publisher(self, channel: str) -> RedisPublisher:
         return RedisPublisher(self._client(), f"{self._prefix}:{channel}")
 
-    def subscription(self, channel: str) -> RedisSubscription:
-        return RedisSubscription(self._client(), f"{self._prefix}:{channel}")
+    def subscription(self, *channels: str) -> RedisSubscription:
+        return RedisSubscription(self._client(), self._prefix, channels)
 
     def _client(self) -> redis.Redis:
         import redis
@@ -185,27 +186,31 @@ class RedisPublisher:
 
 
 class RedisSubscription:
-    def __init__(self, client: redis.Redis, channel: str) -> None:
+    def __init__(self, client: redis.Redis, prefix: str, channels: tuple[str, ...]) -> None:
         import redis
 
         self._client = client
         self._pubsub = client.pubsub()  # type: ignore[no-untyped-call]
+        #: The channels' names on the server, to the names they stand for.
+        self._names = {f"{prefix}:{channel}".encode(): channel for channel in channels}
         try:
-            self._pubsub.subscribe(channel)
-            # The server's confirmation: every notice published from here on is heard.
-            confirmed = self._pubsub.get_message(timeout=REDIS_TIMEOUT)
-            if confirmed is None or confirmed.get("type") != "subscribe":
-                raise redis.TimeoutError(f"SUBSCRIBE {channel} was not confirmed")
+            self._pubsub.subscribe(*self._names)
+            # The server's confirmations: every notice published from here on is heard.
+            for name in self._names:
+                confirmed = self._pubsub.get_message(timeout=REDIS_TIMEOUT)
+                if confirmed is None or confirmed.get("type") != "subscribe":
+                    raise redis.TimeoutError(f"SUBSCRIBE {name!r} was not confirmed")
         except BaseException:
             self.close()
             raise
 
-    def heard(self, timeout: float) -> int:
-        found = 0
+    def heard(self, timeout: float) -> set[str]:
+        found = set()
         wait = timeout
-        # The first message waits; the ones already there are counted without waiting.
+        # The first message waits; the ones already there are taken without waiting.
         while (message := self._pubsub.get_message(timeout=wait)) is not None:
-            found += message.get("type") == "message"
+            if message.get("type") == "message" and message.get("channel") in self._names:
+                found.add(self._names[message["channel"]])
             wait = 0.0
         return found
 

@@ -8,8 +8,8 @@ process uses, whatever carries them:
   database (``RATCHET_WAKEUP_URL``). A notice is sent *after* the committing transaction, by one
   background sender per process and channel that coalesces requests (a NOTIFY inside every
   enqueuing transaction serialises commits on the server's notification queue; see
-  bench/notify.py). Workers listen on a connection of their own that reconnects with backoff;
-  waiters share one per process (:mod:`.end_watches`).
+  bench/notify.py). A process listens on one connection, its :class:`~.hub.Hub`, shared by the
+  worker's poller and every waiter, and made again while a worker is attached.
 - else the database itself where it can tell: SQLite's ``PRAGMA data_version`` changes whenever
   another connection commits to the file, checked every few milliseconds.
 - else nothing (MariaDB without Redis): workers poll, waiters read their job every second.
@@ -29,8 +29,9 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
-from .channels import ENDED, WAKEUP, Channels, Publisher, Subscription
+from .channels import ENDED, WAKEUP, Channels, Publisher
 from .end_watches import ChannelEndWatch, EndWatch
+from .hub import Hub, HubAttachment
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -149,46 +150,6 @@ class Notifier:
                 publisher.close()
 
 
-class Listener(threading.Thread):
-    """A worker's thread hearing wake-ups on its own subscription; reconnects with backoff when
-    it drops, and wakes the worker each time it is back (notices sent meanwhile are lost)."""
-
-    def __init__(
-        self, channels: Channels, on_wake: Callable[[], None], stop: threading.Event
-    ) -> None:
-        super().__init__(name="ratchet-listen", daemon=True)
-        self._channels = channels
-        self._on_wake = on_wake
-        self._stop_event = stop
-        self.connected = threading.Event()
-        #: The subscription's server process on PostgreSQL, for tests that cut it.
-        self.backend_pid: int | None = None
-        self.reconnects = 0
-
-    def run(self) -> None:
-        backoff = 0.5
-        while not self._stop_event.is_set():
-            subscription: Subscription | None = None
-            try:
-                subscription = self._channels.subscription(WAKEUP)
-                self.backend_pid = getattr(subscription, "backend_pid", None)
-                self.connected.set()
-                backoff = 0.5
-                self._on_wake()  # notices sent while we were away are lost: look now
-                while not self._stop_event.is_set():
-                    if subscription.heard(1.0):
-                        self._on_wake()
-            except self._channels.errors as exc:
-                self.connected.clear()
-                self.reconnects += 1
-                log.warning("wake-up connection lost (%s); reconnecting in %.1fs", exc, backoff)
-                self._stop_event.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
-            finally:
-                if subscription is not None:
-                    subscription.close()
-
-
 class SqliteWatcher(threading.Thread):
     """Wakes the poller when another connection commits to the SQLite file.
 
@@ -218,12 +179,18 @@ class SqliteWatcher(threading.Thread):
             conn.close()
 
 
+class WakeListener(Protocol):
+    """A worker's wake-ups, from :meth:`start` until its stop event is set."""
+
+    def start(self) -> None: ...
+
+
 class Fallback(Protocol):
     """What a database offers where no channel carries wake-ups (see :class:`.Dialect`)."""
 
     def wake_listener(
         self, url: sa.URL, on_wake: Callable[[], None], stop: threading.Event
-    ) -> threading.Thread: ...
+    ) -> WakeListener: ...
 
     def end_watch(self, url: sa.URL, within: float) -> EndWatch: ...
 
@@ -260,12 +227,13 @@ class Wakeups:
         much later at worst, and the server is spared the rest."""
         return self._notifier(ENDED, 0.05)
 
-    def listener(self, on_wake: Callable[[], None], stop: threading.Event) -> threading.Thread:
-        """A worker's thread (not started) that calls ``on_wake`` when another process has
-        committed due jobs, until ``stop`` is set."""
+    def listener(self, on_wake: Callable[[], None], stop: threading.Event) -> WakeListener:
+        """What calls ``on_wake``, once started, when another process has committed due jobs,
+        until ``stop`` is set: over a channel, the process's hub (one connection with its
+        waiters)."""
         if self.channels is None:
             return self._fallback.wake_listener(self._url, on_wake, stop)
-        return Listener(self.channels, on_wake, stop)
+        return HubAttachment(Hub.of(self.channels), on_wake, stop)
 
     def end_watch(self, within: float) -> EndWatch:
         """What a waiter waits on between reads of a job: it returns early when jobs may have

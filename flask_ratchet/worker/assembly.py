@@ -20,6 +20,7 @@ from ..config import RatchetConfig
 from ..forks import fresh_pool_after_fork
 from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
 from ..store.types import Finished, NodeInfo
+from ..wakeups.notices import WakeListener
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
 from .executor import Executor
@@ -108,7 +109,7 @@ class WorkerParts:
     executor: Executor
     heartbeat: Heartbeat
     maintenance: Maintenance
-    listener: threading.Thread
+    listener: WakeListener
     metrics: WorkerMetrics | None
     #: The app's notifier of ends: a job that cancels another tells waiters through it too.
     tell_ended: Callable[[], None] | None

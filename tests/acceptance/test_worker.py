@@ -260,7 +260,10 @@ def test_the_listen_connection_recovers(pg_url: str, tmp_path: Path) -> None:
         with app.app_context():
             # Slow polling: a job that runs quickly afterwards was woken up, not found by a poll.
             pool.start(RATCHET_POLL_INTERVAL=20, RATCHET_POLL_MAX_INTERVAL=30)
-            listener = "SELECT pid FROM pg_stat_activity WHERE query = 'LISTEN ratchet_wakeup'"
+            listener = (
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query LIKE 'LISTEN %'"
+            )
             first = wait_until(lambda: scalar(listener), what="the LISTEN connection")
             scalar("SELECT pg_terminate_backend(:pid)", pid=first)
             second = wait_until(

@@ -22,7 +22,9 @@ from flask_ratchet import (
     WaitTimeout,
 )
 from flask_ratchet.wakeups.channels import PgChannels, conninfo
-from flask_ratchet.wakeups.end_watches import IDLE_CLOSE, ChannelEndWatch, EndHub
+from flask_ratchet.wakeups.end_watches import ChannelEndWatch
+from flask_ratchet.wakeups.hub import IDLE_CLOSE, Hub
+from flask_ratchet.worker.runner import Worker
 from tests.apps import Order, add, create_app, db, ratchet
 from tests.integration.helpers import count
 
@@ -111,12 +113,12 @@ def test_a_cancel_from_the_api_tells_waiters_elsewhere(app: Flask) -> None:
 
 
 def listening_connections(app: Flask) -> int:
-    """The connections to the test database that LISTEN for job ends."""
+    """The connections to the test database that LISTEN (for wake-ups or job ends)."""
     with app.app_context(), db.engine.connect() as conn:
         found = conn.execute(
             sa.text(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query = 'LISTEN ratchet_ended'"
+                "AND query LIKE 'LISTEN %'"
             )
         )
         return int(found.scalar_one())
@@ -134,7 +136,7 @@ def test_waiters_in_one_process_share_one_listening_connection(app: Flask) -> No
     threads = [threading.Thread(target=wait_for, args=(job_id,)) for job_id in jobs]
     for thread in threads:
         thread.start()
-    hub = EndHub.of(PgChannels(ratchet.runtime.engine.url))
+    hub = Hub.of(PgChannels(ratchet.runtime.engine.url))
     deadline = time.monotonic() + 30
     while hub.waiters < len(jobs) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -152,6 +154,30 @@ def test_waiters_in_one_process_share_one_listening_connection(app: Flask) -> No
     assert listening_connections(app) == 0 and not hub.listening
 
 
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_a_worker_and_a_waiter_in_one_process_share_one_listening_connection(app: Flask) -> None:
+    worker = Worker(app, concurrency=1)
+    thread = threading.Thread(target=worker.run, name="test-worker")
+    thread.start()
+    try:
+        hub = Hub.of(PgChannels(ratchet.runtime.engine.url))
+        deadline = time.monotonic() + 30
+        while not hub.listening and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert hub.listening  # the worker's wake-ups: the hub listens with no waiter
+        handle = add.enqueue(2, 3)
+        assert handle.wait(timeout=30).result == 5  # woken by the hub, waited on through it
+        waiting = ChannelEndWatch(PgChannels(ratchet.runtime.engine.url))
+        try:
+            assert listening_connections(app) == 1  # not one for each
+        finally:
+            waiting.close()
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
+
+
 def test_a_listener_that_cannot_connect_is_tried_again_only_after_a_pause(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -165,7 +191,7 @@ def test_a_listener_that_cannot_connect_is_tried_again_only_after_a_pause(
         return connect(*args, **kwargs)
 
     monkeypatch.setattr(psycopg, "connect", counted)
-    hub = EndHub(PgChannels(sa.make_url("postgresql://root@127.0.0.1:9/nothing_listens_here")))
+    hub = Hub(PgChannels(sa.make_url("postgresql://root@127.0.0.1:9/nothing_listens_here")))
     assert hub.join(5) is None  # refused: the waiter reads without it
     # Waiters going on (each read followed by a wait) neither wake at once nor make the hub
     # try again and again: a failed try is no notice, and the next comes after RETRY_AFTER.

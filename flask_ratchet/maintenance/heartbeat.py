@@ -12,6 +12,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..breaker import Breakers
+from ..services import Service
 from ..store import Store
 from ..store.types import NodeInfo
 
@@ -23,7 +24,7 @@ RESET_LOOKBACK = timedelta(minutes=5)
 SKEW_WARNING = 1.0
 
 
-class Heartbeat(threading.Thread):
+class Heartbeat(Service):
     """Upserts this node's row every ``interval`` seconds and warns once about clock skew.
 
     With each beat it publishes the state of this process's circuit breakers (the console
@@ -39,12 +40,11 @@ class Heartbeat(threading.Thread):
         stop: threading.Event,
         breakers: Breakers | None = None,
     ) -> None:
-        super().__init__(name="ratchet-heartbeat", daemon=True)
+        super().__init__("ratchet-heartbeat", stop, first=interval)
         self._store = store
         self._engine = engine
         self.info = info
         self._interval = interval
-        self._stop_event = stop
         self.skew_warned = False
         self.beats = 0
         self._breakers = breakers
@@ -88,13 +88,15 @@ class Heartbeat(threading.Thread):
             if breakers.reset(service):
                 log.info("circuit breaker of %r reset by an operator", service)
 
-    def run(self) -> None:
-        while not self._stop_event.wait(self._interval):
-            try:
-                self.beat()
-            except SQLAlchemyError:
-                log.warning("heartbeat failed; retrying in %.0fs", self._interval, exc_info=True)
-            except Exception:
-                # A row it read that ratchet never wrote: the node must go on beating, or it
-                # would look dead and its jobs would run twice.
-                log.exception("heartbeat failed on what it read; retrying in %.0fs", self._interval)
+    def run_once(self) -> float:
+        self.beat()
+        return self._interval
+
+    def failed(self, exc: Exception) -> float:
+        if isinstance(exc, SQLAlchemyError):
+            log.warning("heartbeat failed; retrying in %.0fs", self._interval, exc_info=True)
+        else:
+            # A row it read that ratchet never wrote: the node must go on beating, or it would
+            # look dead and its jobs would run twice.
+            log.exception("heartbeat failed on what it read; retrying in %.0fs", self._interval)
+        return self._interval

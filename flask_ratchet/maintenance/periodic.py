@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..services import Service
 from ..store import Store
 from .locks import Lease
 
@@ -30,7 +31,7 @@ class PeriodicTask:
     run: Callable[[Store, Engine], None]
 
 
-class Maintenance(threading.Thread):
+class Maintenance(Service):
     """The thread that runs a node's share of the cluster's periodic tasks."""
 
     def __init__(
@@ -41,13 +42,13 @@ class Maintenance(threading.Thread):
         tasks: list[PeriodicTask],
         stop: threading.Event,
     ) -> None:
-        super().__init__(name="ratchet-maintenance", daemon=True)
+        super().__init__("ratchet-maintenance", stop)
         self._store = store
         self._engine = engine
         self._owner = owner
         self._tasks = tasks
-        self._stop_event = stop
         self.runs: dict[str, int] = {t.name: 0 for t in tasks}
+        self._due: dict[str, float] | None = None  # when each task runs next; all at the start
 
     def run_due(self, due: dict[str, float], now: float) -> None:
         """Run every task whose time has come and whose lease this node gets."""
@@ -76,8 +77,8 @@ class Maintenance(threading.Thread):
                     task.interval,
                 )
 
-    def run(self) -> None:
-        due = {t.name: time.monotonic() for t in self._tasks}
-        while not self._stop_event.is_set():
-            self.run_due(due, time.monotonic())
-            self._stop_event.wait(max(0.05, min(due.values()) - time.monotonic()))
+    def run_once(self) -> float:
+        if self._due is None:
+            self._due = {t.name: time.monotonic() for t in self._tasks}
+        self.run_due(self._due, time.monotonic())
+        return max(0.05, min(self._due.values()) - time.monotonic())

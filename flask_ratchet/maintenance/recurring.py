@@ -29,6 +29,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from ..config import RatchetConfig
 from ..recurring import RecurringDefinition
 from ..retry import first_line
+from ..services import Service
 from ..store import Recurring, Store
 from ..store.types import FirePass
 
@@ -94,7 +95,7 @@ class Registrar:
             self._wait = min(self._wait * 2, REGISTER_BACKOFF[1])
 
 
-class RecurringFirer(threading.Thread):
+class RecurringFirer(Service):
     """Fires the due recurring masters of one database until ``stop`` (or ``draining``) is set."""
 
     def __init__(
@@ -108,15 +109,13 @@ class RecurringFirer(threading.Thread):
         registrar: Registrar | None = None,
         on_fired: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(name="ratchet-recurring", daemon=True)
+        # Draining is set first when a worker stops: sleeping on it ends the sleep at once.
+        super().__init__("ratchet-recurring", stop, sleep=draining)
         self._store = store
         self._recurring = store.recurring
         self._engine = engine
         self._threshold = timedelta(seconds=config.recurring_misfire_threshold)
         self._disabled = config.recurring_disabled
-        # Not ``_stop``: that name is a method of threading.Thread (join() calls it).
-        self._stop_event = stop
-        self._draining = draining or stop
         self._registrar = registrar
         self._on_fired = on_fired
         self._outage_since: float | None = None
@@ -146,25 +145,19 @@ class RecurringFirer(threading.Thread):
             return seen
         return self.fire_pass()
 
-    def stopping(self) -> bool:
-        """Whether the worker stops or drains: no new children from here on."""
-        return self._stop_event.is_set() or self._draining.is_set()
+    def run_once(self) -> float:
+        if self._registrar is not None:
+            self._registrar.register_pending()
+        delay = self._delay(self.step())
+        self._recovered()
+        return delay
 
-    def run(self) -> None:
-        while not self.stopping():
-            try:
-                if self._registrar is not None:
-                    self._registrar.register_pending()
-                delay = self._delay(self.step())
-                self._recovered()
-            except SQLAlchemyError as exc:
-                self._failed(exc)
-                delay = AFTER_ERROR
-            except Exception:  # never let the thread die: the next pass may well work
-                log.exception("recurring jobs: unexpected error; trying again")
-                delay = AFTER_ERROR
-            # Draining is set first when a worker stops: waiting on it ends the sleep at once.
-            self._draining.wait(delay)
+    def failed(self, exc: Exception) -> float:
+        if isinstance(exc, SQLAlchemyError):
+            self._failed(exc)
+        else:  # the next pass may well work
+            log.exception("recurring jobs: unexpected error; trying again")
+        return AFTER_ERROR
 
     def _failed(self, exc: SQLAlchemyError) -> None:
         """Log a database outage when it starts, then every ``OUTAGE_LOG_EVERY`` seconds."""

@@ -29,6 +29,7 @@ from typing import Protocol
 
 import sqlalchemy as sa
 
+from ..services import Service
 from .channels import ENDED, WAKEUP, Channels, Publisher
 from .end_watches import ChannelEndWatch, EndWatch
 from .hub import Hub, HubAttachment
@@ -150,7 +151,7 @@ class Notifier:
                 publisher.close()
 
 
-class SqliteWatcher(threading.Thread):
+class SqliteWatcher(Service):
     """Wakes the poller when another connection commits to the SQLite file.
 
     Checking every 10 ms costs an idle worker about 1% of a core and puts the median pickup near
@@ -160,23 +161,32 @@ class SqliteWatcher(threading.Thread):
     def __init__(
         self, path: str, on_wake: Callable[[], None], stop: threading.Event, every: float = 0.01
     ) -> None:
-        super().__init__(name="ratchet-sqlite-watch", daemon=True)
+        super().__init__("ratchet-sqlite-watch", stop)
         self._path = path
         self._on_wake = on_wake
-        self._stop_event = stop
         self._every = every
+        self._conn: sqlite3.Connection | None = None
+        self._last: int | None = None
 
     def run(self) -> None:
-        conn = sqlite3.connect(self._path, check_same_thread=False)
+        self._conn = sqlite3.connect(self._path, check_same_thread=False)
         try:
-            last = conn.execute("PRAGMA data_version").fetchone()[0]
-            while not self._stop_event.wait(self._every):
-                version = conn.execute("PRAGMA data_version").fetchone()[0]
-                if version != last:
-                    last = version
-                    self._on_wake()
+            self._last = self._version(self._conn)
+            super().run()
         finally:
-            conn.close()
+            self._conn.close()
+
+    def run_once(self) -> float:
+        assert self._conn is not None  # opened by run()
+        version = self._version(self._conn)
+        if version != self._last:
+            self._last = version
+            self._on_wake()
+        return self._every
+
+    @staticmethod
+    def _version(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA data_version").fetchone()[0])
 
 
 class WakeListener(Protocol):

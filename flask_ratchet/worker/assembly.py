@@ -26,6 +26,7 @@ from .completer import Completer
 from .executor import Executor
 from .metrics import WorkerMetrics
 from .supervision import Supervision
+from .watchdog import Watchdog
 
 if TYPE_CHECKING:
     from ..runtime import Runtime
@@ -109,6 +110,7 @@ class WorkerParts:
     executor: Executor
     heartbeat: Heartbeat
     maintenance: Maintenance
+    watchdog: Watchdog
     listener: WakeListener
     metrics: WorkerMetrics | None
     #: The app's notifier of ends: a job that cancels another tells waiters through it too.
@@ -199,6 +201,7 @@ def assemble(app: Flask, settings: WorkerSettings, hooks: WorkerHooks) -> Worker
         executor=executor,
         heartbeat=heartbeat,
         maintenance=maintenance,
+        watchdog=Watchdog(executor, store, engine, settings.node_id, stop_event),
         listener=wakeups.listener(hooks.wake, stop_event),
         metrics=metrics,
         tell_ended=tell_ended,

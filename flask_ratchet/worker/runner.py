@@ -27,9 +27,9 @@ from .. import facts
 from ..config import RatchetConfig, describe_queues
 from ..context import CaptureHandler, job_logger
 from ..maintenance.recurring import start_recurring
+from ..services import Signal
 from ..store.types import Finished, Outcome
 from .assembly import WorkerSettings, assemble
-from .logs import claimed_fields
 from .polling import PollingStrategy
 from .runs import Run
 
@@ -37,10 +37,6 @@ if TYPE_CHECKING:
     from ..runtime import Runtime
 
 log = logging.getLogger("flask_ratchet.worker")
-
-#: How often the watchdog looks for timeouts, and for jobs canceled while running.
-WATCH_EVERY = 0.2
-CANCEL_SWEEP_EVERY = 1.0
 
 
 class Worker:
@@ -97,6 +93,11 @@ class Worker:
         self.metrics = parts.metrics
         self.stop_event = parts.stop_event
         self.recurring: threading.Thread | None = None
+        #: Test hooks (see :class:`~flask_ratchet.services.Signal`): the worker has started,
+        #: jobs were claimed (a count of jobs), outcomes were written (a count of outcomes).
+        self.started = Signal()
+        self.claimed = Signal()
+        self.finished = Signal()
 
     # -- wake-ups and signals ------------------------------------------------------------------
 
@@ -154,7 +155,7 @@ class Worker:
             draining=self._draining,
             burst=self.burst,
         )
-        threading.Thread(target=self._watch, name="ratchet-watchdog", daemon=True).start()
+        self.parts.watchdog.start()
         self.parts.listener.start()
         self.runtime.wake_listeners.append(self.wake)
         log.info(
@@ -163,6 +164,7 @@ class Worker:
             self.settings.concurrency,
             "all" if self.queues is None else describe_queues(self.queues),
         )
+        self.started.fire()
 
     def _introduce(self) -> None:
         """The worker's first writes: take back what an earlier process of this node left
@@ -245,6 +247,7 @@ class Worker:
                         self.metrics.polled(claimed)
                 if claimed:
                     self.executor.submit(claimed)
+                    self.claimed.fire(len(claimed))
                     # Hand the GIL to a job thread now: the jobs start before this thread's
                     # bookkeeping and its next query, not after them (about a millisecond).
                     time.sleep(0)
@@ -309,6 +312,7 @@ class Worker:
     def counted(self, batch: list[Finished], applied: set[uuid.UUID]) -> None:
         if self.metrics is not None:
             self.metrics.written(batch, applied)
+        self.finished.fire(len(batch))
 
     def recovered(self, tasks: list[str]) -> None:
         if self.metrics is not None:
@@ -327,43 +331,6 @@ class Worker:
         come in batches, not one by one."""
         if (self._last_claim_full or self.burst) and self._free() * 2 >= self.executor.capacity:
             self._wake.set()
-
-    def _watch(self) -> None:
-        next_sweep = time.monotonic()
-        while not self.stop_event.wait(WATCH_EVERY):
-            try:
-                for run in self.executor.expire(time.monotonic()):
-                    log.warning(
-                        "job %s (%s) timed out after %ss",
-                        run.claimed.job_id,
-                        run.claimed.task,
-                        run.claimed.timeout,
-                        extra=claimed_fields(run.claimed, self.node_id),
-                    )
-                if time.monotonic() >= next_sweep:
-                    next_sweep = time.monotonic() + CANCEL_SWEEP_EVERY
-                    self._sweep_canceled()
-            except Exception:
-                # The thread that enforces timeouts and stops canceled jobs must live on.
-                log.exception("watchdog pass failed; next in %.1fs", WATCH_EVERY)
-
-    def _sweep_canceled(self) -> None:
-        runs = [r for r in self.executor.running() if r.started]
-        if not runs:
-            return
-        try:
-            with self.engine.connect() as conn:
-                mine = self.store.executions.still_running(
-                    conn, self.node_id, [r.claimed.job_id for r in runs]
-                )
-        except SQLAlchemyError:
-            return
-        for run in self.executor.stop_canceled(runs, mine):
-            log.info(
-                "job %s was canceled while running; its result will be discarded",
-                run.claimed.job_id,
-                extra=claimed_fields(run.claimed, self.node_id),
-            )
 
     def _release(self, runs: list[Run]) -> None:
         """Hand jobs back to PENDING without spending their attempt."""

@@ -3,7 +3,6 @@ the same firer with the same once-only guarantee and misfire policies, run by a 
 
 from __future__ import annotations
 
-import logging
 import threading
 from datetime import timedelta
 
@@ -134,17 +133,14 @@ def test_two_firers_racing_create_each_child_once(app: Flask) -> None:
     assert len(fired) >= 4
 
 
-def test_a_declared_interval_fires_in_a_worker_and_its_children_run(
-    app: Flask, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_declared_interval_fires_in_a_worker_and_its_children_run(app: Flask) -> None:
     declared = "tests.every-second-interval"
     ratchet.recurring(every=timedelta(seconds=1), id=declared)(record_context)
     worker = Worker(app, concurrency=1)
     thread = threading.Thread(target=worker.run, name="test-worker")
-    caplog.set_level(logging.INFO, logger="flask_ratchet.worker")
     try:
         thread.start()
-        poll_until(lambda: "started: concurrency" in caplog.text, "the worker to start")
+        assert worker.started.wait_for(timeout=30), "the worker did not start"
         assert master(declared).cron == "@every 1s"
         poll_until(lambda: len(ran_children(declared)) >= 2, "two children to run", timeout=30)
     finally:

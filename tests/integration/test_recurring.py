@@ -627,17 +627,14 @@ def test_the_firer_survives_a_database_outage_and_logs_it_once(
     assert "the database is back" in caplog.text
 
 
-def test_a_declared_job_taking_a_context_fires_and_runs(
-    app: Flask, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_declared_job_taking_a_context_fires_and_runs(app: Flask) -> None:
     declared = "tests.every-second-context"
     ratchet.recurring("* * * * * ?", id=declared)(record_context)
     worker = Worker(app, concurrency=1)
     thread = threading.Thread(target=worker.run, name="test-worker")
-    caplog.set_level(logging.INFO, logger="flask_ratchet.worker")
     try:
         thread.start()
-        poll_until(lambda: "started: concurrency" in caplog.text, "the worker to start")
+        assert worker.started.wait_for(timeout=30), "the worker did not start"
         assert ratchet.get_recurring(declared) is not None  # registered before "started"
         poll_until(lambda: ran_children(declared), "a child to run", timeout=30)
     finally:

@@ -4,7 +4,6 @@ kit runs the routed jobs from their queue."""
 
 from __future__ import annotations
 
-import logging
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,7 +16,6 @@ from flask_ratchet.testing import run_jobs
 from flask_ratchet.worker.runner import Worker
 from tests.apps import add, charge, create_app, db, ratchet, report, send_mail
 from tests.flow_tasks import batch_item, follow_up, kept_in_default
-from tests.integration.test_recurring import poll_until
 
 ROUTES = {"billing.*": "billing", "tests.apps:add": "math", "*": "other"}
 
@@ -114,15 +112,12 @@ def test_a_callable_route_and_its_refusal(database_url: str) -> None:
         db.session.remove()
 
 
-def test_a_worker_registers_declared_masters_with_their_routed_queue(
-    routed_app: Flask, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_worker_registers_declared_masters_with_their_routed_queue(routed_app: Flask) -> None:
     worker = Worker(routed_app, concurrency=1)
     thread = threading.Thread(target=worker.run, name="test-worker")
-    caplog.set_level(logging.INFO, logger="flask_ratchet.worker")
     thread.start()
     try:
-        poll_until(lambda: "started: concurrency" in caplog.text, "the worker to start")
+        assert worker.started.wait_for(timeout=30), "the worker did not start"
     finally:
         worker.request_stop()
         thread.join(30)

@@ -1,0 +1,78 @@
+"""The worker's watchdog: jobs past their timeout are stopped, and so are jobs canceled while
+running (read from the database every :data:`CANCEL_SWEEP_EVERY` seconds)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from ..services import Service
+from .executor import Executor
+from .logs import claimed_fields
+
+if TYPE_CHECKING:
+    from ..store import Store
+
+log = logging.getLogger("flask_ratchet.worker")
+
+#: How often the watchdog looks for timeouts, and for jobs canceled while running.
+WATCH_EVERY = 0.2
+CANCEL_SWEEP_EVERY = 1.0
+
+
+class Watchdog(Service):
+    """Stops the ``executor``'s jobs that timed out or were canceled while running."""
+
+    after_error = WATCH_EVERY
+
+    def __init__(
+        self,
+        executor: Executor,
+        store: Store,
+        engine: Engine,
+        node_id: str,
+        stop: threading.Event,
+    ) -> None:
+        super().__init__("ratchet-watchdog", stop)
+        self._executor = executor
+        self._store = store
+        self._engine = engine
+        self._node_id = node_id
+        self._next_sweep = time.monotonic()
+
+    def run_once(self) -> float:
+        for run in self._executor.expire(time.monotonic()):
+            log.warning(
+                "job %s (%s) timed out after %ss",
+                run.claimed.job_id,
+                run.claimed.task,
+                run.claimed.timeout,
+                extra=claimed_fields(run.claimed, self._node_id),
+            )
+        if time.monotonic() >= self._next_sweep:
+            self._next_sweep = time.monotonic() + CANCEL_SWEEP_EVERY
+            self._sweep_canceled()
+        return WATCH_EVERY
+
+    def _sweep_canceled(self) -> None:
+        runs = [r for r in self._executor.running() if r.started]
+        if not runs:
+            return
+        try:
+            with self._engine.connect() as conn:
+                mine = self._store.executions.still_running(
+                    conn, self._node_id, [r.claimed.job_id for r in runs]
+                )
+        except SQLAlchemyError:
+            return
+        for run in self._executor.stop_canceled(runs, mine):
+            log.info(
+                "job %s was canceled while running; its result will be discarded",
+                run.claimed.job_id,
+                extra=claimed_fields(run.claimed, self._node_id),
+            )

@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib.metadata import version
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 
 from flask import Flask
 from sqlalchemy.engine import Engine
@@ -37,6 +38,20 @@ def default_node_id() -> str:
     return f"{socket.gethostname()[:48]}:{os.getpid()}"
 
 
+class WorkerOptions(TypedDict, total=False):
+    """What ``flask ratchet worker``'s options ask for (``None``: the configuration's)."""
+
+    concurrency: int | None
+    node_id: str | None
+    burst: bool
+    drain_timeout: float | None
+    #: The queues to take, with each one's thread limit (``None``: no limit).
+    queues: Mapping[str, int | None] | None
+    prefetch: int | None
+    #: Where to serve Prometheus metrics, ``(host, port)``.
+    metrics_port: tuple[str, int] | None
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerSettings:
     """What a worker was asked for, over the app's ``RATCHET_*`` configuration."""
@@ -52,24 +67,18 @@ class WorkerSettings:
     metrics_port: tuple[str, int] | None
 
     @classmethod
-    def of(
-        cls,
-        config: RatchetConfig,
-        *,
-        concurrency: int | None = None,
-        node_id: str | None = None,
-        burst: bool = False,
-        drain_timeout: float | None = None,
-        queues: Mapping[str, int | None] | None = None,
-        prefetch: int | None = None,
-        metrics_port: tuple[str, int] | None = None,
-    ) -> WorkerSettings:
-        """The settings given, the configuration's where one is not."""
-        chosen = config.queues if queues is None else queues
+    def of(cls, config: RatchetConfig, **asked: Unpack[WorkerOptions]) -> WorkerSettings:
+        """The settings ``asked`` for, the configuration's where one is not."""
+        chosen = asked.get("queues")
+        if chosen is None:
+            chosen = config.queues
+        drain_timeout = asked.get("drain_timeout")
+        prefetch = asked.get("prefetch")
+        metrics_port = asked.get("metrics_port")
         return cls(
-            concurrency=concurrency or config.concurrency,
-            node_id=node_id or config.node_id or default_node_id(),
-            burst=burst,
+            concurrency=asked.get("concurrency") or config.concurrency,
+            node_id=asked.get("node_id") or config.node_id or default_node_id(),
+            burst=asked.get("burst", False),
             drain_timeout=config.drain_timeout if drain_timeout is None else drain_timeout,
             queues=None if chosen is None else dict(chosen),
             prefetch=config.prefetch if prefetch is None else prefetch,
@@ -118,8 +127,14 @@ class WorkerParts:
     #: Every helper thread ends when this is set.
     stop_event: threading.Event
 
-    def dispose(self) -> None:
-        """Close the worker's own connections."""
+    def dispose(self, within: float = 5.0) -> None:
+        """Once the stop event is set: wait up to ``within`` seconds for the services to end,
+        then close the worker's own connections (a service still in a pass would open a new
+        connection on a disposed engine, and leave it open)."""
+        deadline = time.monotonic() + within
+        for service in (self.heartbeat, self.maintenance, self.watchdog):
+            if service.is_alive():
+                service.join(max(0.0, deadline - time.monotonic()))
         self.claim_engine.dispose()
         self.engine.dispose()
 

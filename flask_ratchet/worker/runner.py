@@ -17,8 +17,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Unpack
 
 from flask import Flask
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -29,7 +28,7 @@ from ..context import CaptureHandler, job_logger
 from ..maintenance.recurring import start_recurring
 from ..services import Signal
 from ..store.types import Finished, Outcome
-from .assembly import WorkerSettings, assemble
+from .assembly import WorkerOptions, WorkerSettings, assemble
 from .polling import PollingStrategy
 from .runs import Run
 
@@ -44,35 +43,15 @@ class Worker:
     :meth:`run` blocks until :meth:`request_stop` (or, with ``burst``, until nothing is due);
     the ``flask ratchet worker`` command calls that on SIGTERM and SIGINT."""
 
-    def __init__(
-        self,
-        app: Flask,
-        *,
-        concurrency: int | None = None,
-        node_id: str | None = None,
-        burst: bool = False,
-        drain_timeout: float | None = None,
-        queues: Mapping[str, int | None] | None = None,
-        prefetch: int | None = None,
-        metrics_port: tuple[str, int] | None = None,
-    ) -> None:
+    def __init__(self, app: Flask, **options: Unpack[WorkerOptions]) -> None:
         self.app = app
         self.runtime: Runtime = app.extensions["ratchet"]
         config: RatchetConfig = self.runtime.config
         self.config = config
-        self.settings = WorkerSettings.of(
-            config,
-            concurrency=concurrency,
-            node_id=node_id,
-            burst=burst,
-            drain_timeout=drain_timeout,
-            queues=queues,
-            prefetch=prefetch,
-            metrics_port=metrics_port,
-        )
+        self.settings = WorkerSettings.of(config, **options)
         self.node_id = self.settings.node_id
         self.queues = self.settings.queues
-        self.burst = burst
+        self.burst = self.settings.burst
         self._wake = threading.Event()
         self._draining = threading.Event()
         self._last_claim_full = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -162,6 +162,17 @@ class Cluster:
             (job_queue.c.picked_by == node_id,),
             f"worker {node_id} restarted while running it",
         )
+
+    def reclaim_unheld(
+        self, conn: Connection, node_id: str, held: Collection[uuid.UUID]
+    ) -> Recovered:
+        """RUNNING jobs claimed under this node id that its process does not hold (``held``):
+        a claim whose commit the worker could not confirm (the connection broke as it
+        committed) may have committed. Taken back as orphans are."""
+        where: tuple[Any, ...] = (job_queue.c.picked_by == node_id,)
+        if held:
+            where += (job_queue.c.job_id.not_in(list(held)),)
+        return self._take_back(conn, where, f"worker {node_id} could not confirm its claim")
 
     def _take_back(self, conn: Connection, where: tuple[Any, ...], why: str) -> Recovered:
         running = sorted(sources(Action.RELEASE))

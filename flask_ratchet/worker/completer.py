@@ -13,6 +13,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -76,11 +77,19 @@ class Completer(threading.Thread):
         self._stopping = threading.Event()
         self.written = 0
         self.discarded = 0
+        #: The jobs whose outcomes are handed over and not yet written (or given up).
+        self._unwritten: Counter[uuid.UUID] = Counter()
 
     def put(self, item: Finished) -> None:
         with self._count_lock:
             self._backlog += 1
+            self._unwritten[item.job_id] += 1
         self._queue.put(item)
+
+    def unwritten(self) -> set[uuid.UUID]:
+        """The jobs whose outcomes are handed over and not yet written (or given up)."""
+        with self._count_lock:
+            return set(self._unwritten)
 
     @property
     def backlog(self) -> int:
@@ -124,6 +133,7 @@ class Completer(threading.Thread):
         """Write ``batch`` in the calling thread, as the thread writes what is ``put``."""
         with self._count_lock:
             self._backlog += len(batch)
+            self._unwritten.update(item.job_id for item in batch)
         self._write(batch)
 
     def _write(self, batch: list[Finished]) -> None:
@@ -132,6 +142,12 @@ class Completer(threading.Thread):
         finally:
             with self._count_lock:
                 self._backlog -= len(batch)
+                for item in batch:
+                    left = self._unwritten[item.job_id] - 1
+                    if left > 0:
+                        self._unwritten[item.job_id] = left
+                    else:
+                        self._unwritten.pop(item.job_id, None)
             self._on_written()
 
     def _write_with_retries(

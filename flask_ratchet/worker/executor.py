@@ -128,6 +128,11 @@ class Executor:
         """The busy share of threads (0 to 1)."""
         return min(1.0, self._busy / self.concurrency)
 
+    def held(self) -> set[uuid.UUID]:
+        """The jobs taken and not finished: waiting, running, or timed out and not returned."""
+        with self._lock:
+            return set(self._runs)
+
     def running(self) -> list[Run]:
         """Attempts that have not reported an outcome yet."""
         with self._lock:

@@ -55,6 +55,8 @@ class Worker:
         self._wake = threading.Event()
         self._draining = threading.Event()
         self._last_claim_full = False
+        #: A claim failed in a way that leaves unknown whether it committed.
+        self._claim_unconfirmed = False
         self.polling = PollingStrategy(
             minimum=config.poll_interval,
             maximum=config.poll_max_interval,
@@ -193,6 +195,8 @@ class Worker:
             # Clear before looking: a wake-up that arrives from here on makes the wait below
             # return at once, so none is lost between a claim and the sleep.
             self._wake.clear()
+            if self._claim_unconfirmed:
+                self._take_back_unconfirmed()
             free = self._free()
             quotas = self._quotas(free)
             claimed = []
@@ -217,6 +221,8 @@ class Worker:
                         log.debug("claim given up by the database; claiming again")
                         continue
                     log.warning("claim failed; polling again later", exc_info=True)
+                    # It may have committed all the same (the connection broke as it did).
+                    self._claim_unconfirmed = True
                 except Exception:
                     # Not the database: most likely a row holding what ratchet never writes.
                     # The worker must go on polling, not end with it.
@@ -240,6 +246,27 @@ class Worker:
             if free > 0 and len(claimed) < free and not self.supervision.refusing():
                 delay = min(delay, self._until_next_due())
             self._wake.wait(delay)
+
+    def _take_back_unconfirmed(self) -> None:
+        """After a claim whose commit is unknown: the jobs RUNNING under this node that it
+        does not hold (its claim did commit, and it never got them) go back, as orphans do;
+        else they would wait for this process to end."""
+        # What it holds, before the statement: a job leaves the executor only once its outcome
+        # is with the completer, and leaves the completer once its row is no longer RUNNING.
+        held = self.executor.held() | self.completer.unwritten()
+        try:
+            with self.store.begin(self.engine) as conn:
+                taken = self.store.cluster.reclaim_unheld(conn, self.node_id, held)
+                recorded = facts.take(conn)
+        except SQLAlchemyError:
+            return  # the database is still away: again at the next poll
+        self._claim_unconfirmed = False
+        self.announcer.put(recorded)
+        if taken.requeued or taken.failed:
+            log.warning(
+                "took back %d jobs a claim this worker could not confirm had left RUNNING",
+                len(taken.requeued) + len(taken.failed),
+            )
 
     def _quotas(self, free: int) -> dict[str, int] | None:
         """The most jobs to claim now from each of this worker's queues (``None``: every

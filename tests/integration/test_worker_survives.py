@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 from flask import Flask
+from sqlalchemy.exc import OperationalError
 
 from flask_ratchet import JobStatus
 from flask_ratchet.worker.runner import Worker
-from tests.apps import add, ratchet
+from tests.apps import add, db, ratchet
 
 
 def test_a_claim_failing_on_what_it_read_is_logged_and_polling_goes_on(
@@ -37,3 +38,38 @@ def test_a_claim_failing_on_what_it_read_is_logged_and_polling_goes_on(
     assert found is not None and found.status == JobStatus.SUCCEEDED
     logged = [r for r in caplog.records if "claim failed on what it read" in r.message]
     assert len(logged) == 1 and logged[0].exc_info is not None
+
+
+# Servers only: a SQLite claim commits in this process's own file, with no connection to break
+# between the commit and its answer (and a second writer would wait for the claim's lock).
+@pytest.mark.parametrize("database_url", ["postgresql", "mariadb"], indirect=True)
+def test_a_claim_that_committed_unseen_is_taken_back_and_its_jobs_run(
+    app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The connection breaks as a claim commits: the worker gets an error, the database has
+    the jobs RUNNING under the worker's node id. They must not wait for the process to end."""
+    job_ids = [ratchet.enqueue_now(add, i, i).id for i in range(3)]
+    store = ratchet.runtime.store
+    claim = store.jobs.claim_due
+    engine = db.engine
+    lost = [True]
+
+    def committed_unseen(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        if lost:
+            lost.pop()
+            with store.begin(engine) as other:  # committed, and never handed to the worker
+                assert claim(other, *args, **kwargs)
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+        return claim(conn, *args, **kwargs)
+
+    monkeypatch.setattr(store.jobs, "claim_due", committed_unseen)
+    worker = Worker(app, concurrency=1, burst=True)
+    thread = threading.Thread(target=worker.run, name="test-worker")
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the burst worker did not finish"
+    for job_id in job_ids:
+        found = ratchet.get_job(job_id)
+        assert found is not None and found.status == JobStatus.SUCCEEDED, found
+    taken = [r for r in caplog.records if "a claim this worker could not confirm" in r.message]
+    assert len(taken) == 1

@@ -15,6 +15,15 @@ from flask_ratchet.worker.runner import Worker
 from tests.apps import add, db, ratchet
 
 
+def run_burst(app: Flask) -> None:
+    """A burst worker in a thread: it runs until nothing is due."""
+    worker = Worker(app, concurrency=1, burst=True)
+    thread = threading.Thread(target=worker.run, name="test-worker")
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "the burst worker did not finish"
+
+
 def test_a_claim_failing_on_what_it_read_is_logged_and_polling_goes_on(
     app: Flask, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -29,11 +38,7 @@ def test_a_claim_failing_on_what_it_read_is_logged_and_polling_goes_on(
         return claim(*args, **kwargs)
 
     monkeypatch.setattr(store.jobs, "claim_due", damaged_once)
-    worker = Worker(app, concurrency=1, burst=True)
-    thread = threading.Thread(target=worker.run, name="test-worker")
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the burst worker did not finish"
+    run_burst(app)
     found = ratchet.get_job(job_id)
     assert found is not None and found.status == JobStatus.SUCCEEDED
     logged = [r for r in caplog.records if "claim failed on what it read" in r.message]
@@ -63,11 +68,7 @@ def test_a_claim_that_committed_unseen_is_taken_back_and_its_jobs_run(
         return claim(conn, *args, **kwargs)
 
     monkeypatch.setattr(store.jobs, "claim_due", committed_unseen)
-    worker = Worker(app, concurrency=1, burst=True)
-    thread = threading.Thread(target=worker.run, name="test-worker")
-    thread.start()
-    thread.join(60)
-    assert not thread.is_alive(), "the burst worker did not finish"
+    run_burst(app)
     for job_id in job_ids:
         found = ratchet.get_job(job_id)
         assert found is not None and found.status == JobStatus.SUCCEEDED, found

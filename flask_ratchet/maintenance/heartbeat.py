@@ -94,9 +94,9 @@ class Heartbeat(Service):
 
     def failed(self, exc: Exception) -> float:
         if isinstance(exc, SQLAlchemyError):
-            log.warning("heartbeat failed; retrying in %.0fs", self._interval, exc_info=True)
+            log.warning("heartbeat failed; retrying in %gs", self._interval, exc_info=True)
         else:
             # A row it read that ratchet never wrote: the node must go on beating, or it would
             # look dead and its jobs would run twice.
-            log.exception("heartbeat failed on what it read; retrying in %.0fs", self._interval)
+            log.exception("heartbeat failed on what it read; retrying in %gs", self._interval)
         return self._interval

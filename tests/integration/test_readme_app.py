@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -26,17 +27,18 @@ def readme_block(section: str) -> str:
     return block.group(1)
 
 
-def test_the_existing_app_section_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
-    (tmp_path / "myapp.py").write_text(readme_block(SECTION))
+def python_in(folder: Path, engine: sa.Engine) -> Callable[..., str]:
+    """Runs ``python *args`` in ``folder`` (importable) with ``DATABASE_URL`` set to
+    ``engine``'s database; returns its output, failing the test if it fails."""
     env = os.environ | {
-        "DATABASE_URL": empty_engine.url.render_as_string(hide_password=False),
-        "PYTHONPATH": str(tmp_path),
+        "DATABASE_URL": engine.url.render_as_string(hide_password=False),
+        "PYTHONPATH": str(folder),
     }
 
     def run(*args: str) -> str:
         done = subprocess.run(
             [sys.executable, *args],
-            cwd=tmp_path,
+            cwd=folder,
             env=env,
             capture_output=True,
             text=True,
@@ -45,6 +47,12 @@ def test_the_existing_app_section_runs_as_written(empty_engine: sa.Engine, tmp_p
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
+    return run
+
+
+def test_the_existing_app_section_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
+    (tmp_path / "myapp.py").write_text(readme_block(SECTION))
+    run = python_in(tmp_path, empty_engine)
     flask = ["-m", "flask", "--app", "myapp"]
     run(*flask, "ratchet", "db", "upgrade")
     run(
@@ -71,10 +79,7 @@ def test_the_quick_start_runs_as_written(empty_engine: sa.Engine, tmp_path: Path
     (tmp_path / "quickstart.py").write_text(
         "import os\n" + block.replace('"sqlite:///app.db"', 'os.environ["DATABASE_URL"]')
     )
-    env = os.environ | {
-        "DATABASE_URL": empty_engine.url.render_as_string(hide_password=False),
-        "PYTHONPATH": str(tmp_path),
-    }
+    run = python_in(tmp_path, empty_engine)
     script = (
         "from quickstart import create_app, db, ratchet\n"
         "app = create_app()\n"
@@ -86,16 +91,10 @@ def test_the_quick_start_runs_as_written(empty_engine: sa.Engine, tmp_path: Path
         "    (job,) = ratchet.find_jobs().items\n"
         "    assert job.task == 'quickstart:send_welcome' and job.args == [1], job\n"
     )
-    flask = [sys.executable, "-m", "flask", "--app", "quickstart"]
-    for args in (
-        [*flask, "ratchet", "db", "upgrade"],
-        [sys.executable, "-c", script],
-        [*flask, "ratchet", "worker", "--burst"],
-    ):
-        done = subprocess.run(
-            args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
+    flask = ["-m", "flask", "--app", "quickstart"]
+    run(*flask, "ratchet", "db", "upgrade")
+    run("-c", script)
+    run(*flask, "ratchet", "worker", "--burst")
     with empty_engine.connect() as conn:
         ended = conn.execute(sa.text("SELECT terminal_status FROM ratchet_job")).scalar_one()
     assert ended == "SUCCEEDED"

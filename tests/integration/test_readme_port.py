@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import sqlalchemy as sa
 
 from tests.acceptance.test_sample_app_tests import pytest_in
+from tests.integration.test_readme_app import python_in
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,22 +38,7 @@ def shop_py() -> str:
 
 def test_the_worked_port_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
     (tmp_path / "shop.py").write_text(shop_py())
-    env = os.environ | {
-        "DATABASE_URL": empty_engine.url.render_as_string(hide_password=False),
-        "PYTHONPATH": str(tmp_path),
-    }
-
-    def run(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, *args],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
+    run = python_in(tmp_path, empty_engine)
 
     flask = ["-m", "flask", "--app", "shop"]
     run(*flask, "ratchet", "db", "upgrade")

@@ -100,9 +100,13 @@ class Dialect:
         """A connection for work that is one atomic write (the claim, a submission)."""
         return self.begin(engine)
 
-    def worker_engine(self, url: sa.URL, concurrency: int) -> Engine:
+    def worker_engine(self, url: sa.URL, concurrency: int, stalled_after: float) -> Engine:
         """The engine a worker process writes outcomes, heartbeats and maintenance on: its own,
-        so that jobs using the app's ``db.session`` never compete with it for connections."""
+        so that jobs using the app's ``db.session`` never compete with it for connections.
+
+        A transaction of it left idle for ``stalled_after`` seconds is ended by the server:
+        its process is stalled (stopped, paused, cut off) and counts as dead by then, and the
+        row locks it holds would hold up the live workers' recovery of its jobs."""
         # No pre-ping (a round trip per checkout): every caller retries after a connection error.
         return sa.create_engine(url, pool_size=4, max_overflow=4)
 

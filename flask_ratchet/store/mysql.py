@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -121,8 +122,19 @@ class MySQLDialect(Dialect):
     def claim_engine(self, engine: Engine) -> Engine:
         return self._read_committed_engine(engine.url, pool_size=1, max_overflow=0)
 
-    def worker_engine(self, url: sa.URL, concurrency: int) -> Engine:
-        return self._read_committed_engine(url, pool_size=4, max_overflow=4)
+    def worker_engine(self, url: sa.URL, concurrency: int, stalled_after: float) -> Engine:
+        engine = self._read_committed_engine(url, pool_size=4, max_overflow=4)
+        limit = f"SET SESSION idle_transaction_timeout = {max(1, math.ceil(stalled_after))}"
+
+        @sa.event.listens_for(engine, "connect")
+        def end_stalled_transactions(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            try:
+                cursor.execute(limit)
+            finally:
+                cursor.close()
+
+        return engine
 
     def _read_committed_engine(self, url: sa.URL, **pool: int) -> Engine:
         return sa.create_engine(

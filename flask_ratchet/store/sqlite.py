@@ -97,7 +97,9 @@ class SqliteDialect(Dialect):
         hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0)
         return sa.literal(hour, UtcDateTime())
 
-    def worker_engine(self, url: sa.URL, concurrency: int) -> Engine:
+    def worker_engine(self, url: sa.URL, concurrency: int, stalled_after: float) -> Engine:
+        # SQLite has no server to end a stalled writer's transaction: its lock ends with the
+        # process.
         return sa.create_engine(url, connect_args={"timeout": 30})
 
     def wake_listener(

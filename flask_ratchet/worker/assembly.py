@@ -148,7 +148,7 @@ def assemble(app: Flask, settings: WorkerSettings, hooks: WorkerHooks) -> Worker
         url = runtime.engine.url
         wakeups = runtime.wakeups
         tell_ended = runtime.ended_notifier()
-    engine = store.dialect.worker_engine(url, settings.concurrency)
+    engine = store.dialect.worker_engine(url, settings.concurrency, config.orphan_grace)
     claim_engine = store.claim_engine(engine)
     for made in (engine, claim_engine):
         fresh_pool_after_fork(made)  # a job may fork (multiprocessing, subprocess helpers)

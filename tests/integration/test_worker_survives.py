@@ -4,15 +4,19 @@ writes): the claim loop logs it and polls again."""
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 from sqlalchemy.exc import OperationalError
 
 from flask_ratchet import JobStatus
+from flask_ratchet.store.types import NodeInfo
 from flask_ratchet.worker.runner import Worker
 from tests.apps import add, db, ratchet
+from tests.integration.helpers import count
 
 
 def run_burst(app: Flask) -> None:
@@ -74,3 +78,33 @@ def test_a_claim_that_committed_unseen_is_taken_back_and_its_jobs_run(
         assert found is not None and found.status == JobStatus.SUCCEEDED, found
     taken = [r for r in caplog.records if "a claim this worker could not confirm" in r.message]
     assert len(taken) == 1
+
+
+# Servers only: SQLite has no server to end a transaction (its lock ends with the process).
+@pytest.mark.parametrize("database_url", ["postgresql", "mariadb"], indirect=True)
+def test_a_stalled_workers_transaction_is_ended_and_its_locks_freed(app: Flask) -> None:
+    """A worker stopped inside one of its transactions (SIGSTOP, a pause, a partition) holds
+    row locks: the server ends that transaction once it has sat idle for the orphan grace, so
+    the live workers' recovery is not held up behind it."""
+    store = ratchet.runtime.store
+    url = ratchet.runtime.engine.url
+    stalled = store.dialect.worker_engine(url, 1, stalled_after=1)
+    info = NodeInfo("stalled-node", "host", 1, "0", 1)
+    with store.begin(db.engine) as conn:
+        store.cluster.heartbeat(conn, info)
+    try:
+        with stalled.connect() as frozen:
+            frozen.begin()
+            store.cluster.heartbeat(frozen, info)  # the node row locked
+            with store.begin(db.engine) as live:
+                started = time.monotonic()
+                # Waits for the frozen transaction's lock until the server ends it.
+                assert store.cluster.delete_dead_nodes(live, silent_for=-1) == 1
+                waited = time.monotonic() - started
+            assert waited < 30, f"the live transaction waited {waited:.0f}s for the lock"
+            with pytest.raises(sa.exc.DBAPIError):
+                frozen.execute(sa.text("SELECT 1"))
+                frozen.commit()
+    finally:
+        stalled.dispose()
+    assert count("ratchet_node") == 0

@@ -5,8 +5,6 @@ Each command parses its options and calls the same API a program would; no logic
 
 from __future__ import annotations
 
-import getpass
-import json
 import logging
 import os
 import signal
@@ -21,7 +19,8 @@ from flask import current_app
 from flask.cli import AppGroup
 
 from . import migrate, runtime
-from .api import jobs, queues, recurring
+from .api import queues, recurring
+from .cli_jobs import cli_user, jobs_cli
 from .config import parse_metrics_address, parse_queues
 from .cron import (
     DIALECT_FIELDS,
@@ -33,10 +32,6 @@ from .cron import (
     zone_info,
 )
 from .errors import InvalidJobId, InvalidOption, SchemaNotReady
-from .ids import job_id_of
-from .payload import Unreadable
-from .redact import masked, masked_arguments, stored_text_masked
-from .states import JobStatus
 
 if TYPE_CHECKING:
     from .worker.runner import Worker
@@ -58,6 +53,7 @@ class RatchetGroup(AppGroup):
 
 
 ratchet_cli = RatchetGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
+ratchet_cli.add_command(jobs_cli)
 
 
 @ratchet_cli.command("worker")
@@ -207,128 +203,6 @@ def db_current() -> None:
     click.echo(f"head:    {migrate.head()}")
 
 
-@ratchet_cli.group("jobs")
-def jobs_cli() -> None:
-    """Look at and act on jobs."""
-
-
-@jobs_cli.command("list")
-@click.option(
-    "--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False), default=None
-)
-@click.option("--task", default=None, help="Only jobs of this task name.")
-@click.option("--tag", default=None, help="Only jobs with this tag.")
-@click.option("--queue", default=None, help="Only jobs of this queue.")
-@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
-def jobs_list(
-    status: str | None, task: str | None, tag: str | None, queue: str | None, limit: int
-) -> None:
-    """List jobs, newest first."""
-    try:
-        page = jobs.find(
-            runtime.current(),
-            status=status.upper() if status else None,
-            task=task,
-            tag=tag,
-            queue=queue,
-            limit=limit,
-        )
-    except InvalidOption as exc:
-        raise click.BadParameter(str(exc), param_hint="--queue") from None
-    for job in page.items:
-        click.echo(
-            f"{job.id}  {job.status:<9}  {job.attempts}/{_tries(job.max_retries)}  "
-            f"{job.queue:<12}  {job.task}"
-        )
-    if page.next_cursor:
-        click.echo(f"(more: newest older than {page.next_cursor})")
-
-
-def _tries(max_retries: object) -> str:
-    """How many attempts a job may make; SQLite keeps any text a hand wrote in an integer
-    column, which is printed as it is."""
-    if isinstance(max_retries, int):
-        return str(max_retries + 1)
-    return f"{max_retries}+1"
-
-
-@jobs_cli.command("show")
-@click.argument("job_id")
-@click.option(
-    "--reveal-secrets",
-    is_flag=True,
-    help="Print arguments, params, result and error in clear (default: masked as the console "
-    "masks them, so that secrets stay out of terminal scrollback and CI logs).",
-)
-def jobs_show(job_id: str, reveal_secrets: bool) -> None:
-    """Show one job as JSON."""
-    job = jobs.get(runtime.current(), job_id)
-    if job is None:
-        raise click.ClickException(f"no job has id {job_id}")
-    fields = {name: getattr(job, name) for name in job.__dataclass_fields__}
-    if not reveal_secrets:
-        fields = _secrets_masked(fields, runtime.current().registry.parameter_names(job.task))
-    click.echo(json.dumps(fields, indent=2, default=str))
-
-
-def _secrets_masked(fields: dict[str, Any], arg_names: tuple[str, ...]) -> dict[str, Any]:
-    """A job's fields with the values under secret-looking keys and URL passwords masked in
-    what the job was given and gave back (a positional argument also by the name of its
-    parameter, ``arg_names``), and secrets masked in its error."""
-    shown = dict(fields)
-    for name in ("args", "kwargs", "params", "result"):
-        value = shown[name]
-        # The raw text of a column that cannot be decoded may hold secrets all the same.
-        if isinstance(value, Unreadable):
-            shown[name] = stored_text_masked(value.text)
-        elif name == "args":
-            shown[name] = masked_arguments(value, arg_names)
-        else:
-            shown[name] = masked(value)
-    if shown["error"] is not None:
-        shown["error"] = stored_text_masked(shown["error"])
-    return shown
-
-
-@jobs_cli.command("logs")
-@click.argument("job_id")
-@click.option("--limit", type=click.IntRange(1, 10_000), default=500, show_default=True)
-def jobs_logs(job_id: str, limit: int) -> None:
-    """Show a job's log lines, oldest first, with URL passwords and secret values masked."""
-    try:
-        key = job_id_of(job_id)
-    except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
-    for line in jobs.logs(runtime.current(), key, limit):
-        message = stored_text_masked(line.message)
-        click.echo(f"{line.logged_at:%Y-%m-%d %H:%M:%S} #{line.attempt} {line.level:<7} {message}")
-
-
-@jobs_cli.command("retry")
-@click.argument("job_id")
-def jobs_retry(job_id: str) -> None:
-    """Retry a FAILED job now."""
-    _report(jobs.retry(runtime.current(), job_id), job_id, "retried", "is not FAILED")
-
-
-@jobs_cli.command("cancel")
-@click.argument("job_id")
-def jobs_cancel(job_id: str) -> None:
-    """Cancel a PENDING, PAUSED or RUNNING job."""
-    _report(
-        jobs.cancel(runtime.current(), job_id),
-        job_id,
-        "canceled",
-        "is not PENDING, PAUSED or RUNNING",
-    )
-
-
-def _report(done: bool, job_id: str, verb: str, why_not: str) -> None:
-    if not done:
-        raise click.ClickException(f"job {job_id} was not {verb}: it does not exist or {why_not}")
-    click.echo(f"job {job_id} {verb}")
-
-
 @ratchet_cli.group("recurring")
 def recurring_cli() -> None:
     """Look at and act on recurring jobs."""
@@ -443,16 +317,9 @@ def queues_resume(name: str) -> None:
 
 def _queue_change(change: Callable[..., bool], name: str) -> bool:
     try:
-        return change(runtime.current(), name, by=f"cli:{_user()}")
+        return change(runtime.current(), name, by=f"cli:{cli_user()}")
     except InvalidOption as exc:
         raise click.BadParameter(str(exc), param_hint="NAME") from None
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
-        return "unknown"
 
 
 def _report_recurring(done: bool, recurring_id: str, verb: str) -> None:

@@ -49,6 +49,13 @@ chain_completed = _signals.signal(facts.CHAIN_COMPLETED)
 chain_failed = _signals.signal(facts.CHAIN_FAILED)
 #: A dependent's condition held and it is due now (``job_id``, ``parent_id``, ``condition``).
 branch_triggered = _signals.signal(facts.BRANCH_TRIGGERED)
+#: Jobs matching a filter were canceled at once (``count``, ``filter``: what matched, as
+#: given); no per-job ``job_canceled`` is sent for them.
+jobs_bulk_canceled = _signals.signal(facts.JOBS_BULK_CANCELED)
+#: FAILED jobs matching a filter were retried at once (``count``, ``filter``).
+jobs_bulk_retried = _signals.signal(facts.JOBS_BULK_RETRIED)
+#: Ended jobs matching a filter were deleted at once (``count``, ``filter``).
+jobs_bulk_deleted = _signals.signal(facts.JOBS_BULK_DELETED)
 
 SIGNALS: dict[str, NamedSignal] = {
     s.name: s
@@ -66,6 +73,9 @@ SIGNALS: dict[str, NamedSignal] = {
         chain_completed,
         chain_failed,
         branch_triggered,
+        jobs_bulk_canceled,
+        jobs_bulk_retried,
+        jobs_bulk_deleted,
     )
 }
 

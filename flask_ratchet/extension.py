@@ -19,9 +19,10 @@ from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection
 
 from . import facts, migrate
-from .api import handles, jobs, queues, resources
+from .api import bulk, handles, jobs, queues, resources
 from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
 from .api.handles import JobHandle
+from .api.jobs import JobFilters
 from .api.submit import JobBuilder, make_builder, submit_jobs
 from .api.tasks import TaskFunction, TaskOptions, task_decorator
 from .config import RatchetConfig
@@ -231,6 +232,40 @@ class Ratchet(RecurringMethods):
         """Delete a SUCCEEDED, FAILED or CANCELED job with its executions, log lines, alerts and
         tags; False (nothing deleted) if it is live or there is no such job."""
         return jobs.delete(self.runtime, job_id)
+
+    def cancel_jobs(self, *, actor: str = "app", **filters: Unpack[JobFilters]) -> int:
+        """Cancel every PENDING, PAUSED or RUNNING job matching ``filters`` (those of
+        :meth:`find_jobs`, and ``batch``, ``ended_after``, ``ended_before``); return how many.
+
+        A chunk of jobs at a time, in one transaction (the request's, or one of its own), with
+        one audit row naming ``actor`` and one :data:`~flask_ratchet.events.jobs_bulk_canceled`
+        event after the commit::
+
+            ratchet.cancel_jobs(tag="tenant-42", status="PENDING")
+
+        :raises ValueError: without any filter (to cancel every live job, name the statuses),
+            or for a filter that is not valid; nothing is written.
+        """
+        return self._bulk("cancel", actor, filters)
+
+    def retry_jobs(self, *, actor: str = "app", **filters: Unpack[JobFilters]) -> int:
+        """Retry every FAILED job matching ``filters`` (see :meth:`cancel_jobs`): PENDING,
+        attempts reset, due now; return how many."""
+        return self._bulk("retry", actor, filters)
+
+    def delete_jobs(self, *, actor: str = "app", **filters: Unpack[JobFilters]) -> int:
+        """Delete every SUCCEEDED, FAILED or CANCELED job matching ``filters`` (see
+        :meth:`cancel_jobs`) with everything recorded about it; return how many."""
+        return self._bulk("delete", actor, filters)
+
+    def _bulk(self, action: str, actor: str, filters: JobFilters) -> int:
+        if not filters:
+            raise ValueError(
+                f"{action}_jobs() needs at least one filter (task=, status=, tag=, …): "
+                "it never acts on every job by default"
+            )
+        where = jobs.job_filter(self.runtime, **filters)
+        return bulk.change_matching(self.runtime, action, where, actor=actor, role="app")
 
     def replace(
         self,

@@ -39,6 +39,9 @@ BATCH_COMPLETED = "ratchet.batch-completed"
 CHAIN_COMPLETED = "ratchet.chain-completed"
 CHAIN_FAILED = "ratchet.chain-failed"
 BRANCH_TRIGGERED = "ratchet.branch-triggered"
+JOBS_BULK_CANCELED = "ratchet.jobs-bulk-canceled"
+JOBS_BULK_RETRIED = "ratchet.jobs-bulk-retried"
+JOBS_BULK_DELETED = "ratchet.jobs-bulk-deleted"
 #: A job's or batch's callback is due (``task`` and ``job_id``, or ``batch_id`` and ``counts``).
 CALLBACK = "callback"
 #: Jobs became due (released dependents, a submission): wake the workers. Not a signal.
@@ -49,7 +52,7 @@ SUBMITTED = "submitted"
 #: The kinds that are no signal, and that no receiver hears.
 UNSIGNALLED = frozenset({WAKE, SUBMITTED})
 #: The facts of a job's end (its terminal status was written): what waiters wait for.
-ENDS = frozenset({JOB_COMPLETED, JOB_DEAD_LETTERED, JOB_CANCELED})
+ENDS = frozenset({JOB_COMPLETED, JOB_DEAD_LETTERED, JOB_CANCELED, JOBS_BULK_CANCELED})
 
 
 @dataclass(frozen=True, slots=True)

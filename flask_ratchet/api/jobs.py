@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -176,6 +176,57 @@ def find(
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= FIND_LIMIT_MAX:
         raise ValueError(f"limit must be from 1 to {FIND_LIMIT_MAX}, got {limit!r}")
+    where = job_filter(
+        runtime,
+        status=status,
+        task=task,
+        tag=tag,
+        business_key=business_key,
+        created_after=created_after,
+        created_before=created_before,
+        queue=queue,
+    )
+    return runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, cursor))
+
+
+class JobFilters(TypedDict, total=False):
+    """The filters of the bulk operations (``ratchet.cancel_jobs(task=..., tag=...)``): a job
+    matches when it matches every one given."""
+
+    #: One status or several.
+    status: JobStatus | str | Iterable[JobStatus | str]
+    #: The task function, or its name.
+    task: Callable[..., Any] | str
+    tag: str
+    business_key: str
+    queue: str
+    #: The children of this batch (its id).
+    batch: uuid.UUID | str
+    created_after: datetime
+    created_before: datetime
+    ended_after: datetime
+    ended_before: datetime
+
+
+def job_filter(
+    runtime: Runtime,
+    *,
+    status: JobStatus | str | Iterable[JobStatus | str] | None = None,
+    task: Callable[..., Any] | str | None = None,
+    tag: str | None = None,
+    business_key: str | None = None,
+    created_after: datetime | None = None,
+    created_before: datetime | None = None,
+    queue: str | None = None,
+    batch: uuid.UUID | str | None = None,
+    ended_after: datetime | None = None,
+    ended_before: datetime | None = None,
+) -> JobFilter:
+    """The filter ``find_jobs`` and the bulk operations take, checked; ``None`` means any.
+
+    :raises ValueError: for an unknown status, a malformed batch id or queue name, or a time
+        that is not a :class:`~datetime.datetime`.
+    """
     statuses: tuple[JobStatus, ...] | None = None
     if status is not None:
         items = [status] if isinstance(status, str) else list(status)
@@ -184,12 +235,21 @@ def find(
         except ValueError:
             names = ", ".join(JobStatus)
             raise ValueError(f"status must be one of {names}, got {status!r}") from None
+    times = {
+        "created_after": created_after,
+        "created_before": created_before,
+        "ended_after": ended_after,
+        "ended_before": ended_before,
+    }
+    for name, value in times.items():
+        if value is not None and not isinstance(value, datetime):
+            raise ValueError(f"{name} must be a datetime, got {value!r}")
     task_name = (
         task
         if task is None or isinstance(task, str)
         else runtime.registry.for_submit(task, runtime.config.allowed_modules).name
     )
-    where = JobFilter(
+    return JobFilter(
         statuses,
         task_name,
         tag,
@@ -197,8 +257,10 @@ def find(
         created_after,
         created_before,
         None if queue is None else validate_queue(queue),
+        None if batch is None else job_id_of(batch),
+        ended_after,
+        ended_before,
     )
-    return runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, cursor))
 
 
 def queue_health(runtime: Runtime, queue: str | None = None) -> dict[str, Any]:

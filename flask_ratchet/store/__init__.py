@@ -10,6 +10,7 @@ share one :class:`~.dialect.Dialect` (PostgreSQL's, MariaDB's or SQLite's).
 ``store.queues``          paused queues, and what each queue holds
 ``store.recurring``       recurring masters
 ``store.health``          how the queues are doing: due jobs, the oldest one's wait, p95 wait
+``store.bulk``            cancel, retry, delete every job a filter matches, a chunk at a time
 ========================  =================================================================
 
 Every method takes the :class:`~sqlalchemy.engine.Connection` to run on, so the caller decides
@@ -26,6 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..columns import MYSQL_NAMES
 from ..config import RatchetConfig
+from .bulk import Bulk
 from .cluster import Cluster
 from .dialect import Dialect
 from .executions import Executions
@@ -53,6 +55,7 @@ class Store:
         self.resources = Resources(dialect)
         self.recurring = Recurring(dialect, self.jobs)
         self.health = Health()
+        self.bulk = Bulk(dialect, self.flows)
 
     # Transactions and the clock, which every caller needs: the dialect's.
 

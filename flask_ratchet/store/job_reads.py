@@ -94,6 +94,9 @@ def find_jobs(conn: Connection, where: JobFilter, limit: int, cursor: str | None
         created_after=where.created_after,
         created_before=where.created_before,
         queue=where.queue,
+        batch_id=where.batch_id,
+        ended_after=where.ended_after,
+        ended_before=where.ended_before,
     )
     if cursor is not None:
         stmt = stmt.where(job.c.job_id < cursor_id(cursor, JOB_CURSOR))
@@ -136,6 +139,9 @@ def narrowed(
     created_after: datetime | None = None,
     created_before: datetime | None = None,
     queue: str | None = None,
+    batch_id: uuid.UUID | None = None,
+    ended_after: datetime | None = None,
+    ended_before: datetime | None = None,
 ) -> S:
     """``stmt`` (over ``ratchet_job``) narrowed by the filters ``find_jobs`` and the console's
     job list share; ``None`` means any."""
@@ -153,6 +159,12 @@ def narrowed(
         stmt = stmt.where(job.c.created_at >= created_after)
     if created_before is not None:
         stmt = stmt.where(job.c.created_at < created_before)
+    if batch_id is not None:
+        stmt = stmt.where(job.c.batch_id == batch_id)
+    if ended_after is not None:
+        stmt = stmt.where(job.c.finished_at >= ended_after)
+    if ended_before is not None:
+        stmt = stmt.where(job.c.finished_at < ended_before)
     return stmt
 
 

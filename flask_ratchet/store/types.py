@@ -129,6 +129,10 @@ class JobFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     queue: str | None = None
+    #: The children of this batch (its parent job's id).
+    batch_id: uuid.UUID | None = None
+    ended_after: datetime | None = None
+    ended_before: datetime | None = None
 
 
 class Outcome(StrEnum):

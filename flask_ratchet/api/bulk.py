@@ -1,0 +1,84 @@
+"""Cancel, retry or delete every job a filter matches, in one transaction.
+
+Each runs in the caller's transaction (a request's, or ``ratchet.transaction()``) or one of its
+own, and writes, with the changes, one audit row and one aggregate event
+(:data:`flask_ratchet.events.jobs_bulk_canceled` …), sent after the commit. The changes
+themselves are the store's, a chunk of jobs at a time (:class:`flask_ratchet.store.bulk.Bulk`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from .. import facts
+from ..facts import Event
+from ..runtime import Runtime
+from ..store import Store
+from ..store.types import JobFilter
+
+#: Each bulk operation: the store's change, and the fact it is announced as.
+OPERATIONS: dict[str, tuple[Callable[[Store, Connection, JobFilter], int], str]] = {
+    "cancel": (lambda store, conn, where: store.bulk.cancel(conn, where), facts.JOBS_BULK_CANCELED),
+    "retry": (lambda store, conn, where: store.bulk.retry(conn, where), facts.JOBS_BULK_RETRIED),
+    "delete": (lambda store, conn, where: store.bulk.delete(conn, where), facts.JOBS_BULK_DELETED),
+}
+
+
+def described(where: JobFilter) -> dict[str, Any]:
+    """The filter's given fields, as JSON values (for the audit row and the event)."""
+    out: dict[str, Any] = {}
+    for name in where.__dataclass_fields__:
+        value = getattr(where, name)
+        if value is None:
+            continue
+        if name == "statuses":
+            out["status"] = [str(s) for s in value]
+        elif name == "batch_id":
+            out["batch"] = str(value)
+        else:
+            out[name] = value.isoformat() if hasattr(value, "isoformat") else value
+    return out
+
+
+def change_matching(
+    runtime: Runtime,
+    action: str,
+    where: JobFilter,
+    *,
+    actor: str,
+    role: str,
+    dry_run: bool = False,
+) -> int:
+    """Apply the bulk operation ``action`` (one of :data:`OPERATIONS`) to the jobs matching
+    ``where``; return how many it changed (with ``dry_run``: how many it would change now,
+    writing nothing).
+
+    :raises KeyError: for an ``action`` that is not one of :data:`OPERATIONS`.
+    """
+    change, kind = OPERATIONS[action]
+    store = runtime.store
+    shown = described(where)
+
+    def work(conn: Connection) -> int:
+        if dry_run:
+            return store.bulk.count(conn, action, where)
+        changed = change(store, conn, where)
+        facts.record(conn, [Event(kind, {"count": changed, "filter": shown})])
+        store.cluster.record_audit(
+            conn,
+            at=store.now(conn),
+            actor=actor,
+            role=role,
+            action=action,
+            scope="filter",
+            target=json.dumps({"filter": shown}),
+            requested=changed,
+            changed=changed,
+        )
+        return changed
+
+    return runtime.run(work, atomic=True)

@@ -1,0 +1,223 @@
+"""``flask ratchet jobs …``: list, show and read one job's logs; cancel, retry or delete one
+job by id, or every job matching filters (the library's bulk operations, with ``--dry-run``)."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from collections.abc import Callable
+from datetime import UTC
+from typing import Any
+
+import click
+
+from . import runtime
+from .api import bulk, jobs
+from .errors import InvalidOption
+from .ids import job_id_of
+from .payload import Unreadable
+from .redact import masked, masked_arguments, stored_text_masked
+from .runtime import Runtime
+from .states import JobStatus
+
+
+@click.group("jobs")
+def jobs_cli() -> None:
+    """Look at and act on jobs."""
+
+
+@jobs_cli.command("list")
+@click.option(
+    "--status", type=click.Choice([s.value for s in JobStatus], case_sensitive=False), default=None
+)
+@click.option("--task", default=None, help="Only jobs of this task name.")
+@click.option("--tag", default=None, help="Only jobs with this tag.")
+@click.option("--queue", default=None, help="Only jobs of this queue.")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+def jobs_list(
+    status: str | None, task: str | None, tag: str | None, queue: str | None, limit: int
+) -> None:
+    """List jobs, newest first."""
+    try:
+        page = jobs.find(
+            runtime.current(),
+            status=status.upper() if status else None,
+            task=task,
+            tag=tag,
+            queue=queue,
+            limit=limit,
+        )
+    except InvalidOption as exc:
+        raise click.BadParameter(str(exc), param_hint="--queue") from None
+    for job in page.items:
+        click.echo(
+            f"{job.id}  {job.status:<9}  {job.attempts}/{_tries(job.max_retries)}  "
+            f"{job.queue:<12}  {job.task}"
+        )
+    if page.next_cursor:
+        click.echo(f"(more: newest older than {page.next_cursor})")
+
+
+def _tries(max_retries: object) -> str:
+    """How many attempts a job may make; SQLite keeps any text a hand wrote in an integer
+    column, which is printed as it is."""
+    if isinstance(max_retries, int):
+        return str(max_retries + 1)
+    return f"{max_retries}+1"
+
+
+@jobs_cli.command("show")
+@click.argument("job_id")
+@click.option(
+    "--reveal-secrets",
+    is_flag=True,
+    help="Print arguments, params, result and error in clear (default: masked as the console "
+    "masks them, so that secrets stay out of terminal scrollback and CI logs).",
+)
+def jobs_show(job_id: str, reveal_secrets: bool) -> None:
+    """Show one job as JSON."""
+    job = jobs.get(runtime.current(), job_id)
+    if job is None:
+        raise click.ClickException(f"no job has id {job_id}")
+    fields = {name: getattr(job, name) for name in job.__dataclass_fields__}
+    if not reveal_secrets:
+        fields = _secrets_masked(fields, runtime.current().registry.parameter_names(job.task))
+    click.echo(json.dumps(fields, indent=2, default=str))
+
+
+def _secrets_masked(fields: dict[str, Any], arg_names: tuple[str, ...]) -> dict[str, Any]:
+    """A job's fields with the values under secret-looking keys and URL passwords masked in
+    what the job was given and gave back (a positional argument also by the name of its
+    parameter, ``arg_names``), and secrets masked in its error."""
+    shown = dict(fields)
+    for name in ("args", "kwargs", "params", "result"):
+        value = shown[name]
+        # The raw text of a column that cannot be decoded may hold secrets all the same.
+        if isinstance(value, Unreadable):
+            shown[name] = stored_text_masked(value.text)
+        elif name == "args":
+            shown[name] = masked_arguments(value, arg_names)
+        else:
+            shown[name] = masked(value)
+    if shown["error"] is not None:
+        shown["error"] = stored_text_masked(shown["error"])
+    return shown
+
+
+@jobs_cli.command("logs")
+@click.argument("job_id")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=500, show_default=True)
+def jobs_logs(job_id: str, limit: int) -> None:
+    """Show a job's log lines, oldest first, with URL passwords and secret values masked."""
+    try:
+        key = job_id_of(job_id)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    for line in jobs.logs(runtime.current(), key, limit):
+        message = stored_text_masked(line.message)
+        click.echo(f"{line.logged_at:%Y-%m-%d %H:%M:%S} #{line.attempt} {line.level:<7} {message}")
+
+
+#: The options every bulk command takes: the filters of ``find_jobs`` and more.
+_FILTERS = [
+    click.option(
+        "--status",
+        "statuses",
+        multiple=True,
+        type=click.Choice([s.value for s in JobStatus], case_sensitive=False),
+        help="Only jobs in this status (repeat for several).",
+    ),
+    click.option("--task", default=None, help="Only jobs of this task name."),
+    click.option("--tag", default=None, help="Only jobs with this tag."),
+    click.option("--queue", default=None, help="Only jobs of this queue."),
+    click.option("--business-key", default=None, help="Only the job with this business key."),
+    click.option("--batch", default=None, help="Only the children of this batch (its id)."),
+    *(
+        click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            type=click.DateTime(),
+            default=None,
+            help=f"Only jobs {name.replace('_', ' ')} this time (UTC).",
+        )
+        for name in ("created_after", "created_before", "ended_after", "ended_before")
+    ),
+    click.option("--dry-run", is_flag=True, help="Count the jobs it would change; change none."),
+]
+
+
+def _with_filters(command: Callable[..., None]) -> Callable[..., None]:
+    for option in reversed(_FILTERS):
+        command = option(command)
+    return command
+
+
+@jobs_cli.command("cancel")
+@click.argument("job_id", required=False)
+@_with_filters
+def jobs_cancel(job_id: str | None, dry_run: bool, **filters: Any) -> None:
+    """Cancel a PENDING, PAUSED or RUNNING job, or every one matching the filters."""
+    _act("cancel", "canceled", "is not PENDING, PAUSED or RUNNING", job_id, dry_run, filters)
+
+
+@jobs_cli.command("retry")
+@click.argument("job_id", required=False)
+@_with_filters
+def jobs_retry(job_id: str | None, dry_run: bool, **filters: Any) -> None:
+    """Retry a FAILED job now, or every one matching the filters."""
+    _act("retry", "retried", "is not FAILED", job_id, dry_run, filters)
+
+
+@jobs_cli.command("delete")
+@click.argument("job_id", required=False)
+@_with_filters
+def jobs_delete(job_id: str | None, dry_run: bool, **filters: Any) -> None:
+    """Delete a SUCCEEDED, FAILED or CANCELED job, or every one matching the filters."""
+    _act("delete", "deleted", "has not ended", job_id, dry_run, filters)
+
+
+_ONE_JOB: dict[str, Callable[[Runtime, str], bool]] = {
+    "cancel": jobs.cancel,
+    "retry": jobs.retry,
+    "delete": jobs.delete,
+}
+
+
+def _act(
+    action: str, verb: str, why_not: str, job_id: str | None, dry_run: bool, given: dict[str, Any]
+) -> None:
+    filters = {name: value for name, value in given.items() if value not in (None, ())}
+    if job_id is not None:
+        if filters or dry_run:
+            raise click.UsageError("give a job id or filters, not both")
+        if not _ONE_JOB[action](runtime.current(), job_id):
+            raise click.ClickException(
+                f"job {job_id} was not {verb}: it does not exist or {why_not}"
+            )
+        click.echo(f"job {job_id} {verb}")
+        return
+    if not filters:
+        raise click.UsageError(f"give a job id or at least one filter (see --help) to {action}")
+    if "statuses" in filters:
+        filters["status"] = [s.upper() for s in filters.pop("statuses")]
+    for name in ("created_after", "created_before", "ended_after", "ended_before"):
+        if name in filters:
+            filters[name] = filters[name].replace(tzinfo=UTC)
+    current = runtime.current()
+    try:
+        where = jobs.job_filter(current, **filters)
+    except (ValueError, InvalidOption) as exc:
+        raise click.UsageError(str(exc)) from None
+    n = bulk.change_matching(
+        current, action, where, actor=f"cli:{cli_user()}", role="cli", dry_run=dry_run
+    )
+    noun = "job" if n == 1 else "jobs"
+    click.echo(f"{n} {noun} would be {verb}" if dry_run else f"{n} {noun} {verb}")
+
+
+def cli_user() -> str:
+    """Who runs the command, for the audit trail."""
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
+        return "unknown"

@@ -102,6 +102,15 @@ _KEY_CONSTRAINT = "pk_ratchet_business_key"
 #: unlikely to be an app's own key).
 SCHEMA_LOCK_KEY = int.from_bytes(b"ratchet!", "big") - 2**63
 _LOCK_SCHEMA = sa.text("SELECT pg_advisory_xact_lock(:key)")
+#: ``END_COLD_ROW`` for many jobs: the cold rows joined to the outcomes, a column an array.
+_COLD_ENDS = sa.text(
+    "UPDATE ratchet_job j SET terminal_status = v.status, result = v.result, "
+    "terminal_error = v.error, attempts = v.attempts, progress = v.progress, finished_at = now() "
+    "FROM unnest(CAST(:job_id AS uuid[]), CAST(:status AS text[]), CAST(:result AS text[]), "
+    "CAST(:error AS text[]), CAST(:attempts AS int[]), CAST(:progress AS text[])) "
+    "AS v(job_id, status, result, error, attempts, progress) "
+    "WHERE j.job_id = v.job_id"
+)
 _TRANSIENT = frozenset({"40P01", "40001", "55P03"})
 
 
@@ -190,6 +199,19 @@ class PostgresDialect(Dialect):
             conn, complete_params(node_id, items)
         )
         return {row[0] for row in rows}
+
+    def own_cold_ends(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> bool:
+        """Terminal outcomes on their cold rows in one statement per chunk: the rows joined to
+        the outcomes as arrays (an executemany is a statement per row)."""
+        for part in chunks(rows):
+            conn.execute(
+                _COLD_ENDS,
+                {
+                    name: [row[f"b_{name}"] for row in part]
+                    for name in ("job_id", "status", "result", "error", "attempts", "progress")
+                },
+            )
+        return True
 
     def _held_key(self, conn: Connection, jobs: Sequence[NewJob]) -> str:
         keys = [new.business_key for new in jobs if new.business_key]

@@ -94,6 +94,7 @@ def test_a_status_filter_narrows_and_ended_jobs_are_never_canceled(app: Flask) -
 
 def test_cancel_jobs_works_a_chunk_at_a_time(app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bulk, "BULK_CHUNK", 7)
+    monkeypatch.setattr(bulk, "READ_AHEAD", 2)  # reads of 14 ids: three reads, five chunks
     ids = [
         h.id
         for h in ratchet.enqueue_many(

@@ -36,7 +36,7 @@ from ..schema import (
 from ..states import LIVE, TERMINAL, Action, JobStatus, sources
 from .dialect import Dialect
 from .flows import Flows
-from .job_reads import narrowed
+from .job_reads import narrowed_by
 from .terminal import end_live_many
 from .types import Ended, JobFilter
 
@@ -271,15 +271,4 @@ def _matching(where: JobFilter, statuses: Collection[JobStatus]) -> sa.Select[An
                 )
             )
         )
-    return narrowed(
-        stmt,
-        task=where.task,
-        business_key=where.business_key,
-        tag=where.tag,
-        created_after=where.created_after,
-        created_before=where.created_before,
-        queue=where.queue,
-        batch_id=where.batch_id,
-        ended_after=where.ended_after,
-        ended_before=where.ended_before,
-    )
+    return narrowed_by(stmt, where)

@@ -86,18 +86,7 @@ def find_jobs(conn: Connection, where: JobFilter, limit: int, cursor: str | None
                 sa.and_(job_queue.c.job_id.is_(None), job.c.terminal_status.in_(ended)),
             )
         )
-    stmt = narrowed(
-        stmt,
-        task=where.task,
-        business_key=where.business_key,
-        tag=where.tag,
-        created_after=where.created_after,
-        created_before=where.created_before,
-        queue=where.queue,
-        batch_id=where.batch_id,
-        ended_after=where.ended_after,
-        ended_before=where.ended_before,
-    )
+    stmt = narrowed_by(stmt, where)
     if cursor is not None:
         stmt = stmt.where(job.c.job_id < cursor_id(cursor, JOB_CURSOR))
     # UUIDv7 ids grow with time: newest first, and a new job never shifts a later page.
@@ -128,6 +117,22 @@ def tags_of(conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str
     for job_id, tag in rows:
         out.setdefault(job_id, []).append(tag)
     return {k: tuple(v) for k, v in out.items()}
+
+
+def narrowed_by(stmt: S, where: JobFilter) -> S:
+    """``stmt`` narrowed by every filter of ``where`` but its statuses (see :func:`narrowed`)."""
+    return narrowed(
+        stmt,
+        task=where.task,
+        business_key=where.business_key,
+        tag=where.tag,
+        created_after=where.created_after,
+        created_before=where.created_before,
+        queue=where.queue,
+        batch_id=where.batch_id,
+        ended_after=where.ended_after,
+        ended_before=where.ended_before,
+    )
 
 
 def narrowed(

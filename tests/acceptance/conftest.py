@@ -21,8 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 PATIENT = {"SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"timeout": 30}}}
 
 
-def wait_until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
+def wait_until(check: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
+    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds.
+
+    The bound only says "never": a check that comes true returns at once, and CI runs more
+    test processes than this machine has CPUs, which made a 30 s bound fail jobs that take
+    a few seconds on a quiet machine."""
     deadline = time.monotonic() + timeout
     while True:
         value = check()
@@ -103,3 +107,8 @@ def workers(database_url: str, tmp_path: Path) -> Iterator[Workers]:
     pool = Workers(database_url, tmp_path)
     yield pool
     pool.stop_all()
+    # Printed at teardown, so pytest shows what the workers said beside a failure (and keeps
+    # it to itself otherwise).
+    for proc in pool.procs:
+        print(f"--- worker {pool.procs.index(proc)} (exit {proc.returncode}) ---")
+        print(pool.output(proc)[-20_000:])

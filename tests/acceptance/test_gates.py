@@ -59,7 +59,7 @@ def test_a_resource_limit_holds_across_workers_and_waiting_spends_no_attempt(
         for h in ratchet.enqueue_many(ratchet.enqueue(hold_probe_api, 0.15) for _ in range(jobs))
     ]
     procs = [workers.start("--concurrency", str(concurrency), **config) for _ in range(processes)]
-    wait_until(lambda: succeeded(ids), timeout=90, what="every job to succeed")
+    wait_until(lambda: succeeded(ids), what="every job to succeed")
 
     held = rows("SELECT job_id, started, ended FROM hold")
     assert sorted(r.job_id for r in held) == sorted(str(i) for i in ids)  # each ran once

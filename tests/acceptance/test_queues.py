@@ -61,7 +61,7 @@ def test_workers_on_disjoint_queues_never_run_each_others_jobs(
     alpha = workers.start("--queues", "alpha", "--concurrency", "2", **config)
     beta = workers.start("--queues", "beta,gamma=1", "--concurrency", "3", **config)
     ids = enqueue("alpha", 6, 0.05) + enqueue("beta", 6, 0.05) + enqueue("gamma", 3, 0.1)
-    wait_until(lambda: succeeded(ids), timeout=60, what="every job to succeed")
+    wait_until(lambda: succeeded(ids), what="every job to succeed")
 
     ran = spans()
     assert sorted(r.job_id for r in ran) == sorted(str(i) for i in ids)  # each ran once
@@ -77,7 +77,7 @@ def test_a_queues_thread_limit_holds_and_its_jobs_never_take_every_thread(
     slow = enqueue("slow", 4, 0.4)
     fast = enqueue("fast", 12, 0.15)
     workers.start("--queues", "slow=1,fast", "--concurrency", "4", **config_for(dialect))
-    wait_until(lambda: succeeded(slow + fast), timeout=60, what="every job to succeed")
+    wait_until(lambda: succeeded(slow + fast), what="every job to succeed")
 
     # The probe: never two slow jobs at once, while fast jobs used the other threads at once.
     assert most_at_once([(r.started, r.ended) for r in spans("slow")]) == 1
@@ -104,7 +104,7 @@ def test_a_paused_queue_waits_under_running_workers_and_resumes_with_nothing_los
     assert len(spans("mail")) == 1
 
     assert ratchet.resume_queue("mail")
-    wait_until(lambda: succeeded(held), timeout=10, what="the paused jobs after resume")
+    wait_until(lambda: succeeded(held), what="the paused jobs after resume")
     assert sorted(r.job_id for r in spans("mail")) == sorted(str(i) for i in running + held)
 
 
@@ -116,7 +116,7 @@ def test_two_workers_share_long_jobs_from_the_start(
     procs = [workers.start("--concurrency", "10", *prefetch, **config) for _ in range(2)]
     wait_until(lambda: live_nodes() == 2, what="both workers to start")
     ids = enqueue("default", 20, 2.0)
-    wait_until(lambda: succeeded(ids), timeout=60, what="every job to succeed")
+    wait_until(lambda: succeeded(ids), what="every job to succeed")
 
     ran = spans()
     by_worker = {p.pid: [r for r in ran if r.pid == p.pid] for p in procs}
@@ -158,7 +158,7 @@ def test_two_apps_on_one_queue_hand_back_what_they_do_not_know(
     assert all(status(i) != JobStatus.FAILED for i in theirs_jobs)
     theirs = workers.start("--concurrency", "2", app=SECOND, **config)
     our_jobs = enqueue("default", 4, 0.05)  # which their worker does not know either
-    wait_until(lambda: succeeded(our_jobs + theirs_jobs), timeout=60, what="every job")
+    wait_until(lambda: succeeded(our_jobs + theirs_jobs), what="every job")
 
     for job_id in theirs_jobs:
         found = ratchet.get_job(job_id)
@@ -175,7 +175,7 @@ def test_two_apps_on_their_own_queues_never_touch_each_others_jobs(
     theirs = workers.start("--queues", "second", app=SECOND, **config)
     theirs_jobs = submit_second(second, second_app.only_here_queued, 4)
     our_jobs = enqueue("default", 4, 0.0)
-    wait_until(lambda: succeeded(our_jobs + theirs_jobs), timeout=60, what="every job")
+    wait_until(lambda: succeeded(our_jobs + theirs_jobs), what="every job")
     assert {ratchet.get_job(i).result for i in theirs_jobs} == {theirs.pid}  # type: ignore[union-attr]
     assert "handed back" not in workers.output(ours) + workers.output(theirs)
 
@@ -185,7 +185,7 @@ def test_a_task_no_worker_knows_is_dead_lettered_after_the_grace_naming_who_refu
 ) -> None:
     ours = workers.start(RATCHET_UNKNOWN_TASK_GRACE=1.5, **config_for(dialect))
     (job_id,) = submit_second(second, second_app.only_here, 1)
-    wait_until(lambda: status(job_id) == JobStatus.FAILED, timeout=30, what="the dead letter")
+    wait_until(lambda: status(job_id) == JobStatus.FAILED, what="the dead letter")
 
     found = ratchet.get_job(job_id)
     assert found is not None and found.finished_at is not None

@@ -55,7 +55,7 @@ class Store:
         self.resources = Resources(dialect)
         self.recurring = Recurring(dialect, self.jobs)
         self.health = Health()
-        self.bulk = Bulk(dialect, self.flows)
+        self.bulk = Bulk(self.jobs)
 
     # Transactions and the clock, which every caller needs: the dialect's.
 

@@ -142,16 +142,22 @@ class Batches:
             ).scalars()
         self.lock(conn, mine)
 
-    def uncount_child(self, conn: Connection, job_id: uuid.UUID) -> None:
-        """A FAILED child is live again (retried, or paused): its failure no longer counts in
-        its batch, while the batch is unsettled (a settled batch keeps its counts)."""
-        parent = conn.execute(sa.select(job.c.batch_id).where(job.c.job_id == job_id)).scalar()
-        if parent is not None:
-            conn.execute(
-                sa.update(batch)
-                .where(batch.c.batch_id == parent, batch.c.finished_at.is_(None))
-                .values(failed=batch.c.failed - 1)
-            )
+    def uncount_children(self, conn: Connection, ids: Sequence[uuid.UUID]) -> None:
+        """FAILED children are live again (retried, or paused): their failures no longer count
+        in their batches, while a batch is unsettled (a settled batch keeps its counts)."""
+        children = (
+            sa.select(sa.func.count())
+            .where(job.c.batch_id == batch.c.batch_id, job.c.job_id.in_(ids))
+            .scalar_subquery()
+        )
+        parents = sa.select(job.c.batch_id).where(
+            job.c.job_id.in_(ids), job.c.batch_id.is_not(None)
+        )
+        conn.execute(
+            sa.update(batch)
+            .where(batch.c.batch_id.in_(parents), batch.c.finished_at.is_(None))
+            .values(failed=batch.c.failed - children)
+        )
 
     def count_children(
         self,

@@ -22,21 +22,13 @@ from sqlalchemy.engine import Connection
 
 from .. import facts
 from ..facts import Event
-from ..flows import JobType
 from ..schema import (
-    batch,
-    business_key,
-    dlq_alert,
-    execution,
     job,
-    job_log,
     job_queue,
-    job_tag,
 )
 from ..states import LIVE, TERMINAL, Action, JobStatus, sources
-from .dialect import Dialect
-from .flows import Flows
-from .job_reads import narrowed_by
+from .job_reads import by_id_only, narrowed_by
+from .jobs import Jobs
 from .terminal import end_live_many
 from .types import Ended, JobFilter
 
@@ -57,9 +49,10 @@ BULK_SOURCES: dict[str, frozenset[JobStatus]] = {
 class Bulk:
     """Set-based operators' changes over a :class:`~.types.JobFilter`."""
 
-    def __init__(self, dialect: Dialect, flows: Flows) -> None:
-        self.dialect = dialect
-        self.flows = flows
+    def __init__(self, jobs: Jobs) -> None:
+        self.jobs = jobs
+        self.dialect = jobs.dialect
+        self.flows = jobs.flows
 
     def count(self, conn: Connection, action: str, where: JobFilter) -> int:
         """How many jobs ``action`` would change now (a dry run)."""
@@ -126,119 +119,13 @@ class Bulk:
         return len(ended)
 
     def _retry(self, conn: Connection, ids: list[uuid.UUID]) -> int:
-        now = self.dialect.now_sql()
-        columns = (
-            "job_id status scheduled_time priority attempts max_retries version updated_at"
-        ).split()
-        revived = set(
-            conn.execute(
-                self.dialect.insert_ignoring(job_queue, "job_id")
-                .from_select(
-                    columns,
-                    sa.select(
-                        job.c.job_id,
-                        sa.literal(str(JobStatus.PENDING)),
-                        now,
-                        job.c.priority,
-                        sa.literal(0),
-                        job.c.max_retries,
-                        sa.literal(0),
-                        now,
-                    ).where(
-                        job.c.job_id.in_(ids),
-                        _by_id_only(job.c.terminal_status).in_(sorted(sources(Action.RETRY))),
-                        # A batch's parent has no work of its own to run again.
-                        job.c.job_type != JobType.BATCH,
-                    ),
-                )
-                .returning(job_queue.c.job_id)
-            ).scalars()
-        )
-        if not revived:
-            return 0
-        keyed = set(
-            conn.execute(
-                sa.select(job.c.job_id).where(
-                    job.c.job_id.in_(list(revived)), job.c.business_key.is_not(None)
-                )
-            ).scalars()
-        )
-        if keyed:
-            took = set(
-                conn.execute(
-                    self.dialect.insert_ignoring(business_key, "business_key")
-                    .from_select(
-                        ["business_key", "job_id", "reserved_at"],
-                        sa.select(job.c.business_key, job.c.job_id, now).where(
-                            job.c.job_id.in_(list(keyed))
-                        ),
-                    )
-                    .returning(business_key.c.job_id)
-                ).scalars()
-            )
-            # Another live job holds the key now: those stay FAILED, their hot rows undone.
-            if lost := keyed - took:
-                conn.execute(sa.delete(job_queue).where(job_queue.c.job_id.in_(list(lost))))
-                revived -= lost
-        if not revived:
-            return 0
-        again = list(revived)
-        # Their failures no longer count in batches not yet settled.
-        children = (
-            sa.select(sa.func.count())
-            .where(job.c.batch_id == batch.c.batch_id, job.c.job_id.in_(again))
-            .scalar_subquery()
-        )
-        parents = sa.select(job.c.batch_id).where(
-            job.c.job_id.in_(again), job.c.batch_id.is_not(None)
-        )
-        conn.execute(
-            sa.update(batch)
-            .where(batch.c.batch_id.in_(parents), batch.c.finished_at.is_(None))
-            .values(failed=batch.c.failed - children)
-        )
-        conn.execute(
-            sa.update(job)
-            .where(job.c.job_id.in_(again))
-            .values(
-                terminal_status=None, terminal_error=None, result=None, finished_at=None, attempts=0
-            )
-        )
-        facts.record(conn, [Event(facts.WAKE)])
+        again = self.jobs.retry_many(conn, ids)
+        if again:
+            facts.record(conn, [Event(facts.WAKE)])
         return len(again)
 
     def _delete(self, conn: Connection, ids: list[uuid.UUID]) -> int:
-        # As Jobs.delete_ended, for a chunk: the cold rows locked first, then those that are
-        # live again (a paused FAILED job has a hot row) left out.
-        locked = set(
-            conn.execute(
-                sa.select(job.c.job_id)
-                .where(job.c.job_id.in_(ids), _by_id_only(job.c.terminal_status).in_(TERMINAL))
-                .with_for_update()
-            ).scalars()
-        )
-        if locked:
-            locked -= set(
-                conn.execute(
-                    sa.select(job_queue.c.job_id).where(job_queue.c.job_id.in_(list(locked)))
-                ).scalars()
-            )
-        if not locked:
-            return 0
-        gone = list(locked)
-        conn.execute(sa.delete(job).where(job.c.job_id.in_(gone)))
-        # Explicitly: SQLite enforces the foreign keys' ON DELETE CASCADE only when asked to.
-        for table in (execution, job_log, dlq_alert, job_tag, business_key):
-            conn.execute(sa.delete(table).where(table.c.job_id.in_(gone)))
-        return len(gone)
-
-
-def _by_id_only(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
-    """``column`` in a form no index serves, where the ids are the way in: beside a list of
-    ids, whose primary key lookup is always the plan to take (right after a bulk change in the
-    same transaction, PostgreSQL's statistics of the statuses are stale and can make a status
-    index look better, to be scanned whole for each chunk), and for a keyset walk in id order."""
-    return sa.func.coalesce(column, "")
+        return self.jobs.delete_ended_many(conn, ids)
 
 
 def _among(action: str, where: JobFilter) -> frozenset[JobStatus]:
@@ -258,7 +145,7 @@ def _matching(where: JobFilter, statuses: Collection[JobStatus]) -> sa.Select[An
             .join(job_queue, job_queue.c.job_id == job.c.job_id)
             # Read in id order from the primary key, each chunk where the last one ended: from
             # the status index, every live job would be read and sorted for each chunk.
-            .where(_by_id_only(job_queue.c.status).in_(live))
+            .where(by_id_only(job_queue.c.status).in_(live))
         )
     else:
         stmt = (

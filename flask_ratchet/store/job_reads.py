@@ -119,6 +119,14 @@ def tags_of(conn: Connection, ids: list[uuid.UUID]) -> dict[uuid.UUID, tuple[str
     return {k: tuple(v) for k, v in out.items()}
 
 
+def by_id_only(column: sa.Column[Any]) -> sa.ColumnElement[Any]:
+    """``column`` in a form no index serves, where the ids are the way in: beside a list of
+    ids, whose primary key lookup is always the plan to take (right after a bulk change in the
+    same transaction, PostgreSQL's statistics of the statuses are stale and can make a status
+    index look better, to be scanned whole for each chunk), and for a keyset walk in id order."""
+    return sa.func.coalesce(column, "")
+
+
 def narrowed_by(stmt: S, where: JobFilter) -> S:
     """``stmt`` narrowed by every filter of ``where`` but its statuses (see :func:`narrowed`)."""
     return narrowed(

@@ -28,6 +28,7 @@ from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources
 from . import job_reads
 from .dialect import Dialect
 from .flows import Flows
+from .job_reads import by_id_only
 from .queues import Queues
 from .submission import Submission
 from .terminal import finish
@@ -166,11 +167,11 @@ class Jobs:
         )
         # A terminal FAILED job has no hot row: pausing it puts one back, guarded by the cold
         # row (and its failure no longer counts in its batch, if it is a child).
-        revived = paused.rowcount != 1 and self._recreate_hot_row(
-            conn, job_id, sorted(allowed & TERMINAL), JobStatus.PAUSED
+        revived = paused.rowcount != 1 and bool(
+            self._recreate_hot_rows(conn, [job_id], allowed & TERMINAL, JobStatus.PAUSED)
         )
         if revived:
-            self.flows.batches.uncount_child(conn, job_id)
+            self.flows.batches.uncount_children(conn, [job_id])
         if paused.rowcount == 1 or revived:
             facts.record(conn, [Event(facts.JOB_PAUSED, {"job_id": job_id})])
             return True
@@ -220,36 +221,69 @@ class Jobs:
 
     def retry(self, conn: Connection, job_id: uuid.UUID) -> bool:
         self.flows.batches.lock_of(conn, [job_id])  # a retried child is uncounted
-        if not self._recreate_hot_row(
-            conn, job_id, sorted(sources(Action.RETRY)), JobStatus.PENDING
-        ):
+        if not self.retry_many(conn, [job_id]):
             return False
-        key = conn.execute(sa.select(job.c.business_key).where(job.c.job_id == job_id)).scalar()
-        if key is not None:
-            took = conn.execute(
-                self.dialect.insert_ignoring(business_key, "business_key")
-                .values(business_key=key, job_id=job_id, reserved_at=self.dialect.now_sql())
-                .returning(business_key.c.job_id)
-            ).first()
-            if took is None:
-                # Another active job holds the key now: undo the hot row, change nothing.
-                conn.execute(sa.delete(job_queue).where(job_queue.c.job_id == job_id))
-                return False
+        facts.record(conn, [Event(facts.JOB_RETRIED, {"job_id": job_id})])
+        return True
+
+    def retry_many(self, conn: Connection, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
+        """FAILED jobs among ``ids`` → PENDING, attempts reset, due now; the ids retried. A job
+        whose business key another live job holds now stays FAILED. The caller holds the
+        jobs' batch rows (:meth:`.Batches.lock_of`)."""
+        revived = self._recreate_hot_rows(conn, ids, sources(Action.RETRY), JobStatus.PENDING)
+        if revived:
+            revived -= self._keys_held_elsewhere(conn, revived)
+        if not revived:
+            return []
+        again = sorted(revived)
+        self.flows.batches.uncount_children(conn, again)  # their failures no longer count
         conn.execute(
             sa.update(job)
-            .where(job.c.job_id == job_id)
+            .where(job.c.job_id.in_(again))
             .values(
                 terminal_status=None, terminal_error=None, result=None, finished_at=None, attempts=0
             )
         )
-        self.flows.batches.uncount_child(conn, job_id)  # its failure no longer counts
-        facts.record(conn, [Event(facts.JOB_RETRIED, {"job_id": job_id})])
-        return True
+        return again
 
-    def _recreate_hot_row(
-        self, conn: Connection, job_id: uuid.UUID, from_terminal: list[JobStatus], to: JobStatus
-    ) -> bool:
-        """Insert a hot row for a terminal job whose cold status is in ``from_terminal``.
+    def _keys_held_elsewhere(self, conn: Connection, ids: set[uuid.UUID]) -> set[uuid.UUID]:
+        """Reserve the business keys of jobs given hot rows again; those whose key another live
+        job holds now get their hot rows undone, and are returned."""
+        keyed = set(
+            conn.execute(
+                sa.select(job.c.job_id).where(
+                    job.c.job_id.in_(list(ids)), job.c.business_key.is_not(None)
+                )
+            ).scalars()
+        )
+        if not keyed:
+            return set()
+        took = set(
+            conn.execute(
+                self.dialect.insert_ignoring(business_key, "business_key")
+                .from_select(
+                    ["business_key", "job_id", "reserved_at"],
+                    sa.select(job.c.business_key, job.c.job_id, self.dialect.now_sql()).where(
+                        job.c.job_id.in_(list(keyed))
+                    ),
+                )
+                .returning(business_key.c.job_id)
+            ).scalars()
+        )
+        lost = keyed - took
+        if lost:
+            conn.execute(sa.delete(job_queue).where(job_queue.c.job_id.in_(list(lost))))
+        return lost
+
+    def _recreate_hot_rows(
+        self,
+        conn: Connection,
+        ids: Sequence[uuid.UUID],
+        from_terminal: Collection[JobStatus],
+        to: JobStatus,
+    ) -> set[uuid.UUID]:
+        """Insert hot rows for the terminal jobs among ``ids`` whose cold status is in
+        ``from_terminal``; the ids given one.
 
         The hot row's primary key makes this a compare-and-swap too: of two concurrent callers,
         one inserts and the other changes nothing.
@@ -267,8 +301,8 @@ class Jobs:
             sa.literal(0),
             self.dialect.now_sql(),
         ).where(
-            job.c.job_id == job_id,
-            job.c.terminal_status.in_(from_terminal),
+            job.c.job_id.in_(ids),
+            by_id_only(job.c.terminal_status).in_(sorted(from_terminal)),
             # A batch's parent has no work of its own to run again: retry its children.
             job.c.job_type != JobType.BATCH,
         )
@@ -292,40 +326,49 @@ class Jobs:
             .returning(job_queue.c.job_id)
         )
         # RETURNING, not rowcount: drivers may report -1 for INSERT … ON CONFLICT.
-        return conn.execute(stmt).first() is not None
+        return set(conn.execute(stmt).scalars())
 
     def delete_ended(self, conn: Connection, job_id: uuid.UUID) -> bool:
-        """Delete a SUCCEEDED, FAILED or CANCELED job and everything that belongs to it.
+        """Delete a SUCCEEDED, FAILED or CANCELED job and everything that belongs to it."""
+        return bool(self.delete_ended_many(conn, [job_id]))
+
+    def delete_ended_many(self, conn: Connection, ids: Sequence[uuid.UUID]) -> int:
+        """Delete the SUCCEEDED, FAILED and CANCELED jobs among ``ids`` and everything that
+        belongs to them; how many.
 
         The guard is the cold row's terminal status and the absence of a hot row (a paused FAILED
-        job has one again): a job that is live, or was retried a moment ago, is left alone and the
-        call returns False. Children are deleted explicitly because SQLite does not enforce the
-        foreign keys' ``ON DELETE CASCADE`` unless the connection asks for it.
+        job has one again): a job that is live, or was retried a moment ago, is left alone.
+        Children are deleted explicitly because SQLite does not enforce the foreign keys'
+        ``ON DELETE CASCADE`` unless the connection asks for it.
 
         Three statements, in this order, because of concurrent pauses and retries on PostgreSQL:
-        the cold row is locked first (``FOR UPDATE``, which also conflicts with the key-share lock a
-        new hot row's foreign key takes), so a pause or retry that already inserted a hot row has
-        committed before the hot-row check runs, and one that comes later waits for this delete and
-        then finds no job. The check is a statement of its own so that, under READ COMMITTED, it
-        sees what committed while the lock was awaited. SQLite's ``BEGIN IMMEDIATE`` already
-        serialises writers (SQLAlchemy renders no ``FOR UPDATE`` there).
+        the cold rows are locked first (``FOR UPDATE``, which also conflicts with the key-share
+        lock a new hot row's foreign key takes), so a pause or retry that already inserted a hot
+        row has committed before the hot-row check runs, and one that comes later waits for this
+        delete and then finds no job. The check is a statement of its own so that, under READ
+        COMMITTED, it sees what committed while the lock was awaited. SQLite's ``BEGIN
+        IMMEDIATE`` already serialises writers (SQLAlchemy renders no ``FOR UPDATE`` there).
         """
-        locked = conn.execute(
-            sa.select(job.c.job_id)
-            .where(job.c.job_id == job_id, job.c.terminal_status.in_(sorted(TERMINAL)))
-            .with_for_update()
-        ).first()
-        if locked is None:
-            return False
-        hot = conn.execute(
-            sa.select(job_queue.c.job_id).where(job_queue.c.job_id == job_id)
-        ).first()
-        if hot is not None:
-            return False
-        conn.execute(sa.delete(job).where(job.c.job_id == job_id))
+        locked = set(
+            conn.execute(
+                sa.select(job.c.job_id)
+                .where(job.c.job_id.in_(ids), by_id_only(job.c.terminal_status).in_(TERMINAL))
+                .with_for_update()
+            ).scalars()
+        )
+        if locked:
+            locked -= set(
+                conn.execute(
+                    sa.select(job_queue.c.job_id).where(job_queue.c.job_id.in_(list(locked)))
+                ).scalars()
+            )
+        if not locked:
+            return 0
+        gone = sorted(locked)
+        conn.execute(sa.delete(job).where(job.c.job_id.in_(gone)))
         for table in (execution, job_log, dlq_alert, job_tag, business_key):
-            conn.execute(sa.delete(table).where(table.c.job_id == job_id))
-        return True
+            conn.execute(sa.delete(table).where(table.c.job_id.in_(gone)))
+        return len(gone)
 
     def result_of(self, conn: Connection, job_id: uuid.UUID) -> Any:
         """A job's result (decoded JSON), or None if it has none or there is no such job.

@@ -36,7 +36,6 @@ from .registry import TaskRegistry
 from .resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from .runtime import Runtime
 from .runtime import current as current_runtime
-from .states import JobStatus
 from .store.types import ClaimedJob
 from .worker.inline import eager_hook
 
@@ -235,7 +234,7 @@ class Ratchet(RecurringMethods):
 
     def cancel_jobs(self, *, actor: str = "app", **filters: Unpack[JobFilters]) -> int:
         """Cancel every PENDING, PAUSED or RUNNING job matching ``filters`` (those of
-        :meth:`find_jobs`, and ``batch``, ``ended_after``, ``ended_before``); return how many.
+        :meth:`find_jobs`); return how many.
 
         A chunk of jobs at a time, in one transaction (the request's, or one of its own), with
         one audit row naming ``actor`` and one :data:`~flask_ratchet.events.jobs_bulk_canceled`
@@ -259,7 +258,7 @@ class Ratchet(RecurringMethods):
         return self._bulk("delete", actor, filters)
 
     def _bulk(self, action: str, actor: str, filters: JobFilters) -> int:
-        if not filters:
+        if all(value is None for value in filters.values()):
             raise ValueError(
                 f"{action}_jobs() needs at least one filter (task=, status=, tag=, …): "
                 "it never acts on every job by default"
@@ -297,38 +296,22 @@ class Ratchet(RecurringMethods):
         return jobs.get(self.runtime, job_id)
 
     def find_jobs(
-        self,
-        *,
-        status: JobStatus | str | Iterable[JobStatus | str] | None = None,
-        task: Callable[..., Any] | str | None = None,
-        tag: str | None = None,
-        business_key: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        queue: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
+        self, *, limit: int = 50, cursor: str | None = None, **filters: Unpack[JobFilters]
     ) -> Page[Job]:
-        """Jobs matching every given filter, newest first, a page at a time.
+        """Jobs matching every given filter, newest first, a page at a time. The filters:
+        ``status`` (one or several), ``task`` (the function or its name), ``tag``,
+        ``business_key``, ``queue``, ``batch`` (its children), ``created_after``,
+        ``created_before``, ``ended_after``, ``ended_before``; ``None`` means any.
 
         ::
 
             page = ratchet.find_jobs(status="FAILED", tag="billing")
             while page.next_cursor:
                 page = ratchet.find_jobs(status="FAILED", tag="billing", cursor=page.next_cursor)
+
+        :raises ValueError: for a limit out of range or a filter that is not valid.
         """
-        return jobs.find(
-            self.runtime,
-            status=status,
-            task=task,
-            tag=tag,
-            business_key=business_key,
-            created_after=created_after,
-            created_before=created_before,
-            queue=queue,
-            limit=limit,
-            cursor=cursor,
-        )
+        return jobs.find(self.runtime, limit=limit, cursor=cursor, **filters)
 
     def queue_health(self, queue: str | None = None) -> dict[str, Any]:
         """Counts per status, due jobs, oldest due job's wait and p95 queue wait (seconds), of

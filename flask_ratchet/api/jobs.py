@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import Any, TypedDict, Unpack
 
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
@@ -160,73 +160,52 @@ def get(runtime: Runtime, job_id: uuid.UUID | str) -> Job | None:
 def find(
     runtime: Runtime,
     *,
-    status: JobStatus | str | Iterable[JobStatus | str] | None = None,
-    task: Callable[..., Any] | str | None = None,
-    tag: str | None = None,
-    business_key: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    queue: str | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    **filters: Unpack[JobFilters],
 ) -> Page[Job]:
     """Jobs matching every given filter, newest first, a page at a time.
 
-    :raises ValueError: for a limit out of range or an unknown status.
+    :raises ValueError: for a limit out of range or a bad filter (see :func:`job_filter`).
     """
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= FIND_LIMIT_MAX:
         raise ValueError(f"limit must be from 1 to {FIND_LIMIT_MAX}, got {limit!r}")
-    where = job_filter(
-        runtime,
-        status=status,
-        task=task,
-        tag=tag,
-        business_key=business_key,
-        created_after=created_after,
-        created_before=created_before,
-        queue=queue,
-    )
+    where = job_filter(runtime, **filters)
     return runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, cursor))
 
 
 class JobFilters(TypedDict, total=False):
-    """The filters of the bulk operations (``ratchet.cancel_jobs(task=..., tag=...)``): a job
-    matches when it matches every one given."""
+    """The filters of ``find_jobs`` and the bulk operations (``ratchet.cancel_jobs(task=...,
+    tag=...)``): a job matches when it matches every one given; ``None`` means any."""
 
     #: One status or several.
-    status: JobStatus | str | Iterable[JobStatus | str]
+    status: JobStatus | str | Iterable[JobStatus | str] | None
     #: The task function, or its name.
-    task: Callable[..., Any] | str
-    tag: str
-    business_key: str
-    queue: str
+    task: Callable[..., Any] | str | None
+    tag: str | None
+    business_key: str | None
+    queue: str | None
     #: The children of this batch (its id).
-    batch: uuid.UUID | str
-    created_after: datetime
-    created_before: datetime
-    ended_after: datetime
-    ended_before: datetime
+    batch: uuid.UUID | str | None
+    created_after: datetime | None
+    created_before: datetime | None
+    ended_after: datetime | None
+    ended_before: datetime | None
 
 
-def job_filter(
-    runtime: Runtime,
-    *,
-    status: JobStatus | str | Iterable[JobStatus | str] | None = None,
-    task: Callable[..., Any] | str | None = None,
-    tag: str | None = None,
-    business_key: str | None = None,
-    created_after: datetime | None = None,
-    created_before: datetime | None = None,
-    queue: str | None = None,
-    batch: uuid.UUID | str | None = None,
-    ended_after: datetime | None = None,
-    ended_before: datetime | None = None,
-) -> JobFilter:
-    """The filter ``find_jobs`` and the bulk operations take, checked; ``None`` means any.
+_TIMES = ("created_after", "created_before", "ended_after", "ended_before")
 
-    :raises ValueError: for an unknown status, a malformed batch id or queue name, or a time
-        that is not a :class:`~datetime.datetime`.
+
+def job_filter(runtime: Runtime, **filters: Unpack[JobFilters]) -> JobFilter:
+    """The filter ``find_jobs`` and the bulk operations take, checked.
+
+    :raises ValueError: for an unknown filter or status, a malformed batch id or queue name,
+        or a time that is not a :class:`~datetime.datetime`.
     """
+    if unknown := sorted(set(filters) - set(JobFilters.__annotations__)):
+        known = ", ".join(JobFilters.__annotations__)
+        raise ValueError(f"unknown filter {', '.join(unknown)}: the filters are {known}")
+    status = filters.get("status")
     statuses: tuple[JobStatus, ...] | None = None
     if status is not None:
         items = [status] if isinstance(status, str) else list(status)
@@ -235,31 +214,28 @@ def job_filter(
         except ValueError:
             names = ", ".join(JobStatus)
             raise ValueError(f"status must be one of {names}, got {status!r}") from None
-    times = {
-        "created_after": created_after,
-        "created_before": created_before,
-        "ended_after": ended_after,
-        "ended_before": ended_before,
-    }
-    for name, value in times.items():
+    for name in _TIMES:
+        value = filters.get(name)
         if value is not None and not isinstance(value, datetime):
             raise ValueError(f"{name} must be a datetime, got {value!r}")
+    task = filters.get("task")
     task_name = (
         task
         if task is None or isinstance(task, str)
         else runtime.registry.for_submit(task, runtime.config.allowed_modules).name
     )
+    queue, batch = filters.get("queue"), filters.get("batch")
     return JobFilter(
         statuses,
         task_name,
-        tag,
-        business_key,
-        created_after,
-        created_before,
+        filters.get("tag"),
+        filters.get("business_key"),
+        filters.get("created_after"),
+        filters.get("created_before"),
         None if queue is None else validate_queue(queue),
         None if batch is None else job_id_of(batch),
-        ended_after,
-        ended_before,
+        filters.get("ended_after"),
+        filters.get("ended_before"),
     )
 
 

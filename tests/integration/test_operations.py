@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -205,6 +205,12 @@ def test_find_jobs_filters(app: Flask) -> None:
     assert ids(task=charge) == ids(task="billing.charge") == {billing}
     assert ids(business_key="bk") == {pending}
     assert ids(status="PENDING", tag="billing") == {billing}
+    long_ago = datetime(2000, 1, 1, tzinfo=UTC)
+    assert ids(status="FAILED", ended_after=long_ago) == {failed}
+    assert ids(ended_before=long_ago) == set()
+    assert ids(tag=None) == ids()  # None is any
+    with pytest.raises(ValueError, match="unknown filter state: the filters are status"):
+        ratchet.find_jobs(state="FAILED")  # type: ignore[call-arg]
     with pytest.raises(ValueError, match="status must be one of"):
         ratchet.find_jobs(status="DONE")
     with pytest.raises(ValueError, match="limit"):

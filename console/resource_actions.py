@@ -56,7 +56,8 @@ class ResetOutcome:
 
 
 def set_limit() -> Response | str:
-    """POST …/resources/limit with ``name``, ``max_concurrent`` and ``retry_delay`` (seconds):
+    """POST …/resources/limit with ``name``, ``max_concurrent`` and/or ``rate`` (``10/s``), and
+    ``retry_delay`` (seconds):
     create or change a resource's limit through ``ratchet.configure_resource``, and audit it.
 
     A value it refuses is a 400 whose message is its error (a notice under htmx); nothing is
@@ -64,9 +65,10 @@ def set_limit() -> Response | str:
     """
     name = request.form.get("name", "")
     # Any: whatever was typed goes to configure_resource, which checks it.
-    wanted_max: Any = filters.spelled_number(
-        "max_concurrent", request.form.get("max_concurrent", "")
-    )
+    typed_max = request.form.get("max_concurrent", "").strip()
+    wanted_max: Any = filters.spelled_number("max_concurrent", typed_max) if typed_max else None
+    # A rate as typed ("10/s"), checked by configure_resource; empty: none.
+    wanted_rate = request.form.get("rate", "").strip() or None
     wanted_delay: Any = filters.spelled_number("retry_delay", request.form.get("retry_delay", ""))
     if isinstance(wanted_max, int) and wanted_max > filters.INT_MAX:
         # Its column is an INTEGER: PostgreSQL would refuse the row, SQLite store a number
@@ -76,7 +78,7 @@ def set_limit() -> Response | str:
     with runtime.connection() as conn:
         before = runtime.store.resources.get_resource_limit(conn, name)
         try:
-            limit = configure_resource(runtime, name, wanted_max, wanted_delay)
+            limit = configure_resource(runtime, name, wanted_max, wanted_delay, wanted_rate)
         except ValueError as exc:
             abort(400, str(exc))
         outcome = LimitChange(limit, before)

@@ -376,24 +376,34 @@ class Ratchet(RecurringMethods):
     def configure_resource(
         self,
         name: str,
-        max_concurrent: int,
+        max_concurrent: int | None = None,
         retry_delay: timedelta | float = DEFAULT_RETRY_DELAY,
+        *,
+        rate: tuple[int, timedelta | float] | str | None = None,
     ) -> ResourceLimit:
-        """Set (or change) the limit of the resource ``name``, effective for the next permit.
+        """Set (or change) the limit of the resource ``name``, effective for the next permit:
+        at most ``max_concurrent`` of its jobs at once, at most ``rate`` starts per period
+        (``(count, period)`` or ``"N/s"``, ``"N/m"``, ``"N/h"``), or both, across every worker
+        on the database.
 
         ::
 
             ratchet.configure_resource("payment-api", max_concurrent=4,
                                        retry_delay=timedelta(seconds=2))
+            ratchet.configure_resource("stripe", rate=(100, timedelta(minutes=1)))
 
-        Joins the request's transaction (or ``ratchet.transaction()``) like job operations do.
-        Lowering a limit takes no permit back: jobs holding one finish, and new ones wait until
-        the count is under the new limit.
+        A job that finds no permit free is due again ``retry_delay`` later; one over the rate
+        when the window has room again (the rate is a sliding window: no period holds more
+        than ``count`` starts). Neither spends an attempt. Joins the request's transaction
+        (or ``ratchet.transaction()``) like job operations do. Lowering a limit takes no permit
+        back: jobs holding one finish, and new ones wait until the count is under the new
+        limit.
 
-        :raises InvalidOption: for a bad name, ``max_concurrent < 1`` or a delay that is not
+        :raises InvalidOption: for a bad name, neither ``max_concurrent`` nor ``rate``,
+            ``max_concurrent < 1``, a rate that is not one of its forms, or a delay that is not
             positive or longer than ``options.MAX_DURATION``; nothing is written.
         """
-        return resources.configure_resource(self.runtime, name, max_concurrent, retry_delay)
+        return resources.configure_resource(self.runtime, name, max_concurrent, retry_delay, rate)
 
 
 def _ensure_schema() -> None:

@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .breaker import BreakerSettings, breaker_settings
-from .errors import TaskNotAllowed, UnknownTask
-from .options import STANDARD_OPTIONS, JobOptions, validate_text
+from .errors import InvalidOption, TaskNotAllowed, UnknownTask
+from .options import RESOURCE_MAX_LENGTH, STANDARD_OPTIONS, JobOptions, validate_text
+from .resources import Rate
 from .retry import NO_RULES, RetryRules
 
 NAME_MAX_LENGTH = 255
@@ -50,6 +51,8 @@ class Task:
     circuit_breaker: BreakerSettings | None = None
     explicit: frozenset[str] = frozenset()
     retry: RetryRules = NO_RULES
+    #: ``rate_limit``: the rate of the resource named after the task, which its jobs name.
+    rate: Rate | None = None
 
     def options_over(self, defaults: JobOptions) -> JobOptions:
         """The options a job of this task starts from, in an app whose defaults are
@@ -169,6 +172,7 @@ class TaskRegistry:
         retry: RetryRules = NO_RULES,
         service: str | None = None,
         circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = None,
+        rate: Rate | None = None,
     ) -> Task:
         """Register ``func`` under ``name`` (default ``module:qualname``), with ``options``, of
         which the decorator set those ``explicit`` names (the others are the app's defaults).
@@ -186,6 +190,15 @@ class TaskRegistry:
         if service is not None:
             validate_text("service", service, NAME_MAX_LENGTH)
         breaker = None if circuit_breaker is None else breaker_settings(circuit_breaker)
+        if rate is not None:
+            if options.resource is not None:
+                raise InvalidOption(
+                    f"task {name!r} takes resource= or rate_limit=, not both: give the rate to "
+                    f"the resource (configure_resource({options.resource!r}, rate=...))"
+                )
+            validate_text("a rate-limited task's name", name, RESOURCE_MAX_LENGTH)
+            options = replace(options, resource=name)
+            explicit |= {"resource"}
         with self._lock:
             existing = self._by_name.get(name)
             # The same origin again is the same task (a module imported twice, a reload).
@@ -194,7 +207,7 @@ class TaskRegistry:
                     f"task name {name!r} is already used by {_origin(existing.func)}; "
                     "give one of them another name="
                 )
-            task = Task(name, func, options, service, breaker, explicit, retry)
+            task = Task(name, func, options, service, breaker, explicit, retry, rate)
             self._by_name[name] = task
             self._by_func[func] = task
         return task

@@ -384,9 +384,22 @@ resource_limit = sa.Table(
     "ratchet_resource_limit",
     metadata,
     sa.Column("resource_name", sa.String(100), primary_key=True),
-    sa.Column("max_concurrent", sa.Integer, nullable=False),
+    sa.Column("max_concurrent", sa.Integer),  # NULL: no limit on jobs at once
     sa.Column("retry_delay", DOUBLE, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
+    # At most rate_count starts in any rate_period seconds (both NULL: no rate).
+    sa.Column("rate_count", sa.Integer),
+    sa.Column("rate_period", DOUBLE),
+)
+
+#: The starts of the last rate period of each resource with a rate: its sliding window. The
+#: primary key is the window's index (a resource's starts in time order).
+resource_start = sa.Table(
+    "ratchet_resource_start",
+    metadata,
+    sa.Column("resource_name", sa.String(100), primary_key=True),
+    sa.Column("started_at", UtcDateTime, primary_key=True),
+    sa.Column("job_id", StoredUuid(), primary_key=True),
 )
 
 resource_permit = sa.Table(

@@ -35,8 +35,16 @@ from flask_ratchet.columns import StoredUuid, aware, const
 from flask_ratchet.errors import InvalidOption
 from flask_ratchet.options import shown
 from flask_ratchet.payload import Unreadable, read_checked
-from flask_ratchet.resources import checked_max_concurrent, checked_retry_delay
-from flask_ratchet.schema import audit, job, job_queue, node, resource_limit, resource_permit
+from flask_ratchet.resources import Rate, checked_max_concurrent, checked_rate, checked_retry_delay
+from flask_ratchet.schema import (
+    audit,
+    job,
+    job_queue,
+    node,
+    resource_limit,
+    resource_permit,
+    resource_start,
+)
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.dialect import Dialect
 
@@ -90,6 +98,9 @@ class ResourceRow:
     max_concurrent: int | Unreadable | None
     retry_delay: float | Unreadable | None
     updated_at: datetime | None
+    #: At most so many starts per period (``None``: no rate), and the starts in its window.
+    rate: Rate | Unreadable | None
+    starts: int
     #: Permits out, and the nodes holding them (by node id).
     in_use: int
     holders: tuple[Holder, ...]
@@ -98,8 +109,14 @@ class ResourceRow:
     running: int
 
     @property
+    def readable_rate(self) -> Rate | None:
+        """The rate, if it has one that can be read."""
+        return self.rate if isinstance(self.rate, Rate) else None
+
+    @property
     def limited(self) -> bool:
-        return self.max_concurrent is not None
+        """The resource has a limit row (jobs at once, a rate, or both)."""
+        return self.retry_delay is not None
 
     @property
     def full(self) -> bool:
@@ -110,7 +127,7 @@ class ResourceRow:
     def unreadable(self) -> list[Unreadable]:
         """The columns of the limit row that cannot be read (its jobs are deferred by
         :data:`~flask_ratchet.resources.DEFAULT_RETRY_DELAY` until it is set again)."""
-        values = (self.max_concurrent, self.retry_delay)
+        values = (self.max_concurrent, self.retry_delay, self.rate)
         return [v for v in values if isinstance(v, Unreadable)]
 
 
@@ -145,7 +162,7 @@ def resources(conn: Connection, dialect: Dialect) -> ResourceReport:
     names = sorted(set(limits) | set(holders) | set(pending) | set(running))
     complete = scanned < WAITING_WINDOW
     rows = [
-        _row(name, limits.get(name), holders, pending, running, complete)
+        _row(conn, dialect, name, limits.get(name), holders, pending, running, complete)
         for name in names[:MAX_RESOURCES]
     ]
     return ResourceReport(rows, len(names) > MAX_RESOURCES, scanned, complete)
@@ -159,7 +176,7 @@ def resource(conn: Connection, dialect: Dialect, name: str) -> ResourceRow:
     holders = _holders(conn, name)
     pending, scanned = _pending_by_resource(conn, dialect)
     running = _running_by_resource(conn)
-    return _row(name, limit, holders, pending, running, scanned < WAITING_WINDOW)
+    return _row(conn, dialect, name, limit, holders, pending, running, scanned < WAITING_WINDOW)
 
 
 def live_node_ids(conn: Connection, now: datetime, live_after: float) -> set[str]:
@@ -172,6 +189,8 @@ def live_node_ids(conn: Connection, now: datetime, live_after: float) -> set[str
 
 
 def _row(
+    conn: Connection,
+    dialect: Dialect,
     name: str,
     limit: Any,
     holders: Mapping[str, tuple[Holder, ...]],
@@ -184,23 +203,43 @@ def _row(
     # columns (text, a blob, a huge or negative number) or PostgreSQL's NaN reads as stored.
     max_concurrent: int | Unreadable | None = None
     retry_delay: float | Unreadable | None = None
+    rate: Rate | Unreadable | None = None
     if limit is not None:
-        max_concurrent = read_checked(
-            "max_concurrent", partial(checked_max_concurrent, name), limit.max_concurrent
-        )
+        if limit.max_concurrent is not None:  # NULL: a rate only
+            max_concurrent = read_checked(
+                "max_concurrent", partial(checked_max_concurrent, name), limit.max_concurrent
+            )
         retry_delay = read_checked(
             "retry_delay", partial(checked_retry_delay, name), limit.retry_delay
         )
+        if limit.rate_count is not None or limit.rate_period is not None:
+            rate = read_checked(
+                "rate", partial(checked_rate, name), (limit.rate_count, limit.rate_period)
+            )
+    starts = 0
+    if isinstance(rate, Rate):
+        starts = _starts_in_window(conn, name, rate, dialect.now(conn))
     return ResourceRow(
         name=name,
         max_concurrent=max_concurrent,
         retry_delay=retry_delay,
         updated_at=None if limit is None else limit.updated_at,
+        rate=rate,
+        starts=starts,
         in_use=sum(h.permits for h in held),
         holders=held,
         waiting=Waiting(pending.get(name, 0), complete),
         running=running.get(name, 0),
     )
+
+
+def _starts_in_window(conn: Connection, name: str, rate: Rate, now: datetime) -> int:
+    """Starts of ``name`` in its rate's window (at most the rate's count rows, on the log's
+    primary key)."""
+    horizon = now - timedelta(seconds=rate.period)
+    s = resource_start.c
+    stmt = sa.select(sa.func.count()).where(s.resource_name == name, s.started_at > horizon)
+    return int(conn.execute(stmt).scalar_one())
 
 
 def _holders(conn: Connection, name: str | None = None) -> dict[str, tuple[Holder, ...]]:

@@ -26,6 +26,7 @@ from typing import Any, Generic, ParamSpec, TypedDict, TypeVar
 from ..breaker import BreakerSettings
 from ..options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from ..registry import Task, TaskRegistry
+from ..resources import checked_rate
 from ..retry import retry_rules
 from ..runtime import Runtime
 from ..runtime import current as current_runtime
@@ -126,6 +127,9 @@ class TaskOptions(TypedDict, total=False):
     dont_retry_on: type[BaseException] | tuple[type[BaseException], ...]
     max_backoff: timedelta | float | None
     jitter: bool
+    #: At most so many of its jobs start per period across the cluster (``"10/s"``, ``"100/m"``,
+    #: ``(count, period)``): a resource named after the task, with that rate.
+    rate_limit: str | tuple[int, timedelta | float] | None
 
 
 def task_decorator(
@@ -140,6 +144,8 @@ def task_decorator(
     name = options.pop("name", None)
     service = options.pop("service", None)
     breaker = options.pop("circuit_breaker", None)
+    given_rate = options.pop("rate_limit", None)
+    rate = None if given_rate is None else checked_rate(name or "of the task", given_rate)
     rules = retry_rules(options)
     defaults = JobOptions(**validate_options(**options))
     explicit = frozenset(options)  # the rest: the app's RATCHET_DEFAULT_* when a job is made
@@ -156,6 +162,7 @@ def task_decorator(
                 retry=rules,
                 service=service,
                 circuit_breaker=breaker,
+                rate=rate,
             ),
         )
 

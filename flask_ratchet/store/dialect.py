@@ -132,6 +132,12 @@ class Dialect:
         """The current time inside one statement."""
         raise NotImplementedError
 
+    def instant_sql(self) -> ColumnElement[datetime]:
+        """The current time as the statement runs, even late in a long transaction (where
+        :meth:`now_sql` may be the transaction's start): for times compared across
+        transactions that waited for one another's locks."""
+        return self.now_sql()
+
     def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
         """``seconds`` before the current time."""
         raise NotImplementedError

@@ -237,6 +237,9 @@ class PostgresDialect(Dialect):
     def now_sql(self) -> ColumnElement[datetime]:
         return sa.func.now(type_=UtcDateTime())
 
+    def instant_sql(self) -> ColumnElement[datetime]:
+        return sa.func.clock_timestamp(type_=UtcDateTime())  # now() is the transaction's start
+
     def ago_sql(self, seconds: float) -> ColumnElement[datetime]:
         return sa.func.now(type_=UtcDateTime()) - _interval(seconds)
 

@@ -272,7 +272,8 @@ class Permit(StrEnum):
 
     GRANTED = "GRANTED"  # a permit row is held: release it after the run
     UNLIMITED = "UNLIMITED"  # the resource has no limit row: run, there is nothing to release
-    FULL = "FULL"  # every permit is out: defer the job by the limit's retry_delay
+    FULL = "FULL"  # every permit is out, or the rate's window is full: defer the job
+    COUNTED = "COUNTED"  # a resource with a rate only: the start is counted, no permit held
     #: The limit row holds what ratchet never writes: defer the job (see ``reason``) until the
     #: limit is set again (``configure_resource``, or a worker starting with RATCHET_RESOURCES).
     UNREADABLE = "UNREADABLE"
@@ -284,11 +285,13 @@ class Acquisition:
     """The answer to one permit request."""
 
     permit: Permit
-    #: FULL: seconds until the job should try again.
+    #: FULL: seconds until the job should try again (the limit's retry_delay, or until the
+    #: rate's window has room).
     retry_delay: float = 0.0
     #: Permits of the resource out after the request (this job's included if GRANTED).
     in_use: int = 0
-    #: UNREADABLE: which column of the limit row holds what, and what is allowed.
+    #: UNREADABLE: which column of the limit row holds what, and what is allowed; FULL by the
+    #: rate: which rate.
     reason: str | None = None
 
 

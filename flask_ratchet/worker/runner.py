@@ -26,6 +26,7 @@ from .. import facts
 from ..config import RatchetConfig, describe_queues
 from ..context import CaptureHandler, job_logger
 from ..maintenance.recurring import start_recurring
+from ..resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from ..services import Signal
 from ..store.types import Finished, Outcome
 from .assembly import WorkerOptions, WorkerSettings, assemble
@@ -176,9 +177,17 @@ class Worker:
             )
 
     def _write_resource_limits(self) -> None:
-        """Write ``RATCHET_RESOURCES`` before the first claim, so that no job of a configured
-        resource runs unlimited (a limit set with ``configure_resource`` since is overwritten)."""
-        limits = list(self.config.resources.values())
+        """Write ``RATCHET_RESOURCES`` and the rates of rate-limited tasks before the first
+        claim, so that no job of a configured resource runs unlimited (a limit set with
+        ``configure_resource`` since is overwritten)."""
+        # The rates of rate-limited tasks first: RATCHET_RESOURCES, written after, has the last
+        # word on a resource both name.
+        rated = [
+            ResourceLimit(task.name, None, DEFAULT_RETRY_DELAY, task.rate)
+            for task in self.runtime.registry
+            if task.rate is not None
+        ]
+        limits = rated + list(self.config.resources.values())
         if not limits:
             return
         with self.store.begin(self.engine) as conn:
@@ -186,7 +195,7 @@ class Worker:
                 self.store.resources.set_resource_limit(conn, limit)
         log.info(
             "resource limits: %s",
-            ", ".join(f"{x.name} {x.max_concurrent} at once" for x in limits),
+            ", ".join(f"{x.name} {x.summary}" for x in limits),
         )
 
     def _poll(self) -> None:

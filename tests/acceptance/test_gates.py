@@ -73,6 +73,32 @@ def test_a_resource_limit_holds_across_workers_and_waiting_spends_no_attempt(
     assert rows("SELECT count(*) FROM ratchet_resource_permit")[0][0] == 0  # all given back
 
 
+@pytest.mark.slow
+def test_a_rate_holds_across_workers(app: Flask, workers: Workers, dialect: str) -> None:
+    # 60 jobs, at most 10 starts in any second across 3 workers: about 6 s, not 1 (no limit)
+    # and not 60 (a start per second).
+    config: dict[str, Any] = {"RATCHET_RESOURCES": {"rated-api": {"rate": "10/s"}}}
+    if dialect == "sqlite":
+        config |= PATIENT
+    batch = [ratchet.enqueue(hold_probe_api, 0).with_resource("rated-api") for _ in range(60)]
+    ids = [h.id for h in ratchet.enqueue_many(batch)]
+    procs = [workers.start("--concurrency", "8", **config) for _ in range(3)]
+    wait_until(lambda: succeeded(ids), what="every job to succeed")
+
+    starts = sorted(r.started for r in rows("SELECT started FROM hold"))
+    assert len(starts) == 60
+    assert [job(i).attempts for i in ids] == [1] * 60  # waiting for the window spent none
+    # Each job's code notes when it starts, a moment after its start is counted (a moment
+    # that varies a little from job to job): the eleventh start after any one is nearly a
+    # second later (0.7 s leaves the variation room; with no rate they are milliseconds apart).
+    gaps = [later - first for first, later in zip(starts, starts[10:], strict=False)]
+    assert min(gaps) > 0.7, gaps
+    took = starts[-1] - starts[0]
+    assert 4.5 < took < 30, took
+    deferred = sum(workers.output(p).count("had its 10/s starts") for p in procs)
+    assert deferred > 0
+
+
 def test_a_circuit_breaker_opens_defers_half_opens_and_closes(
     app: Flask, workers: Workers, tmp_path: Path
 ) -> None:

@@ -22,7 +22,7 @@ from flask_ratchet.breaker import Breakers, BreakerSettings, BreakerState
 from flask_ratchet.console import present
 from flask_ratchet.console.reads import resources as held
 from flask_ratchet.maintenance.heartbeat import Heartbeat
-from flask_ratchet.resources import ResourceLimit
+from flask_ratchet.resources import Rate, ResourceLimit
 from flask_ratchet.schema import node
 from flask_ratchet.store.cluster import BREAKER_RESET
 from flask_ratchet.store.types import NodeInfo
@@ -237,7 +237,7 @@ def test_resources_page_shows_limits_permits_holders_and_waiting_jobs(console: C
     assert f"node-b</a> {TIMES} 1" in later and ">silent<" in later and "1 / 1" in later
     one = console.get("/ratchet/resources/limit?name=payment-api")
     assert one.status_code == 200 and "2 at once, retry after 1.5 s" in one.text
-    assert 'name="max_concurrent" type="number" min="1" step="1" required value="2"' in one.text
+    assert 'name="max_concurrent" type="number" min="1" step="1" value="2"' in one.text
     assert 'aria-current="page">Resources' in one.text
     fresh = console.get("/ratchet/resources/limit?name=new-api")
     assert fresh.status_code == 200 and "none: its jobs run without a permit" in fresh.text
@@ -290,7 +290,7 @@ def test_setting_a_limit_is_validated_audited_and_shown(console: Console) -> Non
     )
     assert changed.status_code == 200 and "<html" not in changed.text
     assert changed.headers["HX-Trigger"] == "ratchet-changed"
-    assert "at most 5 at once, retry after 1 s (was 3, 2.5 s)" in changed.text
+    assert "at most 5 at once, retry after 1 s (was 3 at once, 2.5 s)" in changed.text
     same = console.post(
         "/ratchet/resources/limit",
         {"name": "payment-api", "max_concurrent": "5", "retry_delay": "1.0"},
@@ -303,7 +303,8 @@ def test_setting_a_limit_is_validated_audited_and_shown(console: Console) -> Non
         ({"max_concurrent": "0", "retry_delay": "1"}, "must be a whole number &gt;= 1, got 0"),
         ({"max_concurrent": "2.5", "retry_delay": "1"}, "got 2.5"),
         ({"max_concurrent": "abc", "retry_delay": "1"}, "got &#39;abc&#39;"),
-        ({"max_concurrent": "", "retry_delay": "1"}, "got &#39;&#39;"),
+        ({"max_concurrent": "", "retry_delay": "1"}, "needs max_concurrent, rate or both"),
+        ({"rate": "fast", "retry_delay": "1"}, "got &#39;fast&#39;"),
         ({"max_concurrent": "2", "retry_delay": "0"}, "must be a positive number"),
         ({"max_concurrent": "2", "retry_delay": "nan"}, "got nan"),
         ({"max_concurrent": "2", "retry_delay": "-1"}, "got -1"),
@@ -530,3 +531,18 @@ def test_gets_never_write(console: Console) -> None:
     assert [s for s in statements if WRITES.match(s) or "FOR UPDATE" in s.upper()] == []
     assert len(audit_rows()) == before
     assert limit_of("new") is None
+
+
+def test_a_rate_is_set_and_shown(console: Console) -> None:
+    rated = console.post(
+        "/ratchet/resources/limit",
+        {"name": "rated-api", "max_concurrent": "", "rate": "10/s", "retry_delay": "1"},
+        htmx=True,
+    )
+    assert "at most 10/s, retry after 1 s (it had no limit)" in rated.text
+    assert limit_of("rated-api") == ResourceLimit("rated-api", None, 1.0, Rate(10, 1.0))
+    listed = row_of(console.get("/ratchet/resources"), "data-resource", "rated-api")
+    assert '<td class="nowrap rate">0 / 10/s</td>' in listed and "no limit" in listed
+    page = console.get("/ratchet/resources/limit?name=rated-api").text
+    assert "10/s: 0 started in the window" in page and 'name="rate"' in page
+    assert 'value="10/s"' in page

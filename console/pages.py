@@ -163,7 +163,7 @@ def job_detail(job_id: str) -> str:
     the batch, chain or workflow it is part of."""
     key = job_id_or_404(job_id)
     runtime = current_runtime()
-    job = api.jobs.get(runtime, key)
+    job = api.jobs.get(runtime, key, decrypt=False)  # the console holds no keys
     if job is None:
         abort(404)
     with runtime.connection() as conn:

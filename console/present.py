@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from flask_ratchet import runtime
 from flask_ratchet.job import BatchProgress, Job
-from flask_ratchet.payload import Unreadable
+from flask_ratchet.payload import Sealed, Unreadable
 from flask_ratchet.redact import MASK as MASK
 from flask_ratchet.redact import masked as masked
 from flask_ratchet.redact import masked_arguments, stored_text_masked
@@ -45,6 +45,8 @@ def pretty_json(value: Any) -> str:
     A stored value that is not readable JSON is shown as stored, after why it is unreadable,
     with credentials and ``password=``-style values redacted as in errors.
     """
+    if isinstance(value, Sealed):  # the console holds no keys: it never shows the clear text
+        return f"{value.reason}: the console does not decrypt"
     if isinstance(value, Unreadable):
         return f"{value.reason}; as stored:\n{sanitize(value.text, limit=UNREADABLE_SHOWN)}"
     return json.dumps(masked(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)

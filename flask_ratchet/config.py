@@ -32,6 +32,7 @@ from .options import (
 )
 from .resources import ResourceLimit, resource_limits_setting
 from .routes import Routes, routes_setting
+from .sealing import check_keys, keys_setting
 
 PREFIX = "RATCHET_"
 
@@ -121,6 +122,11 @@ class RatchetConfig:
     recurring_misfire_threshold: float = 60.0
     #: Resource limits every worker writes to the database when it starts, by resource name.
     resources: dict[str, ResourceLimit] = field(default_factory=dict)
+    #: Payload encryption (:mod:`flask_ratchet.sealing`): key ids to 32-byte keys (never
+    #: shown), the id new writes use, and whether every job's payload is encrypted.
+    encryption_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
+    encryption_current_key: str | None = None
+    encrypt_all: bool = False
     #: Circuit breakers by service name (a task's name or its ``service=``); they take
     #: precedence over a task's ``circuit_breaker=``.
     circuit_breakers: dict[str, BreakerSettings] = field(default_factory=dict)
@@ -173,6 +179,7 @@ class RatchetConfig:
             if key in config:
                 values[name] = _VALIDATORS[name](key, config[key])
         result = cls(**values)
+        check_keys(result.encryption_keys, result.encryption_current_key, result.encrypt_all)
         if result.poll_max_interval < result.poll_interval:
             raise ConfigError(
                 f"RATCHET_POLL_MAX_INTERVAL ({result.poll_max_interval}s) must not be shorter "
@@ -469,6 +476,9 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "recurring_disabled": _id_list,
     "recurring_misfire_threshold": _seconds,
     "resources": resource_limits_setting,
+    "encryption_keys": keys_setting,
+    "encryption_current_key": _optional_str,
+    "encrypt_all": _bool,
     "circuit_breakers": breakers_setting,
     "metrics_port": _metrics_address,
     "wakeup_url": _wakeup_url,

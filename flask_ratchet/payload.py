@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, TypeVar
 
 from .errors import InvalidOption, PayloadError, PayloadTooLarge, UnreadableJob
+from .sealing import is_sealed, sealed_key_id
 
 #: How deep lists and dicts may be nested inside one argument, param value or result.
 MAX_DEPTH = 64
@@ -103,6 +104,19 @@ class Unreadable:
         return format(self.text, spec)  # lines up in tables like the value it stands for
 
 
+@dataclass(frozen=True, slots=True)
+class Sealed(Unreadable):
+    """An encrypted column (:mod:`flask_ratchet.sealing`) as a reader without the key holds
+    it: ``str()`` is ``encrypted``; ``text`` is the sealed value. The app's own reads
+    (``get_job``, ``find_jobs``, a handle's ``wait``) open it with the configured keys."""
+
+    def __str__(self) -> str:
+        return "encrypted"
+
+    def __format__(self, spec: str) -> str:
+        return format("encrypted", spec)
+
+
 def decode_stored(column: str, text: str | None, shape: type | None = None) -> Any:
     """Decode a stored JSON column, refusing anything ratchet would not have written there.
 
@@ -113,6 +127,8 @@ def decode_stored(column: str, text: str | None, shape: type | None = None) -> A
     """
     if text is None:
         return None
+    if is_sealed(text):
+        raise UnreadableJob(f"column {column!r} is encrypted: open it first")
     try:
         value = json.loads(text)
     except (ValueError, TypeError, RecursionError) as exc:
@@ -141,6 +157,8 @@ def decode_call(text: str) -> tuple[list[Any], dict[str, Any]]:
 
 def read_stored(column: str, text: str | None, shape: type | None = None) -> Any:
     """:func:`decode_stored` for readers: the value, or :class:`Unreadable` holding the text."""
+    if is_sealed(text):
+        return Sealed(str(text), f"encrypted with key {sealed_key_id(str(text))!r}")
     try:
         return decode_stored(column, text, shape)
     except UnreadableJob as exc:
@@ -152,7 +170,10 @@ T = TypeVar("T")
 
 def read_with(decode: Callable[[str], T], text: str) -> T | Unreadable:
     """A stored value for readers: ``decode(text)``, or :class:`Unreadable` holding the text if
-    ``decode`` refuses it (raises :class:`~flask_ratchet.errors.UnreadableJob`)."""
+    ``decode`` refuses it (raises :class:`~flask_ratchet.errors.UnreadableJob`), or
+    :class:`Sealed` if it is encrypted."""
+    if is_sealed(text):
+        return Sealed(text, f"encrypted with key {sealed_key_id(text)!r}")
     try:
         return decode(text)
     except UnreadableJob as exc:

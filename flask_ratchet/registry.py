@@ -53,6 +53,8 @@ class Task:
     retry: RetryRules = NO_RULES
     #: ``rate_limit``: the rate of the resource named after the task, which its jobs name.
     rate: Rate | None = None
+    #: ``encrypt=True``: its jobs' arguments, params and results are sealed.
+    encrypt: bool = False
 
     def options_over(self, defaults: JobOptions) -> JobOptions:
         """The options a job of this task starts from, in an app whose defaults are
@@ -173,6 +175,7 @@ class TaskRegistry:
         service: str | None = None,
         circuit_breaker: BreakerSettings | str | Mapping[str, Any] | None = None,
         rate: Rate | None = None,
+        encrypt: bool = False,
     ) -> Task:
         """Register ``func`` under ``name`` (default ``module:qualname``), with ``options``, of
         which the decorator set those ``explicit`` names (the others are the app's defaults).
@@ -207,7 +210,7 @@ class TaskRegistry:
                     f"task name {name!r} is already used by {_origin(existing.func)}; "
                     "give one of them another name="
                 )
-            task = Task(name, func, options, service, breaker, explicit, retry, rate)
+            task = Task(name, func, options, service, breaker, explicit, retry, rate, encrypt)
             self._by_name[name] = task
             self._by_func[func] = task
         return task

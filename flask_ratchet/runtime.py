@@ -37,6 +37,7 @@ from .job import BatchProgress
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
 from .routes import routed
+from .sealing import Keyring
 from .store import Store, check_shared, store_for
 from .wakeups.channels import Channels, RedisChannels
 from .wakeups.notices import Wakeups
@@ -101,6 +102,8 @@ class Runtime:
         self._own = db if isinstance(db, OwnDatabase) else None
         self.config = config
         self.registry = registry
+        #: Seals and opens encrypted payloads (:mod:`flask_ratchet.sealing`).
+        self.keyring = Keyring(config.encryption_keys, config.encryption_current_key)
         #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
         self.recurring_definitions = recurring_definitions
         self._stores: dict[int, Store] = {}

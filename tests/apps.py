@@ -158,6 +158,12 @@ def fail_until(attempt_that_works: int) -> str:
     return f"worked on attempt {ctx.attempt}"
 
 
+@ratchet.task(encrypt=True)
+def greet_privately(name: str) -> str:
+    """An encrypted task: its argument and its result are sealed in the database."""
+    return f"hello {name}"
+
+
 @ratchet.task(max_retries=5)
 def refuse(reason: str) -> None:
     """Fails for good: DoNotRetry, raised as the cause of another error."""

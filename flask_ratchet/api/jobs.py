@@ -6,6 +6,7 @@ its own; the state change itself is the store's guarded compare-and-swap.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -14,12 +15,15 @@ from typing import Any, TypedDict, Unpack
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import IllegalTransition, JobNotFound
+from .. import payload
+from ..errors import IllegalTransition, JobNotFound, UnreadableJob
 from ..ids import job_id_of
 from ..job import Job
 from ..options import seconds, validate_queue
 from ..paging import Page
+from ..payload import Sealed, Unreadable
 from ..runtime import Runtime
+from ..sealing import Keyring
 from ..states import Action, JobStatus, allowed
 from ..store import Jobs
 from ..store.types import ClaimedJob, JobFilter
@@ -151,10 +155,43 @@ def logs(runtime: Runtime, job_id: uuid.UUID | str, limit: int) -> list[Any]:
     return runtime.run(lambda conn: runtime.store.executions.logs(conn, key, limit))
 
 
-def get(runtime: Runtime, job_id: uuid.UUID | str) -> Job | None:
-    """A snapshot of one job, or ``None`` if there is no such job."""
+def get(runtime: Runtime, job_id: uuid.UUID | str, *, decrypt: bool = True) -> Job | None:
+    """A snapshot of one job, or ``None`` if there is no such job; its encrypted columns
+    opened unless ``decrypt`` is false (the console's reads: it never shows them)."""
     key = job_id_of(job_id)
-    return runtime.run(lambda conn: runtime.store.jobs.get_job(conn, key))
+    found = runtime.run(lambda conn: runtime.store.jobs.get_job(conn, key))
+    if found is None or not decrypt:
+        return found
+    return opened(runtime.keyring, found)
+
+
+def opened(keyring: Keyring, job: Job) -> Job:
+    """``job`` with its encrypted columns opened with the app's keys (one that does not open
+    is :class:`~flask_ratchet.payload.Unreadable`, saying why)."""
+    changes: dict[str, Any] = {}
+
+    def clear(column: str, value: Sealed) -> str | Unreadable:
+        try:
+            return keyring.open(value.text, job.id, column)
+        except UnreadableJob as exc:
+            return Unreadable(value.text, str(exc))
+
+    if isinstance(job.args, Sealed):
+        call = clear("payload", job.args)
+        changes["args"], changes["kwargs"] = (
+            (call, call) if isinstance(call, Unreadable) else payload.read_call(call)
+        )
+    if isinstance(job.params, Sealed):
+        params = clear("params", job.params)
+        changes["params"] = (
+            params if isinstance(params, Unreadable) else payload.read_stored("params", params)
+        )
+    if isinstance(job.result, Sealed):
+        result = clear("result", job.result)
+        changes["result"] = (
+            result if isinstance(result, Unreadable) else payload.read_stored("result", result)
+        )
+    return dataclasses.replace(job, **changes) if changes else job
 
 
 def find(
@@ -171,7 +208,8 @@ def find(
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= FIND_LIMIT_MAX:
         raise ValueError(f"limit must be from 1 to {FIND_LIMIT_MAX}, got {limit!r}")
     where = job_filter(runtime, **filters)
-    return runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, cursor))
+    page = runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, cursor))
+    return dataclasses.replace(page, items=[opened(runtime.keyring, j) for j in page.items])
 
 
 class JobFilters(TypedDict, total=False):

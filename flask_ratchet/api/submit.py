@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Self
 
 from .. import payload
-from ..errors import InvalidOption
+from ..errors import ConfigError, InvalidOption
 from ..ids import uuid7
 from ..job import Job
 from ..options import Backoff, JobOptions, Priority, due_time, validate_key
@@ -161,6 +161,8 @@ class JobBuilder(OptionsBuilder):
         self._callbacks: dict[str, list[str]] = {}
         #: A deadline given as a time (``with_expires(datetime)``), over ``expires``.
         self._expires_at: datetime | None = None
+        #: Seal the arguments, params and result (:mod:`flask_ratchet.sealing`).
+        self._encrypt = task.encrypt or runtime.config.encrypt_all
 
     def __repr__(self) -> str:
         return f"<JobBuilder {self._task.name}>"
@@ -172,6 +174,21 @@ class JobBuilder(OptionsBuilder):
     def task_name(self) -> str:
         """The name of the task this builder will enqueue."""
         return self._task.name
+
+    def with_encrypted_payload(self) -> Self:
+        """Encrypt this job's arguments, params and result in the database (AES-256-GCM with
+        ``RATCHET_ENCRYPTION_CURRENT_KEY``, bound to the job and the column): what a task's
+        ``encrypt=True`` or ``RATCHET_ENCRYPT_ALL`` do for every job.
+
+        :raises ConfigError: if no encryption key is configured.
+        """
+        if not self._runtime.keyring.can_seal:
+            raise ConfigError(
+                "with_encrypted_payload() needs RATCHET_ENCRYPTION_KEYS and "
+                "RATCHET_ENCRYPTION_CURRENT_KEY"
+            )
+        self._encrypt = True
+        return self
 
     def with_expires(self, expires: timedelta | float | datetime) -> Self:
         """A deadline: the job not started by then ends CANCELED (error ``"expired"``) instead
@@ -266,12 +283,19 @@ class JobBuilder(OptionsBuilder):
             if params
             else None
         )
+        job_id = uuid7()
+        text = self._payload
+        if self._encrypt:  # the size limit was the clear text's
+            keyring = self._runtime.keyring
+            text = keyring.seal(text, job_id, "payload")
+            if params_text is not None:
+                params_text = keyring.seal(params_text, job_id, "params")
         self._submitted = True
         callbacks = json.dumps(self._callbacks) if self._callbacks else None
         return NewJob(
-            job_id=uuid7(),
+            job_id=job_id,
             task=self._task.name,
-            payload=self._payload,
+            payload=text,
             params=params_text,
             options=options,
             idempotency_key=self._idempotency_key,

@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, ParamSpec, TypedDict, TypeVar
 
 from ..breaker import BreakerSettings
+from ..errors import InvalidOption
 from ..options import Backoff, JobOptions, Priority, due_time, seconds, validate_options
 from ..registry import Task, TaskRegistry
 from ..resources import checked_rate
@@ -130,6 +131,9 @@ class TaskOptions(TypedDict, total=False):
     #: At most so many of its jobs start per period across the cluster (``"10/s"``, ``"100/m"``,
     #: ``(count, period)``): a resource named after the task, with that rate.
     rate_limit: str | tuple[int, timedelta | float] | None
+    #: Its jobs' arguments, params and results are encrypted in the database (needs
+    #: ``RATCHET_ENCRYPTION_KEYS``; see :mod:`flask_ratchet.sealing`).
+    encrypt: bool
 
 
 def task_decorator(
@@ -144,6 +148,9 @@ def task_decorator(
     name = options.pop("name", None)
     service = options.pop("service", None)
     breaker = options.pop("circuit_breaker", None)
+    encrypt = options.pop("encrypt", False)
+    if not isinstance(encrypt, bool):
+        raise InvalidOption(f"encrypt must be True or False, got {encrypt!r}")
     given_rate = options.pop("rate_limit", None)
     rate = None if given_rate is None else checked_rate(name or "of the task", given_rate)
     rules = retry_rules(options)
@@ -163,6 +170,7 @@ def task_decorator(
                 service=service,
                 circuit_breaker=breaker,
                 rate=rate,
+                encrypt=encrypt,
             ),
         )
 

@@ -24,6 +24,7 @@ from ..flows import JobType
 from ..job import Job
 from ..paging import Page
 from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue, job_tag
+from ..sealing import Keyring, is_sealed
 from ..states import LIVE, TERMINAL, Action, JobStatus, resume_target, sources
 from . import job_reads
 from .dialect import Dialect
@@ -370,12 +371,15 @@ class Jobs:
             conn.execute(sa.delete(table).where(table.c.job_id.in_(gone)))
         return len(gone)
 
-    def result_of(self, conn: Connection, job_id: uuid.UUID) -> Any:
-        """A job's result (decoded JSON), or None if it has none or there is no such job.
+    def result_of(self, conn: Connection, job_id: uuid.UUID, keyring: Keyring) -> Any:
+        """A job's result (decoded JSON, opened with ``keyring`` if it is sealed), or None if
+        it has none or there is no such job.
 
-        :raises UnreadableJob: if the stored result is not JSON.
+        :raises UnreadableJob: if the stored result is not JSON, or does not open.
         """
         text = conn.execute(sa.select(job.c.result).where(job.c.job_id == job_id)).scalar()
+        if text is not None and is_sealed(text):
+            text = keyring.open(text, job_id, "result")
         return payload.decode_stored("result", text)
 
     def mark_superseded(self, conn: Connection, job_id: uuid.UUID, by: uuid.UUID) -> None:

@@ -29,9 +29,17 @@ from flask import Flask
 from .. import events, payload, tracing
 from ..breaker import Breakers, BreakerState
 from ..context import context_parameter
-from ..errors import PayloadError, PayloadTooLarge, TaskNotAllowed, UnknownTask, UnreadableJob
+from ..errors import (
+    ConfigError,
+    PayloadError,
+    PayloadTooLarge,
+    TaskNotAllowed,
+    UnknownTask,
+    UnreadableJob,
+)
 from ..registry import Task
 from ..runtime import send
+from ..sealing import is_sealed
 from ..store.types import Finished, Outcome, Permit
 from .claimed import read_claimed
 from .coroutines import run_coroutine
@@ -82,7 +90,7 @@ class Attempts:
         if claimed.expires_at is not None and _past_deadline(run, claimed.expires_at):
             return self._expire(run)
         try:
-            args, kwargs, params = read_claimed(run.claimed)
+            args, kwargs, params = read_claimed(run.claimed, self._runtime.keyring)
             if params is not None:
                 run.ctx.params = params
             task = self._runtime.registry.for_run(
@@ -148,7 +156,9 @@ class Attempts:
             result = payload.encode_value(
                 f"the result of {claimed.task}", value, self._runtime.config.max_payload_bytes
             )
-        except (PayloadError, PayloadTooLarge) as exc:
+            if is_sealed(claimed.payload):  # an encrypted job's result is sealed too
+                result = self._runtime.keyring.seal(result, claimed.job_id, "result")
+        except (PayloadError, PayloadTooLarge, ConfigError) as exc:
             return failed(run, exc, permanent=True)
         return outcome_of(run, Outcome.SUCCEEDED, result=result)
 

@@ -11,24 +11,31 @@ from .. import payload
 from ..errors import UnreadableJob
 from ..options import Backoff
 from ..retry import Decision, RetryRules, decide
+from ..sealing import Keyring, is_sealed
 from ..store.types import ClaimedJob
 
 
 def read_claimed(
-    claimed: ClaimedJob,
+    claimed: ClaimedJob, keyring: Keyring
 ) -> tuple[list[Any], dict[str, Any], dict[str, Any] | None]:
     """Check what the claim read from the job's row and decode its JSON columns: the call's
-    ``(args, kwargs)``, and the params (``None`` if the job has none).
+    ``(args, kwargs)``, and the params (``None`` if the job has none), opened with ``keyring``
+    if they are sealed (:mod:`flask_ratchet.sealing`).
 
     Runs once per job on the hot path: the checks are plain type and range tests (a NaN fails
     every comparison, so ``not x >= 0`` refuses it too).
 
     :raises UnreadableJob: naming the first column that ratchet could not have written.
     """
-    args, kwargs = payload.decode_call(claimed.payload)
+    text, params_text = claimed.payload, claimed.params
+    if is_sealed(text):
+        text = keyring.open(text, claimed.job_id, "payload")
+    if params_text is not None and is_sealed(params_text):
+        params_text = keyring.open(params_text, claimed.job_id, "params")
+    args, kwargs = payload.decode_call(text)
     params = None
-    if claimed.params is not None:
-        params = payload.decode_stored("params", claimed.params, dict) or {}
+    if params_text is not None:
+        params = payload.decode_stored("params", params_text, dict) or {}
     if claimed.backoff not in _BACKOFFS:
         raise UnreadableJob(
             f"column 'backoff' holds {claimed.backoff!r}, not one of {', '.join(_BACKOFFS)}"

@@ -19,6 +19,7 @@ from .. import facts
 from ..config import RatchetConfig
 from ..facts import Event
 from ..job import BatchChild, BatchProgress
+from ..sealing import Keyring
 from ..store.types import ClaimedJob, Refused
 from .logs import claimed_fields
 
@@ -52,6 +53,7 @@ class Supervision:
         self.engine = engine
         self.node_id = node_id
         self.config = config
+        self._keyring = Keyring(config.encryption_keys, config.encryption_current_key)
         self.send = send
         self._hand_back = hand_back
         #: Tasks this worker handed jobs of back, not knowing them: until when it claims none.
@@ -116,7 +118,7 @@ class Supervision:
 
     def result_of(self, job_id: uuid.UUID) -> Any:
         with self.engine.connect() as conn:
-            return self.store.jobs.result_of(conn, job_id)
+            return self.store.jobs.result_of(conn, job_id, self._keyring)
 
     def batch_of(self, batch_id: uuid.UUID) -> BatchProgress | None:
         with self.engine.connect() as conn:

@@ -13,15 +13,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def lower_bounds() -> dict[str, Version]:
-    """Each runtime dependency's (and the postgresql, mysql, sentry, otel and redis extras',
-    which the unit and integration tiers import) ``>=`` bound, by package name."""
+    """Each runtime dependency's (and the postgresql, mysql, sentry, otel, redis and
+    encryption extras', which the unit and integration tiers import) ``>=`` bound, by package
+    name."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     specs = [
         *project["dependencies"],
         *(
             spec
-            for extra in ("postgresql", "mysql", "sentry", "otel", "redis")
+            for extra in ("postgresql", "mysql", "sentry", "otel", "redis", "encryption")
             for spec in extras[extra]
         ),
     ]

@@ -1,0 +1,183 @@
+"""Payload encryption on every database: sealed arguments, params and results (the raw rows
+hold no clear text), bound to their job and column, key rotation, and bad settings refused at
+``init_app``."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+
+from flask_ratchet import JobStatus
+from flask_ratchet.errors import ConfigError
+from flask_ratchet.payload import Sealed, Unreadable
+from flask_ratchet.schema import job, metadata
+from flask_ratchet.sealing import PREFIX
+from tests.apps import add, create_app, db, greet_privately, ratchet
+from tests.integration.test_flows import work
+
+OLD = base64.b64encode(b"o" * 32).decode()
+NEW = base64.b64encode(b"n" * 32).decode()
+MARKER = "Ada-Lovelace-7d1f"
+
+
+def keyed(url: str, keys: dict[str, str], current: str, **config: object) -> Flask:
+    return create_app(
+        url, RATCHET_ENCRYPTION_KEYS=keys, RATCHET_ENCRYPTION_CURRENT_KEY=current, **config
+    )
+
+
+@pytest.fixture
+def sealed_app(database_url: str) -> Iterator[Flask]:
+    app = keyed(database_url, {"old": OLD}, "old")
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+        yield app
+        db.session.remove()
+        db.engine.dispose()
+
+
+def every_stored_text() -> str:
+    """Every row of every ratchet table, as text."""
+    with db.engine.connect() as conn:
+        return "\n".join(
+            repr(row) for table in metadata.sorted_tables for row in conn.execute(sa.select(table))
+        )
+
+
+def stored(job_id: object, column: str) -> str:
+    with db.engine.connect() as conn:
+        value = conn.execute(sa.select(job.c[column]).where(job.c.job_id == job_id)).scalar_one()
+        assert isinstance(value, str)
+        return value
+
+
+def test_the_rows_hold_no_clear_text_and_the_app_reads_it_back(sealed_app: Flask) -> None:
+    handle = greet_privately.builder(MARKER).with_param("owner", MARKER).submit()
+    clear = ratchet.enqueue(add, 2, 3).with_encrypted_payload().submit()  # one job, opted in
+    work(sealed_app)
+    assert MARKER not in every_stored_text()
+    assert stored(handle.id, "payload").startswith(f"{PREFIX}old:")
+    assert stored(handle.id, "result").startswith(f"{PREFIX}old:")
+    found = ratchet.get_job(handle.id)
+    assert found is not None and found.status == JobStatus.SUCCEEDED
+    assert (found.args, found.params, found.result) == (
+        [MARKER],
+        {"owner": MARKER},
+        f"hello {MARKER}",
+    )
+    assert ratchet.get_job(clear.id).result == 5  # type: ignore[union-attr]
+    assert [j.args for j in ratchet.find_jobs(task=greet_privately).items] == [[MARKER]]
+    # What holds no key (the console's reads) sees "encrypted", never the text.
+    with db.engine.connect() as conn:
+        raw = ratchet.runtime.store.jobs.get_job(conn, handle.id)
+    assert raw is not None and isinstance(raw.args, Sealed) and str(raw.result) == "encrypted"
+
+
+def test_a_ciphertext_copied_to_another_job_fails_only_that_job(sealed_app: Flask) -> None:
+    victim = greet_privately.enqueue("Grace").id
+    thief = greet_privately.enqueue("Alan").id
+    with db.engine.begin() as conn:
+        conn.execute(
+            sa.update(job).where(job.c.job_id == thief).values(payload=stored(victim, "payload"))
+        )
+    work(sealed_app)
+    ran, refused = ratchet.get_job(victim), ratchet.get_job(thief)
+    assert ran is not None and ran.result == "hello Grace"
+    assert refused is not None and refused.status == JobStatus.FAILED and refused.attempts == 1
+    assert "column 'payload' does not decrypt as this job's" in (refused.error or "")
+    assert isinstance(refused.args, Unreadable)  # get_job says why, and does not raise
+
+
+def test_keys_rotate_and_a_missing_key_fails_only_its_jobs(database_url: str) -> None:
+    first = keyed(database_url, {"old": OLD}, "old")
+    with first.app_context():
+        first.extensions["ratchet"].ensure_schema()
+        before = greet_privately.enqueue("Edsger").id
+        db.engine.dispose()
+    rotated = keyed(database_url, {"old": OLD, "new": NEW}, "new")
+    with rotated.app_context():
+        after = greet_privately.enqueue("Barbara").id
+        assert stored(after, "payload").startswith(f"{PREFIX}new:")
+        work(rotated)  # the old job still opens with the old key
+        assert ratchet.get_job(before).result == "hello Edsger"  # type: ignore[union-attr]
+        assert stored(before, "result").startswith(f"{PREFIX}new:")
+        late = greet_privately.enqueue("Ken").id
+        db.engine.dispose()
+    retired = keyed(database_url, {"new": NEW}, "new")
+    with retired.app_context():
+        old_only = ratchet.enqueue(add, 1, 1).submit().id
+        with db.engine.begin() as conn:  # a job sealed with the retired key, by hand
+            conn.execute(
+                sa.update(job).where(job.c.job_id == late).values(payload=stored(before, "payload"))
+            )
+        work(retired)
+        failed = ratchet.get_job(late)
+        assert failed is not None and failed.status == JobStatus.FAILED
+        assert "encrypted with key 'old', which RATCHET_ENCRYPTION_KEYS does not hold" in (
+            failed.error or ""
+        )
+        assert ratchet.get_job(old_only).result == 2  # type: ignore[union-attr]
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("config", "error"),
+    [
+        ({"RATCHET_ENCRYPTION_KEYS": {"k": "c2hvcnQ="}}, "must be 32 bytes in base64"),
+        ({"RATCHET_ENCRYPTION_KEYS": {"k": "not base64!"}}, "must be 32 bytes in base64"),
+        ({"RATCHET_ENCRYPTION_KEYS": {"a:b": OLD}}, "key id 'a:b' must be"),
+        ({"RATCHET_ENCRYPTION_KEYS": {"k": OLD}}, "RATCHET_ENCRYPTION_CURRENT_KEY is not"),
+        (
+            {"RATCHET_ENCRYPTION_KEYS": {"k": OLD}, "RATCHET_ENCRYPTION_CURRENT_KEY": "j"},
+            "'j', which is not a key id",
+        ),
+        ({"RATCHET_ENCRYPT_ALL": True}, "RATCHET_ENCRYPT_ALL needs RATCHET_ENCRYPTION_KEYS"),
+    ],
+)
+def test_bad_encryption_settings_are_refused_at_init_app(
+    database_url: str, config: dict[str, object], error: str
+) -> None:
+    with pytest.raises(ConfigError, match=error) as refused:
+        create_app(database_url, **config)
+    assert OLD not in str(refused.value)  # a key is never shown
+
+
+def test_asking_for_encryption_without_keys_writes_nothing(app: Flask) -> None:
+    with pytest.raises(ConfigError, match="needs RATCHET_ENCRYPTION_KEYS"):
+        ratchet.enqueue(add, 1, 2).with_encrypted_payload()
+    with pytest.raises(ConfigError, match="RATCHET_ENCRYPTION_KEYS is not set"):
+        greet_privately.enqueue("nobody")
+    with db.engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(job)).scalar_one() == 0
+
+
+def test_every_job_is_sealed_with_encrypt_all(database_url: str) -> None:
+    app = keyed(database_url, {"k": NEW}, "k", RATCHET_ENCRYPT_ALL=True)
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+        plain = ratchet.enqueue(add, 4, 5).submit().id
+        assert stored(plain, "payload").startswith(f"{PREFIX}k:")
+        work(app)
+        assert ratchet.get_job(plain).result == 9  # type: ignore[union-attr]
+        db.session.remove()
+        db.engine.dispose()
+
+
+def test_the_console_shows_encrypted_and_never_the_text(sealed_app: Flask) -> None:
+    handle = greet_privately.builder(MARKER).with_param("owner", MARKER).submit()
+    work(sealed_app)
+    client = sealed_app.test_client()
+    admin = {"X-Role": "admin"}
+    for url in (f"/ratchet/jobs/{handle.id}", "/ratchet/jobs", "/ratchet/jobs?search=Ada"):
+        with sealed_app.app_context():
+            page = client.get(url, headers=admin)
+        assert page.status_code == 200, url
+        assert MARKER not in page.text, url
+    with sealed_app.app_context():
+        detail = client.get(f"/ratchet/jobs/{handle.id}", headers=admin).text
+    assert "encrypted with key &#39;old&#39;: the console does not decrypt" in detail

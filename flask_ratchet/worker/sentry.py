@@ -60,6 +60,7 @@ from sentry_sdk.scope import Scope, add_global_event_processor, use_isolation_sc
 from sentry_sdk.utils import event_from_exception
 
 from ..retry import sanitize
+from ..sealing import is_sealed
 from ..store.types import ClaimedJob, Finished, Outcome
 from . import sentry_masks
 from .logs import FAILED_ATTEMPT
@@ -196,6 +197,8 @@ def _capture(
     for value in event.get("exception", {}).get("values", ()):
         if isinstance(value.get("value"), str):
             value["value"] = sanitize(value["value"])
+    if is_sealed(claimed.payload):
+        sentry_masks.without_variables(event)
     if exc.__traceback__ is None:
         event["fingerprint"] = [MECHANISM, str(claimed.task), type(exc).__name__]
     with ExitStack() as stack:
@@ -232,6 +235,8 @@ def _describe(scope: Scope, claimed: ClaimedJob, node: str | None) -> None:
     }
     if node is not None:
         tags["ratchet.node"] = node
+    if is_sealed(claimed.payload):
+        tags[sentry_masks.ENCRYPTED_TAG] = "true"
     scope.set_tags(tags)
     scope.set_transaction_name(str(claimed.task), source="task")
 

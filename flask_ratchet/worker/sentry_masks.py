@@ -58,6 +58,8 @@ log = logging.getLogger("flask_ratchet.worker")
 
 #: The tag that marks an event as sent from a job's scope.
 JOB_TAG = "ratchet.job_id"
+#: The tag of an encrypted job's events ("true"): their frames go without variables.
+ENCRYPTED_TAG = "ratchet.encrypted"
 #: Parts of an event walked whole.
 WALKED = ("extra", "user", "request")
 #: Tags left as they are: ratchet's own (the job's id, task, queue, attempt, node).
@@ -104,7 +106,11 @@ def guard(client: BaseClient) -> None:
 
 
 def masked_event(event: Event) -> Event:
-    """``event`` (as sentry-sdk has serialized it) with what a job had or said masked."""
+    """``event`` (as sentry-sdk has serialized it) with what a job had or said masked, and
+    every frame's variables dropped if the job is encrypted."""
+    tags = event.get("tags")
+    if isinstance(tags, dict) and tags.get(ENCRYPTED_TAG) == "true":
+        without_variables(event)
     for frame in _frames(event):
         module = str(frame.get("module") or "")
         if module == "flask_ratchet" or module.startswith("flask_ratchet."):
@@ -125,7 +131,6 @@ def masked_event(event: Event) -> Event:
     if isinstance(event.get("message"), str):
         event["message"] = text_masked(event["message"])
     _mask_parts(event, WALKED)  # type: ignore[arg-type]
-    tags = event.get("tags")
     if isinstance(tags, dict):
         # Ratchet's own tags name the job: a task's name is no secret, even in a module
         # called password_reset, and masked it would merge tasks in Sentry's search.
@@ -214,6 +219,13 @@ def _values(event: Event, part: str) -> Iterator[dict[str, Any]]:
     for value in values or ():
         if isinstance(value, dict):
             yield value
+
+
+def without_variables(event: Event) -> None:
+    """Drop every frame's variables: an encrypted job's arguments are in its code's frames,
+    under any name, and must leave the database sealed or not at all."""
+    for frame in _frames(event):
+        frame.pop("vars", None)
 
 
 def _frames(event: Event) -> Iterator[dict[str, Any]]:

@@ -3,6 +3,7 @@ attempt, when sentry-sdk's configuration lets ratchet's integration report."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 from collections.abc import Callable, Iterator
@@ -16,7 +17,7 @@ from sentry_sdk.scope import Scope
 
 from flask_ratchet.testing import run_jobs
 from flask_ratchet.worker.sentry import RatchetIntegration
-from tests.apps import add, fail_until, refuse
+from tests.apps import add, create_app, db, fail_until, ratchet, refuse
 from tests.async_tasks import async_fail_until
 from tests.sentry_app import DSN, FileTransport, always_fails, leaks, read_events
 
@@ -220,3 +221,27 @@ def test_a_before_send_set_after_the_first_job_still_gets_masked_events(
     run_jobs(app)
     assert len(seen) == 2 and not any(key in text for text in seen)
     assert len(events()) == 4 and key not in json.dumps(events())
+
+
+def test_an_encrypted_jobs_events_carry_no_frame_variables(
+    database_url: str, sentry: Callable[..., Events]
+) -> None:
+    events = sentry(integrations=[RatchetIntegration()], attach_stacktrace=True)
+    key = base64.b64encode(b"k" * 32).decode()
+    app = create_app(
+        database_url, RATCHET_ENCRYPTION_KEYS={"k": key}, RATCHET_ENCRYPTION_CURRENT_KEY="k"
+    )
+    customer = "Ada-" + "Lovelace"  # in no secret-looking field: only encryption hides it
+    settings = {"customer": customer, "stripe": {"client_secret": "x"}, "dsn": "sqlite://"}
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+        job = ratchet.enqueue(leaks, settings).with_encrypted_payload().submit().id
+        run_jobs(app)
+        db.session.remove()
+        db.engine.dispose()
+    sent = events()
+    assert [e["tags"]["ratchet.job_id"] for e in sent] == [str(job), str(job)]
+    assert all(e["tags"]["ratchet.encrypted"] == "true" for e in sent)
+    assert customer not in json.dumps(sent)
+    frames = sent[1]["exception"]["values"][-1]["stacktrace"]["frames"]
+    assert frames[-1]["function"] == "leaks" and "vars" not in frames[-1]

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import sentry_sdk
+import sentry_sdk.integrations as sentry_integrations
 from flask import Flask
 from sentry_sdk.scope import Scope
 
@@ -42,6 +43,11 @@ def sentry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable
     yield init
     sentry_sdk.get_client().close()
     Scope.get_global_scope().set_client(None)
+    # sentry-sdk sets each integration up once per process: one a test disabled is marked as
+    # seen and never set up by a later init in the same test process (an app inits once).
+    installed = sentry_integrations._installed_integrations
+    if RatchetIntegration.identifier not in installed:
+        sentry_integrations._processed_integrations.discard(RatchetIntegration.identifier)
 
 
 def test_in_process_runs_report_each_failed_attempt(

@@ -2,6 +2,7 @@
 and ratchet on MariaDB.
 
     python -m bench.compare [--jobs 20000] [--enqueue 10000] [--pickups 200] [--quick]
+                            [--encryption]
                             [--pg postgresql://root@127.0.0.1:5432/]
                             [--mariadb mariadb+pymysql://root@127.0.0.1:3306/test]
                             [--redis redis://127.0.0.1:6379/0]
@@ -21,6 +22,9 @@ measured with ``bench.worker`` and ``bench.enqueue_claim``, in ``bench_peer_ratc
 
 ratchet on MariaDB has no peer here (no Python job queue runs on it); its idle pickup is measured
 twice, polling alone and with wake-ups through Redis (``RATCHET_WAKEUP_URL``).
+
+``--encryption`` measures ratchet alone on PostgreSQL and SQLite, every job clear and then
+every job encrypted (``RATCHET_ENCRYPT_ALL``): what payload encryption costs enqueue and drain.
 
 Claim cost with 10k vs 1M pending is ratchet's alone: ``python -m bench.enqueue_claim``.
 Prints one Markdown table. Nothing is asserted.
@@ -177,7 +181,9 @@ def peer(python: Path, name: str, args: argparse.Namespace, fresh: Callable[[], 
     return figures
 
 
-def ours(url: str, args: argparse.Namespace, pickup_only: bool = False) -> Figures:
+def ours(
+    url: str, args: argparse.Namespace, pickup_only: bool = False, pickups: bool = True
+) -> Figures:
     """ratchet's figures on one store (its schema already in place at ``url``)."""
     figures: Figures = {}
 
@@ -210,8 +216,9 @@ def ours(url: str, args: argparse.Namespace, pickup_only: bool = False) -> Figur
         for conc in (1, 10):
             measure(f"ratchet drain, concurrency {conc}", lambda c=conc: drain(c))
         measure("ratchet enqueue", enqueue)
-    measure("ratchet pickup", pickup)
-    measure("ratchet pickup (bench.worker)", pickup_db)
+    if pickups:
+        measure("ratchet pickup", pickup)
+        measure("ratchet pickup (bench.worker)", pickup_db)
     return figures
 
 
@@ -223,6 +230,36 @@ def wakeups_through(redis_url: str) -> Iterator[None]:
         yield
     finally:
         del os.environ["BENCH_WAKEUP_URL"]
+
+
+@contextlib.contextmanager
+def encrypted() -> Iterator[None]:
+    """Every job sealed, for the apps and workers made inside (``bench.enqueue_claim``)."""
+    os.environ["BENCH_ENCRYPT"] = "1"
+    try:
+        yield
+    finally:
+        del os.environ["BENCH_ENCRYPT"]
+
+
+def encryption_cost(args: argparse.Namespace) -> dict[str, Figures]:
+    """ratchet's enqueue and drain with every job clear, then encrypted, on PostgreSQL and
+    SQLite (no pickups: a job's size does not change how soon it is heard of)."""
+    columns: dict[str, Figures] = {}
+    alchemy = args.pg.replace("postgresql://", "postgresql+psycopg://", 1)
+    for label, sealed in (("clear", contextlib.nullcontext()), ("encrypted", encrypted())):
+        with sealed:
+            pg = fresh_database(alchemy, "bench_encryption")
+            columns[f"PG, {label}"] = ours(pg, args, pickups=False)
+            recreate(args.pg, "bench_encryption", drop_only=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                lite = f"sqlite:///{Path(tmp) / 'ratchet.db'}"
+                app = make_app(lite)
+                with app.app_context():
+                    ratchet.runtime.ensure_schema()
+                    db.engine.dispose()
+                columns[f"SQLite, {label}"] = ours(lite, args, pickups=False)
+    return columns
 
 
 def run(args: argparse.Namespace) -> dict[str, Figures]:
@@ -270,6 +307,8 @@ def table(args: argparse.Namespace, columns: dict[str, Figures]) -> str:
         ("db p99", "idle pickup p99, bench.worker's DB timestamps (ms)"),
     ]
     heads = [*PG_COLUMNS, *MARIADB_COLUMNS, *LITE_COLUMNS]
+    if args.encryption:
+        heads, rows = list(columns), rows[:4]  # ratchet clear vs encrypted: no pickups
     lines = [
         "| measurement | " + " | ".join(heads) + " |",
         "|---|" + "---:|" * len(heads),
@@ -301,15 +340,19 @@ def main() -> None:
     parser.add_argument("--enqueue", type=int, default=None, help="jobs to enqueue (10,000)")
     parser.add_argument("--pickups", type=int, default=None, help="pickup jobs (200)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2,000 jobs, 50 pickups")
+    parser.add_argument(
+        "--encryption", action="store_true", help="ratchet alone: clear vs encrypted jobs"
+    )
     args = parser.parse_args()
     defaults = (2000, 2000, 50) if args.quick else (20_000, 10_000, 200)
     args.jobs = args.jobs or defaults[0]
     args.enqueue = args.enqueue or defaults[1]
     args.pickups = args.pickups or defaults[2]
-    columns = run(args)
+    columns = encryption_cost(args) if args.encryption else run(args)
     print(table(args, columns))
-    print()
-    print(NOTES + ", ".join(PINS) + ".")
+    if not args.encryption:
+        print()
+        print(NOTES + ", ".join(PINS) + ".")
     if FAILED:
         print(f"- Failed (see stderr): {'; '.join(FAILED)}.")
 

@@ -57,6 +57,10 @@ async def async_noop(i: int) -> None:
     """The ``async def`` twin of :func:`noop` (``bench.worker --task async``)."""
 
 
+#: The key of the encrypted runs: a benchmark's, never a secret.
+BENCH_KEY = "YmVuY2gtYmVuY2gtYmVuY2gtYmVuY2gtYmVuY2gtYmU="
+
+
 def make_app(url: str) -> Flask:
     """The benchmarks' app on ``url``; wake-ups through ``$BENCH_WAKEUP_URL`` if it is set (the
     workers a benchmark starts inherit it)."""
@@ -64,6 +68,10 @@ def make_app(url: str) -> Flask:
     app.config["SQLALCHEMY_DATABASE_URI"] = url
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {"pool_size": 5}
     app.config["RATCHET_WAKEUP_URL"] = os.environ.get("BENCH_WAKEUP_URL")
+    if os.environ.get("BENCH_ENCRYPT"):  # every job sealed (bench.compare --encryption)
+        app.config["RATCHET_ENCRYPTION_KEYS"] = {"bench": BENCH_KEY}
+        app.config["RATCHET_ENCRYPTION_CURRENT_KEY"] = "bench"
+        app.config["RATCHET_ENCRYPT_ALL"] = True
     db.init_app(app)
     ratchet.init_app(app)
     return app

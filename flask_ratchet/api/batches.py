@@ -270,22 +270,28 @@ class StreamingBatchBuilder(BatchBuilder):
             else None
         )
 
+        encrypt, keyring = task.encrypt or config.encrypt_all, runtime.keyring
+
+        def child(item: Any) -> NewJob:
+            job_id = uuid7()
+            text = payload.encode_arguments(task.name, (item,), {}, config.max_payload_bytes)
+            own_params = params
+            if encrypt:  # sealed for this child: bound to its id
+                text = keyring.seal(text, job_id, "payload")
+                own_params = None if params is None else keyring.seal(params, job_id, "params")
+            return NewJob(
+                job_id=job_id,
+                task=task.name,
+                payload=text,
+                params=own_params,
+                options=options,
+                job_type=JobType.BATCH_CHILD,
+                batch_id=parent.job_id,
+                follow_up=True,
+            )
+
         def next_chunk() -> list[NewJob]:
-            return [
-                NewJob(
-                    job_id=uuid7(),
-                    task=task.name,
-                    payload=payload.encode_arguments(
-                        task.name, (item,), {}, config.max_payload_bytes
-                    ),
-                    params=params,
-                    options=options,
-                    job_type=JobType.BATCH_CHILD,
-                    batch_id=parent.job_id,
-                    follow_up=True,
-                )
-                for item in islice(items, self._chunk_size)
-            ]
+            return [child(item) for item in islice(items, self._chunk_size)]
 
         # The first chunk is read and encoded before anything is written: a batch that fits in
         # one chunk is refused whole, before its first statement.

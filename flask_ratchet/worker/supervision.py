@@ -4,6 +4,7 @@ in-process runner: what a running job's :class:`~flask_ratchet.JobContext` asks 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -15,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from .. import facts
+from .. import facts, payload
 from ..config import RatchetConfig
+from ..errors import UnreadableJob
 from ..facts import Event
 from ..job import BatchChild, BatchProgress
+from ..payload import Sealed, Unreadable
 from ..sealing import Keyring
 from ..store.types import ClaimedJob, Refused
 from .logs import claimed_fields
@@ -130,7 +133,18 @@ class Supervision:
         # A connection per page: no read holds a snapshot (or on SQLite a read lock) across
         # a long iteration. A settled batch's children do not change, so pages stay in step.
         with self.engine.connect() as conn:
-            return self.store.flows.batches.children(conn, batch_id, after, limit)
+            children = self.store.flows.batches.children(conn, batch_id, after, limit)
+        return [self._opened(child) for child in children]
+
+    def _opened(self, child: BatchChild) -> BatchChild:
+        """An encrypted child's result opened (one that does not open: Unreadable, why)."""
+        if not isinstance(child.result, Sealed):
+            return child
+        try:
+            clear = self._keyring.open(child.result.text, child.id, "result")
+        except UnreadableJob as exc:
+            return dataclasses.replace(child, result=Unreadable(child.result.text, str(exc)))
+        return dataclasses.replace(child, result=payload.read_stored("result", clear))
 
     def still_running(self, job_id: uuid.UUID) -> bool:
         try:

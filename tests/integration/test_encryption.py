@@ -17,6 +17,7 @@ from flask_ratchet.payload import Sealed, Unreadable
 from flask_ratchet.schema import job, metadata
 from flask_ratchet.sealing import PREFIX
 from tests.apps import add, create_app, db, greet_privately, ratchet
+from tests.flow_tasks import batch_item, gather
 from tests.integration.test_flows import work
 
 OLD = base64.b64encode(b"o" * 32).decode()
@@ -181,3 +182,42 @@ def test_the_console_shows_encrypted_and_never_the_text(sealed_app: Flask) -> No
     with sealed_app.app_context():
         detail = client.get(f"/ratchet/jobs/{handle.id}", headers=admin).text
     assert "encrypted with key &#39;old&#39;: the console does not decrypt" in detail
+
+
+def test_batch_children_are_sealed_and_their_callback_reads_their_results(
+    database_url: str,
+) -> None:
+    items = [7, 3, 11]
+    app = keyed(database_url, {"k": NEW}, "k", RATCHET_ENCRYPT_ALL=True)
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+        batch = ratchet.enqueue_batch("sealed")
+        for i in items:
+            batch.add(batch_item, i)
+        chord = batch.on_success(gather, "sealed").submit().id
+        streamed = (
+            ratchet.streaming_batch("sealed-stream")
+            .from_iterable(items)
+            .process(batch_item)
+            .with_param("owner", MARKER)
+            .start()
+            .id
+        )
+        db.session.commit()
+        work(app)
+        with db.engine.connect() as conn:
+            texts = conn.execute(
+                sa.select(job.c.task, job.c.payload, job.c.params, job.c.result)
+            ).all()
+        clear = [row for row in texts if any(v and not v.startswith(PREFIX) for v in row[1:])]
+        # Only the batch parents: no arguments, and a result of counts ratchet writes.
+        assert {row.task for row in clear} == {"flask_ratchet:batch"}
+        assert {row.result for row in clear} == {'{"total": 3, "succeeded": 3, "failed": 0}'}
+        assert MARKER not in every_stored_text()
+        (done,) = [j for j in ratchet.find_jobs(task=gather).items if j.depends_on == chord]
+        assert done.result["results"] == items  # opened for the callback, in order
+        children = ratchet.find_jobs(batch=streamed).items
+        assert sorted(c.result for c in children) == sorted(items)
+        assert {c.params["owner"] for c in children} == {MARKER}
+        db.session.remove()
+        db.engine.dispose()

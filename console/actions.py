@@ -1,13 +1,16 @@
 """Retry, cancel, pause, resume and delete: for one job, selected jobs, or a whole filter; and
 pause, resume, run now and cancel for one recurring master.
 
-Each job goes through the library's own guarded operation
+One job goes through the library's own guarded operation
 (:func:`flask_ratchet.api.jobs.change_each`: ``retry_job``, ``cancel_job``… and ``delete_job``,
 which also keeps the lock order of batch writers), so an illegal transition changes nothing and
-is reported as refused. The changes and their audit row are written in one transaction (the
-request's ``db.session``, or one of ratchet's own database: ``Runtime.unit_of_work``) and
-committed together. :mod:`.security` has already checked the role, the
-CSRF token and the origin before any of this runs.
+is reported as refused. Selected jobs and a filter's jobs are retried, canceled or deleted by the
+library's bulk operation (:func:`flask_ratchet.api.bulk.change_listed`: the same guards, a chunk
+of jobs per statement, one aggregate event; job by job if the database refuses the set, so
+that only the job it refuses is refused); pausing and resuming go job by job. The changes and
+their audit row are written in one transaction (the request's ``db.session``, or one of
+ratchet's own database: ``Runtime.unit_of_work``) and committed together. :mod:`.security` has
+already checked the role, the CSRF token and the origin before any of this runs.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from flask import abort, g, render_template, request, url_for
 from sqlalchemy.engine import Connection
 from werkzeug.wrappers import Response
 
-from flask_ratchet.api import jobs, recurring
+from flask_ratchet.api import bulk, jobs, recurring
 from flask_ratchet.runtime import Runtime
 from flask_ratchet.states import TERMINAL, Action, JobStatus, sources
 
@@ -85,7 +88,16 @@ def _apply(
     with it (see :func:`~flask_ratchet.api.jobs.change_each`).
     """
     runtime = current_runtime()
-    changed, refused = jobs.change_each(runtime, action, ids)
+    listed = None
+    if scope != "job" and action in bulk.OPERATIONS:
+        # Set-based, a chunk at a time, with one aggregate event (jobs-bulk-canceled …).
+        listed = bulk.change_listed(runtime, action, ids, {"console": scope})
+    if listed is not None:
+        done = set(listed)
+        changed = [i for i in ids if i in done]
+        refused = [i for i in ids if i not in done]
+    else:  # one job, pause and resume, or a set the database refused: one job at a time
+        changed, refused = jobs.change_each(runtime, action, ids)
     outcome = ActionResult(action, changed, refused)
     with runtime.connection() as conn:
         audit(conn, action, scope, target(outcome), outcome.requested, len(outcome.changed))

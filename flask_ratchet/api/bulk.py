@@ -1,4 +1,4 @@
-"""Cancel, retry or delete every job a filter matches, in one transaction.
+"""Cancel, retry or delete every job a filter matches, or a list of jobs, in one transaction.
 
 Each runs in the caller's transaction (a request's, or ``ratchet.transaction()``) or one of its
 own, and writes, with the changes, one audit row and one aggregate event
@@ -9,10 +9,12 @@ themselves are the store's, a chunk of jobs at a time (:class:`flask_ratchet.sto
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
 
 from .. import facts
 from ..facts import Event
@@ -42,6 +44,38 @@ def described(where: JobFilter) -> dict[str, Any]:
         else:
             out[name] = value.isoformat() if hasattr(value, "isoformat") else value
     return out
+
+
+def change_listed(
+    runtime: Runtime, action: str, ids: Sequence[uuid.UUID], shown: dict[str, Any]
+) -> list[uuid.UUID] | None:
+    """Apply the bulk operation ``action`` to the jobs ``ids`` names, a chunk at a time, in
+    one transaction (the caller's, or one of its own), with one aggregate event whose
+    ``filter`` is ``shown``; return the ids it changed. The caller writes the audit row (the
+    console's names the changed jobs).
+
+    ``None`` if a statement failed in the database (a row it could not change): the
+    savepoint around the change is rolled back, nothing changed, and the transaction is
+    usable, to change the jobs one at a time (:func:`~.jobs.change_each`) and refuse only
+    the one that fails.
+
+    :raises KeyError: for an ``action`` that is not one of :data:`OPERATIONS`.
+    """
+    _, kind = OPERATIONS[action]
+    store = runtime.store
+
+    def work(conn: Connection) -> list[uuid.UUID] | None:
+        try:
+            with store.savepoint(conn):
+                changed = store.bulk.change_listed(conn, action, ids)
+        except DBAPIError as exc:
+            if store.dialect.transient(exc):  # the whole transaction is gone: again
+                raise
+            return None
+        facts.record(conn, [Event(kind, {"count": len(changed), "filter": shown})])
+        return changed
+
+    return runtime.run(work)
 
 
 def change_matching(

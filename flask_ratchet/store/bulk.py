@@ -14,7 +14,7 @@ end sets off (a batch's counts, dependents, callbacks) is set off as for one job
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -64,27 +64,33 @@ class Bulk:
 
     def cancel(self, conn: Connection, where: JobFilter) -> int:
         """PENDING, PAUSED and RUNNING jobs matching ``where`` → CANCELED; how many."""
-        return self._each_chunk(conn, "cancel", where, self._cancel)
+        return self._each_chunk(conn, "cancel", where)
 
     def retry(self, conn: Connection, where: JobFilter) -> int:
         """FAILED jobs matching ``where`` → PENDING, attempts reset, due now; how many. A job
         whose business key another live job holds now is left FAILED, as one retry leaves it."""
-        return self._each_chunk(conn, "retry", where, self._retry)
+        return self._each_chunk(conn, "retry", where)
 
     def delete(self, conn: Connection, where: JobFilter) -> int:
         """SUCCEEDED, FAILED and CANCELED jobs matching ``where``, with everything recorded
         about them, deleted; how many."""
-        return self._each_chunk(conn, "delete", where, self._delete)
+        return self._each_chunk(conn, "delete", where)
+
+    def change_listed(
+        self, conn: Connection, action: str, ids: Sequence[uuid.UUID]
+    ) -> list[uuid.UUID]:
+        """Apply ``action`` (cancel, retry or delete) to the jobs ``ids`` names, a chunk at a
+        time; the ids it changed (a job in another status is left alone)."""
+        changed: list[uuid.UUID] = []
+        for start in range(0, len(ids), BULK_CHUNK):
+            part = list(ids[start : start + BULK_CHUNK])
+            self.flows.batches.lock_of(conn, part)  # batch rows first: the lock order
+            changed += self._changes[action](conn, part)
+        return changed
 
     # -- the chunks ----------------------------------------------------------------------------
 
-    def _each_chunk(
-        self,
-        conn: Connection,
-        action: str,
-        where: JobFilter,
-        change: Callable[[Connection, list[uuid.UUID]], int],
-    ) -> int:
+    def _each_chunk(self, conn: Connection, action: str, where: JobFilter) -> int:
         statuses = _among(action, where)
         live = frozenset(s for s in statuses if s in LIVE)
         # Ended jobs one status at a time: the index on (terminal_status, job_id) then reads
@@ -101,30 +107,30 @@ class Bulk:
                 ids: list[uuid.UUID] = list(conn.execute(newest).scalars())
                 if not ids:
                     break
-                for start in range(0, len(ids), BULK_CHUNK):
-                    part = ids[start : start + BULK_CHUNK]
-                    # The batch rows before any job row: the lock order of every batch writer.
-                    self.flows.batches.lock_of(conn, part)
-                    changed += change(conn, part)
+                changed += len(self.change_listed(conn, action, ids))
                 after = ids[-1]
         return changed
 
-    def _cancel(self, conn: Connection, ids: list[uuid.UUID]) -> int:
+    @property
+    def _changes(self) -> dict[str, Callable[[Connection, list[uuid.UUID]], list[uuid.UUID]]]:
+        return {"cancel": self._cancel, "retry": self._retry, "delete": self._delete}
+
+    def _cancel(self, conn: Connection, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         ended = end_live_many(self.dialect, conn, ids, Action.CANCEL)
         if ended:
             linked = conn.execute(
                 sa.select(job.c.job_id).where(job.c.job_id.in_(list(ended)), job.c.follow_up)
             ).scalars()
             self.flows.ended(conn, [Ended(i, JobStatus.CANCELED) for i in linked])
-        return len(ended)
+        return list(ended)
 
-    def _retry(self, conn: Connection, ids: list[uuid.UUID]) -> int:
+    def _retry(self, conn: Connection, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         again = self.jobs.retry_many(conn, ids)
         if again:
             facts.record(conn, [Event(facts.WAKE)])
-        return len(again)
+        return again
 
-    def _delete(self, conn: Connection, ids: list[uuid.UUID]) -> int:
+    def _delete(self, conn: Connection, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         return self.jobs.delete_ended_many(conn, ids)
 
 

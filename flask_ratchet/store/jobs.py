@@ -333,9 +333,9 @@ class Jobs:
         """Delete a SUCCEEDED, FAILED or CANCELED job and everything that belongs to it."""
         return bool(self.delete_ended_many(conn, [job_id]))
 
-    def delete_ended_many(self, conn: Connection, ids: Sequence[uuid.UUID]) -> int:
+    def delete_ended_many(self, conn: Connection, ids: Sequence[uuid.UUID]) -> list[uuid.UUID]:
         """Delete the SUCCEEDED, FAILED and CANCELED jobs among ``ids`` and everything that
-        belongs to them; how many.
+        belongs to them; the ids deleted.
 
         The guard is the cold row's terminal status and the absence of a hot row (a paused FAILED
         job has one again): a job that is live, or was retried a moment ago, is left alone.
@@ -364,12 +364,12 @@ class Jobs:
                 ).scalars()
             )
         if not locked:
-            return 0
+            return []
         gone = sorted(locked)
         conn.execute(sa.delete(job).where(job.c.job_id.in_(gone)))
         for table in (execution, job_log, dlq_alert, job_tag, business_key):
             conn.execute(sa.delete(table).where(table.c.job_id.in_(gone)))
-        return len(gone)
+        return gone
 
     def result_of(self, conn: Connection, job_id: uuid.UUID, keyring: Keyring) -> Any:
         """A job's result (decoded JSON, opened with ``keyring`` if it is sealed), or None if

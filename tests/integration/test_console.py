@@ -17,7 +17,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.test import TestResponse
 
-from flask_ratchet import Priority
+from flask_ratchet import Priority, events
 from flask_ratchet.config import ConfigError
 from flask_ratchet.console import actions as actions_module
 from flask_ratchet.console.reads import overview as reports
@@ -584,6 +584,32 @@ def test_bulk_action_on_a_filter_confirms_the_count_first(console: Console) -> N
         "filter": {"task": "billing.charge"},
         "changed": [str(i) for i in reversed(billing)],
     }
+
+
+def test_a_filter_cancel_is_one_bulk_change_with_one_event(console: Console) -> None:
+    billing = [ratchet.enqueue(charge, i).submit().id for i in range(4)]
+    bulk_events: list[dict[str, object]] = []
+    each: list[object] = []
+
+    def got_bulk(_app: object, **data: object) -> None:
+        bulk_events.append(data)
+
+    def got_one(_app: object, **data: object) -> None:
+        each.append(data)
+
+    events.jobs_bulk_canceled.connect(got_bulk)
+    events.job_canceled.connect(got_one)
+    try:
+        confirm = console.get("/ratchet/jobs/bulk?action=cancel&task=billing.charge")
+        done = console.post("/ratchet/jobs/bulk", confirmed_form(confirm))
+    finally:
+        events.jobs_bulk_canceled.disconnect(got_bulk)
+        events.job_canceled.disconnect(got_one)
+    assert "4 of 4 jobs canceled" in done.text
+    assert all(ratchet.get_job(i).status == JobStatus.CANCELED for i in billing)  # type: ignore[union-attr]
+    assert bulk_events == [{"count": 4, "filter": {"console": "filter"}}] and each == []
+    (row,) = audit_rows()
+    assert (row.action, row.scope, row.requested, row.changed) == ("cancel", "filter", 4, 4)
 
 
 def test_bulk_action_counts_and_takes_only_jobs_it_can_change(

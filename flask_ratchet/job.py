@@ -4,13 +4,15 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from . import payload
 from .errors import UnreadableJob
 from .options import Backoff, JobOptions, Priority
-from .payload import Unreadable, decode_stored
+from .payload import Sealed, Unreadable, decode_stored
+from .sealing import Keyring
 from .states import JobStatus
 
 T = TypeVar("T")
@@ -212,3 +214,32 @@ class QueueSummary:
     running: int = 0
     paused_jobs: int = 0
     oldest_due_wait: float | None = None
+
+
+def opened(job: Job, keyring: Keyring) -> Job:
+    """``job`` with its encrypted columns opened with the app's keys (one that does not open
+    is :class:`~flask_ratchet.payload.Unreadable`, saying why)."""
+    changes: dict[str, Any] = {}
+
+    def clear(column: str, value: Sealed) -> str | Unreadable:
+        try:
+            return keyring.open(value.text, job.id, column)
+        except UnreadableJob as exc:
+            return Unreadable(value.text, str(exc))
+
+    if isinstance(job.args, Sealed):
+        call = clear("payload", job.args)
+        changes["args"], changes["kwargs"] = (
+            (call, call) if isinstance(call, Unreadable) else payload.read_call(call)
+        )
+    if isinstance(job.params, Sealed):
+        params = clear("params", job.params)
+        changes["params"] = (
+            params if isinstance(params, Unreadable) else payload.read_stored("params", params)
+        )
+    if isinstance(job.result, Sealed):
+        result = clear("result", job.result)
+        changes["result"] = (
+            result if isinstance(result, Unreadable) else payload.read_stored("result", result)
+        )
+    return replace(job, **changes) if changes else job

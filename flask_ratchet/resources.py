@@ -35,6 +35,9 @@ RATE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _SPELLED_RATE = re.compile(r"([0-9]{1,9})/([0-9]{1,9}(?:\.[0-9]{1,6})?)?([smh])")
 #: The most starts a rate counts in one window: its log of starts is read whole per start.
 MAX_RATE_COUNT = 100_000
+#: The shortest period a rate may have (seconds): below it, the database clock's resolution
+#: and the time a permit takes decide, not the rate.
+MIN_RATE_PERIOD = 0.001
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +52,8 @@ class Rate:
         for unit, length in RATE_UNITS.items():
             if self.period == length:
                 return f"{self.count}/{unit}"
-        return f"{self.count}/{self.period:g}s"
+        length = f"{self.period:.6f}".rstrip("0").rstrip(".")  # never an exponent
+        return f"{self.count}/{length}s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,11 +131,12 @@ def checked_rate(name: str, rate: Any) -> Rate:
         or not 1 <= count <= MAX_RATE_COUNT
         or isinstance(length, bool)
         or not isinstance(length, int | float)
-        or not 0 < length <= MAX_DURATION.total_seconds()
+        or not MIN_RATE_PERIOD <= length <= MAX_DURATION.total_seconds()
     ):
         raise InvalidOption(
             f"rate of resource {name!r} must be (count, period) with a count from 1 to "
-            f"{MAX_RATE_COUNT} and a period in seconds or a timedelta, or a string like "
+            f"{MAX_RATE_COUNT} and a period of {MIN_RATE_PERIOD} s to {MAX_DURATION.days} days "
+            "in seconds or a timedelta, or a string like "
             f"'10/s', '100/m', '1000/h' or '5/90s'; got {shown(rate)}"
         )
     return Rate(count, float(length))

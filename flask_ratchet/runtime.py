@@ -33,7 +33,7 @@ from .errors import SchemaNotReady
 from .facts import Event
 from .flows import BatchCounts
 from .forks import fresh_pool_after_fork
-from .job import BatchProgress
+from .job import BatchProgress, opened
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
 from .routes import routed
@@ -499,4 +499,4 @@ def _call_back(app: Flask, data: dict[str, Any]) -> None:
     with runtime.connection() as conn:
         job = runtime.store.jobs.get_job(conn, data["job_id"])
     if job is not None:
-        task.func(job)
+        task.func(opened(job, runtime.keyring))

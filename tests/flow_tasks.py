@@ -178,3 +178,9 @@ def is_big_and_noted(result: Any) -> bool:
     """A predicate that writes: it must not run inside the worker's write transaction."""
     note("predicate", "-", result)
     return bool(result["n"] > 10)
+
+
+@ratchet.task
+def callback_result(job: Job) -> None:
+    """Notes the result a success callback was given (``encrypted`` if it was not opened)."""
+    note("callback-result", job.id, str(job.result))

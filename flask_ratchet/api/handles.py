@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from ..errors import JobFailed, JobNotFound, WaitInTransaction, WaitTimeout
 from ..ids import job_id_of
-from ..job import Job
+from ..job import Job, opened
 from ..options import seconds
 from ..runtime import Runtime
 from ..runtime import current as current_runtime
@@ -91,9 +91,10 @@ def wait(
     try:
         while True:
             with engine.connect() as conn:
-                job = store.jobs.get_job(conn, key)
-            if job is None:
+                found = store.jobs.get_job(conn, key)
+            if found is None:
                 raise JobNotFound(f"no job has id {key}")
+            job = opened(found, runtime.keyring)
             if job.is_terminal:
                 if raise_on_failure and job.status != JobStatus.SUCCEEDED:
                     raise JobFailed(job)

@@ -15,15 +15,13 @@ from typing import Any, TypedDict, Unpack
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from .. import payload
-from ..errors import IllegalTransition, JobNotFound, UnreadableJob
+from ..errors import IllegalTransition, JobNotFound
 from ..ids import job_id_of
-from ..job import Job
+from ..job import Job, opened
 from ..options import seconds, validate_queue
 from ..paging import Page
-from ..payload import Sealed, Unreadable
+from ..payload import Sealed
 from ..runtime import Runtime
-from ..sealing import Keyring
 from ..states import Action, JobStatus, allowed
 from ..store import Jobs
 from ..store.types import ClaimedJob, JobFilter
@@ -130,15 +128,17 @@ def replace(
     # Atomic: the new job's insert may be refused (its business key held meanwhile) after
     # the old job's cancel was written.
     def replaced(conn: Connection) -> uuid.UUID:
-        old = store.jobs.get_job(conn, key)
-        if old is None:
+        found = store.jobs.get_job(conn, key)
+        if found is None:
             raise JobNotFound(f"no job has id {key}")
+        old = opened(found, runtime.keyring)  # its params, to keep them
         if not isinstance(old.status, JobStatus) or not allowed(Action.CANCEL, old.status):
             raise IllegalTransition(
                 f"job {key} is {old.status}: only PENDING, PAUSED or RUNNING jobs can be replaced"
             )
         wait = seconds("delay", delay)
-        new = replacement_builder(runtime, old, fn, args, kwargs, wait).build()
+        sealed = isinstance(found.args, Sealed)  # an encrypted job's replacement is too
+        new = replacement_builder(runtime, old, fn, args, kwargs, wait, encrypt=sealed).build()
         if not store.jobs.cancel(conn, key):  # the swap: lost if the job just ended
             raise IllegalTransition(f"job {key} ended while it was being replaced")
         (inserted,) = store.jobs.insert_jobs(conn, [new])
@@ -162,36 +162,7 @@ def get(runtime: Runtime, job_id: uuid.UUID | str, *, decrypt: bool = True) -> J
     found = runtime.run(lambda conn: runtime.store.jobs.get_job(conn, key))
     if found is None or not decrypt:
         return found
-    return opened(runtime.keyring, found)
-
-
-def opened(keyring: Keyring, job: Job) -> Job:
-    """``job`` with its encrypted columns opened with the app's keys (one that does not open
-    is :class:`~flask_ratchet.payload.Unreadable`, saying why)."""
-    changes: dict[str, Any] = {}
-
-    def clear(column: str, value: Sealed) -> str | Unreadable:
-        try:
-            return keyring.open(value.text, job.id, column)
-        except UnreadableJob as exc:
-            return Unreadable(value.text, str(exc))
-
-    if isinstance(job.args, Sealed):
-        call = clear("payload", job.args)
-        changes["args"], changes["kwargs"] = (
-            (call, call) if isinstance(call, Unreadable) else payload.read_call(call)
-        )
-    if isinstance(job.params, Sealed):
-        params = clear("params", job.params)
-        changes["params"] = (
-            params if isinstance(params, Unreadable) else payload.read_stored("params", params)
-        )
-    if isinstance(job.result, Sealed):
-        result = clear("result", job.result)
-        changes["result"] = (
-            result if isinstance(result, Unreadable) else payload.read_stored("result", result)
-        )
-    return dataclasses.replace(job, **changes) if changes else job
+    return opened(found, runtime.keyring)
 
 
 def find(
@@ -209,7 +180,7 @@ def find(
         raise ValueError(f"limit must be from 1 to {FIND_LIMIT_MAX}, got {limit!r}")
     where = job_filter(runtime, **filters)
     page = runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, cursor))
-    return dataclasses.replace(page, items=[opened(runtime.keyring, j) for j in page.items])
+    return dataclasses.replace(page, items=[opened(j, runtime.keyring) for j in page.items])
 
 
 class JobFilters(TypedDict, total=False):

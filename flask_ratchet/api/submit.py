@@ -355,13 +355,19 @@ def replacement_builder(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     delay: float,
+    *,
+    encrypt: bool = False,
 ) -> JobBuilder:
-    """A builder for the job that replaces ``old`` (a :class:`~flask_ratchet.job.Job`).
+    """A builder for the job that replaces ``old`` (a :class:`~flask_ratchet.job.Job`, its
+    columns opened).
 
     The new job keeps every option of the old one (:attr:`~flask_ratchet.job.Job.options`, its
-    queue included), its deadline and its business key: it takes the old job's place.
+    queue included), its deadline and its business key: it takes the old job's place; and it
+    is encrypted if the old one was (``encrypt``).
     """
     builder = make_builder(runtime, target, args, kwargs, delay=delay)
+    if encrypt:
+        builder.with_encrypted_payload()
     builder._options = old.options
     builder.queue_chosen = True  # the old job's queue, not the routes'
     builder._expires_at = old.expires_at

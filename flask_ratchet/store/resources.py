@@ -178,6 +178,9 @@ class Resources:
                 sa.select(name_value, sa.literal(moment, UtcDateTime()), job_value).where(running),
             )
             if conn.execute(start.returning(resource_start.c.job_id)).first() is None:
+                # Ended meanwhile (a cancel committed between the two inserts): the permit
+                # just taken goes too, or it would hold a place until this node restarts.
+                conn.execute(sa.delete(resource_permit).where(resource_permit.c.job_id == job_id))
                 return Acquisition(Permit.GONE, in_use=others)
         if limit.max_concurrent is None:
             return Acquisition(Permit.COUNTED)

@@ -180,6 +180,9 @@ class Finished:
     batch_id: uuid.UUID | None = None
     #: The job's queue (for the worker's log lines about the outcome).
     queue: str = "default"
+    #: An encrypted job's result as JSON, for its ``when()`` branches' predicates (``result``
+    #: is sealed); ``None``: ``result`` is the JSON.
+    clear_result: str | None = None
 
     @property
     def execution_status(self) -> str | None:

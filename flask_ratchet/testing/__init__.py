@@ -39,7 +39,7 @@ from flask import Flask, current_app
 
 from ..api.jobs import find
 from ..errors import JobFailed, JobNotFound
-from ..job import Job
+from ..job import Job, opened
 from ..runtime import Runtime
 from ..states import JobStatus
 from ..worker.inline import InlineRunner, eager_hook, inline_runner
@@ -274,5 +274,5 @@ def _snapshots(runtime: Runtime, ids: list[uuid.UUID]) -> list[Job]:
             job = runtime.store.jobs.get_job(conn, job_id)
             if job is None:
                 raise JobNotFound(f"job {job_id} ran here and is gone (deleted meanwhile)")
-            out.append(job)
+            out.append(opened(job, runtime.keyring))
     return out

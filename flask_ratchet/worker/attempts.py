@@ -156,11 +156,12 @@ class Attempts:
             result = payload.encode_value(
                 f"the result of {claimed.task}", value, self._runtime.config.max_payload_bytes
             )
+            clear = None
             if is_sealed(claimed.payload):  # an encrypted job's result is sealed too
-                result = self._runtime.keyring.seal(result, claimed.job_id, "result")
+                clear, result = result, self._runtime.keyring.seal(result, claimed.job_id, "result")
         except (PayloadError, PayloadTooLarge, ConfigError) as exc:
             return failed(run, exc, permanent=True)
-        return outcome_of(run, Outcome.SUCCEEDED, result=result)
+        return outcome_of(run, Outcome.SUCCEEDED, result=result, clear_result=clear)
 
     def traced(self, run: Run, tracer: Tracer) -> Finished | None:
         """:meth:`run` inside the run's CONSUMER span (see :mod:`flask_ratchet.tracing`),

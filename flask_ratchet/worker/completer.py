@@ -212,7 +212,7 @@ class Completer(threading.Thread):
         transaction; return the evaluator that looks the values up (a predicate that raised
         raises again there, failing that job's routing)."""
         results = {
-            i.job_id: i.result
+            i.job_id: i.result if i.clear_result is None else i.clear_result
             for i in batch
             if i.follow_up and i.outcome == Outcome.SUCCEEDED and i.batch_id is None
         }

@@ -16,9 +16,17 @@ from flask_ratchet.errors import ConfigError
 from flask_ratchet.payload import Sealed, Unreadable
 from flask_ratchet.schema import job, metadata
 from flask_ratchet.sealing import PREFIX
+from flask_ratchet.testing import run_jobs
 from tests.apps import add, create_app, db, greet_privately, ratchet
-from tests.flow_tasks import batch_item, gather
-from tests.integration.test_flows import work
+from tests.flow_tasks import (
+    batch_item,
+    callback_result,
+    follow_up,
+    gather,
+    is_big,
+    produce,
+)
+from tests.integration.test_flows import noted, work
 
 OLD = base64.b64encode(b"o" * 32).decode()
 NEW = base64.b64encode(b"n" * 32).decode()
@@ -221,3 +229,29 @@ def test_batch_children_are_sealed_and_their_callback_reads_their_results(
         assert {c.params["owner"] for c in children} == {MARKER}
         db.session.remove()
         db.engine.dispose()
+
+
+def test_every_read_of_the_app_opens_an_encrypted_job(sealed_app: Flask) -> None:
+    waited = greet_privately.enqueue("Ada")
+    ran = {j.id: j for j in run_jobs(sealed_app)}  # the testing kit's snapshots
+    assert ran[waited.id].result == "hello Ada"
+    assert waited.wait(timeout=5).result == "hello Ada"
+    root, big = (
+        ratchet.enqueue(produce, 20)
+        .with_encrypted_payload()
+        .on_success(callback_result)
+        .when(is_big, follow_up, "big")  # the predicate reads the opened result
+        .submit()
+        .ids
+    )
+    work(sealed_app)
+    assert ratchet.get_job(big).status == JobStatus.SUCCEEDED  # type: ignore[union-attr]
+    assert stored(root, "result").startswith(PREFIX)
+    assert [v for _, v in noted("callback-result")] == ["{'n': 20}"]
+    # A replacement keeps the replaced job's params, and its encryption.
+    old = ratchet.enqueue(add, 1, 2).with_param("owner", MARKER).with_encrypted_payload().submit()
+    new = ratchet.replace(old.id, 0, add, 3, 4)
+    assert stored(new.id, "payload").startswith(PREFIX)
+    assert stored(new.id, "params").startswith(PREFIX)
+    assert ratchet.get_job(new.id).params == {"owner": MARKER}  # type: ignore[union-attr]
+    assert MARKER not in every_stored_text()

@@ -77,6 +77,7 @@ def test_a_job_no_longer_running_here_takes_no_start(app: Flask) -> None:
         ("5/90s", Rate(5, 90.0)),
         ((7, timedelta(hours=1)), Rate(7, 3600.0)),
         ((7, 0.5), Rate(7, 0.5)),
+        ((5, timedelta(days=30)), Rate(5, 2_592_000.0)),
     ],
 )
 def test_the_forms_of_a_rate(app: Flask, given: object, rate: Rate) -> None:
@@ -86,9 +87,12 @@ def test_the_forms_of_a_rate(app: Flask, given: object, rate: Rate) -> None:
             "api", None, DEFAULT_RETRY_DELAY, rate
         )
     assert str(rate) == (given if isinstance(given, str) else str(rate))
+    assert ratchet.configure_resource("api", rate=str(rate)).rate == rate  # read back as shown
 
 
-@pytest.mark.parametrize("given", ["0/s", "10/d", "ten/s", "10/0s", (1, 0), (True, 1), [1]])
+@pytest.mark.parametrize(
+    "given", ["0/s", "10/d", "ten/s", "10/0s", (1, 0), (1, 0.0001), (True, 1), [1]]
+)
 def test_a_bad_rate_is_refused_and_nothing_is_written(app: Flask, given: object) -> None:
     with pytest.raises(InvalidOption, match="rate of resource 'api' must be"):
         ratchet.configure_resource("api", rate=given)  # type: ignore[arg-type]

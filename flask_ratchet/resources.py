@@ -52,8 +52,8 @@ class Rate:
         for unit, length in RATE_UNITS.items():
             if self.period == length:
                 return f"{self.count}/{unit}"
-        length = f"{self.period:.6f}".rstrip("0").rstrip(".")  # never an exponent
-        return f"{self.count}/{length}s"
+        spelled = f"{self.period:.6f}".rstrip("0").rstrip(".")  # never an exponent
+        return f"{self.count}/{spelled}s"
 
 
 @dataclass(frozen=True, slots=True)

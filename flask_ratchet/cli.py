@@ -20,7 +20,7 @@ from flask.cli import AppGroup
 
 from . import migrate, runtime
 from .api import queues, recurring
-from .cli_jobs import cli_user, jobs_cli
+from .cli_jobs import cli_user, jobs_cli, signals_cli
 from .config import parse_metrics_address, parse_queues
 from .cron import (
     DIALECT_FIELDS,
@@ -54,6 +54,7 @@ class RatchetGroup(AppGroup):
 
 ratchet_cli = RatchetGroup("ratchet", help="flask-ratchet: jobs, workers and schema.")
 ratchet_cli.add_command(jobs_cli)
+ratchet_cli.add_command(signals_cli)
 
 
 @ratchet_cli.command("worker")

@@ -1,10 +1,12 @@
 """``flask ratchet jobs …``: list, show and read one job's logs; cancel, retry or delete one
-job by id, or every job matching filters (the library's bulk operations, with ``--dry-run``)."""
+job by id, or every job matching filters (the library's bulk operations, with ``--dry-run``).
+``flask ratchet signals deliver|reject``: the signals WAITING jobs await."""
 
 from __future__ import annotations
 
 import getpass
 import json
+import uuid
 from collections.abc import Callable
 from datetime import UTC
 from typing import Any
@@ -12,8 +14,8 @@ from typing import Any
 import click
 
 from . import runtime
-from .api import bulk, jobs
-from .errors import InvalidOption
+from .api import bulk, jobs, signals
+from .errors import InvalidJobId, InvalidOption
 from .ids import job_id_of
 from .payload import Unreadable
 from .redact import masked, masked_arguments, stored_text_masked
@@ -221,3 +223,49 @@ def cli_user() -> str:
         return getpass.getuser()
     except (OSError, KeyError):  # no login name and no passwd entry (a bare container)
         return "unknown"
+
+
+@click.group("signals")
+def signals_cli() -> None:
+    """Deliver or reject the signals WAITING jobs await."""
+
+
+def _signal_target(target: str, by_id: bool) -> uuid.UUID | str:
+    if not by_id:
+        return target
+    try:
+        return job_id_of(target)
+    except InvalidJobId as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@signals_cli.command("deliver")
+@click.argument("target")
+@click.option("--payload", default=None, help="The signal's payload, as JSON.")
+@click.option("--id", "by_id", is_flag=True, help="TARGET is a job's id, not a signal key.")
+def deliver_signal(target: str, payload: str | None, by_id: bool) -> None:
+    """Make the jobs WAITING on the signal key TARGET (or the job TARGET, with --id) due now."""
+    value = None
+    if payload is not None:
+        try:
+            value = json.loads(payload)
+        except ValueError as exc:
+            raise click.UsageError(f"--payload must be JSON: {exc}") from None
+    try:
+        n = signals.deliver(runtime.current(), _signal_target(target, by_id), value)
+    except (ValueError, InvalidOption) as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"{n} {'job' if n == 1 else 'jobs'} signaled")
+
+
+@signals_cli.command("reject")
+@click.argument("target")
+@click.option("--reason", required=True, help="Why: the jobs' error.")
+@click.option("--id", "by_id", is_flag=True, help="TARGET is a job's id, not a signal key.")
+def reject_signal(target: str, reason: str, by_id: bool) -> None:
+    """End the jobs WAITING on TARGET FAILED, without running them, with --reason as error."""
+    try:
+        n = signals.reject(runtime.current(), _signal_target(target, by_id), reason)
+    except (ValueError, InvalidOption) as exc:
+        raise click.UsageError(str(exc)) from None
+    click.echo(f"{n} {'job' if n == 1 else 'jobs'} rejected")

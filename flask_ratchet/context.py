@@ -77,6 +77,7 @@ class Supervisor(Protocol):
     def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None: ...
     def still_running(self, job_id: uuid.UUID) -> bool: ...
     def result_of(self, job_id: uuid.UUID) -> Any: ...
+    def signal_payload_of(self, job_id: uuid.UUID) -> Any: ...
     def batch_of(self, batch_id: uuid.UUID) -> BatchProgress | None: ...
     def batch_children(
         self, batch_id: uuid.UUID, after: uuid.UUID | None, limit: int
@@ -164,6 +165,7 @@ class JobContext:
     _last_progress: float = field(default=0.0, repr=False)
     _previous: Any = field(default=_UNREAD, repr=False)
     _batch: Any = field(default=_UNREAD, repr=False)
+    _signal_payload: Any = field(default=_UNREAD, repr=False)
     #: Called once when the job is stopped: an ``async def`` task's cancellation.
     _on_stop: Callable[[], None] | None = field(default=None, repr=False)
 
@@ -188,6 +190,16 @@ class JobContext:
             else:
                 self._previous = self._supervisor.result_of(self.depends_on)
         return self._previous
+
+    @property
+    def signal_payload(self) -> Any:
+        """For a job that awaited a signal (``await_signal``), the payload its signal delivered
+        (``None`` if it carried none). Read from the database once, on first use."""
+        if self._signal_payload is _UNREAD:
+            supervisor = self._supervisor
+            found = None if supervisor is None else supervisor.signal_payload_of(self.job_id)
+            self._signal_payload = found
+        return self._signal_payload
 
     @property
     def batch(self) -> BatchContext | None:

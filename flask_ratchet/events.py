@@ -56,6 +56,13 @@ jobs_bulk_canceled = _signals.signal(facts.JOBS_BULK_CANCELED)
 jobs_bulk_retried = _signals.signal(facts.JOBS_BULK_RETRIED)
 #: Ended jobs matching a filter were deleted at once (``count``, ``filter``).
 jobs_bulk_deleted = _signals.signal(facts.JOBS_BULK_DELETED)
+#: A job was written WAITING for a signal (``job_id``, ``key``).
+job_signal_waiting = _signals.signal(facts.JOB_SIGNAL_WAITING)
+#: A WAITING job's signal arrived: it is due now (``job_id``, ``key``).
+job_signaled = _signals.signal(facts.JOB_SIGNALED)
+#: A WAITING job's wait ended without its signal (``job_id``, ``key``, ``final``: it failed for
+#: good; otherwise it waits again, one attempt spent).
+job_signal_timed_out = _signals.signal(facts.JOB_SIGNAL_TIMED_OUT)
 
 SIGNALS: dict[str, NamedSignal] = {
     s.name: s
@@ -76,6 +83,9 @@ SIGNALS: dict[str, NamedSignal] = {
         jobs_bulk_canceled,
         jobs_bulk_retried,
         jobs_bulk_deleted,
+        job_signal_waiting,
+        job_signaled,
+        job_signal_timed_out,
     )
 }
 

@@ -19,7 +19,7 @@ from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection
 
 from . import facts, migrate
-from .api import bulk, handles, jobs, queues, resources
+from .api import bulk, handles, jobs, queues, resources, signals
 from .api.batches import BatchBuilder, StreamingBatchBuilder, batch_progress
 from .api.handles import JobHandle
 from .api.jobs import JobFilters
@@ -265,6 +265,30 @@ class Ratchet(RecurringMethods):
             )
         where = jobs.job_filter(self.runtime, **filters)
         return bulk.change_matching(self.runtime, action, where, actor=actor, role="app")
+
+    def deliver_signal(self, target: uuid.UUID | str, payload: Any = None) -> int:
+        """Deliver a signal: the jobs WAITING on it (``.await_signal(key, timeout)``) are due
+        now, and ``payload`` (JSON) is their ``JobContext.current().signal_payload``. A
+        ``str`` is a signal key (every job waiting on it, in one statement); a
+        :class:`uuid.UUID` is one job's id. Returns how many jobs it released: 0 if none was
+        waiting (a second delivery finds none). Joins the request's transaction like the
+        other operations::
+
+            ratchet.deliver_signal(f"refund-approved:{refund.id}", {"by": current_user.id})
+
+        :raises InvalidOption: for a bad key; :raises PayloadError: for a payload that is
+            not JSON. Nothing is written then.
+        """
+        return signals.deliver(self.runtime, target, payload)
+
+    def reject_signal(self, target: uuid.UUID | str, reason: str) -> int:
+        """End the jobs WAITING on ``target`` (as :meth:`deliver_signal` reads it) FAILED
+        without running them, with ``reason`` as their error and no retry (dead letters);
+        return how many.
+
+        :raises InvalidOption: for a bad key or an empty reason; nothing is written.
+        """
+        return signals.reject(self.runtime, target, reason)
 
     def replace(
         self,

@@ -42,6 +42,9 @@ BRANCH_TRIGGERED = "ratchet.branch-triggered"
 JOBS_BULK_CANCELED = "ratchet.jobs-bulk-canceled"
 JOBS_BULK_RETRIED = "ratchet.jobs-bulk-retried"
 JOBS_BULK_DELETED = "ratchet.jobs-bulk-deleted"
+JOB_SIGNAL_WAITING = "ratchet.job-signal-waiting"
+JOB_SIGNALED = "ratchet.job-signaled"
+JOB_SIGNAL_TIMED_OUT = "ratchet.job-signal-timed-out"
 #: A job's or batch's callback is due (``task`` and ``job_id``, or ``batch_id`` and ``counts``).
 CALLBACK = "callback"
 #: Jobs became due (released dependents, a submission): wake the workers. Not a signal.

@@ -108,6 +108,9 @@ class Job:
     progress: Progress | Unreadable | None = None
     #: The time it must have started by, or it ends CANCELED ("expired"); ``None``: none.
     expires_at: datetime | None = None
+    #: The signal key the job awaits or awaited (``await_signal``); a WAITING job's deadline
+    #: for it is its ``scheduled_at``.
+    signal_key: str | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -136,12 +136,18 @@ job = sa.Table(
     sa.Column("trace_context", LONG_TEXT),
     # The time the job must have started by, or it ends CANCELED ("expired"); NULL: none.
     sa.Column("expires_at", UtcDateTime),
+    # A job that awaits a signal (states.py, WAITING): its key, how long each wait lasts
+    # (seconds), and the payload its signal delivered (JSON, sealed if the job is encrypted).
+    sa.Column("signal_key", sa.String(255)),
+    sa.Column("signal_timeout", DOUBLE),
+    sa.Column("signal_payload", LONG_TEXT),
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
     # Partial where most rows hold NULL: a job is written (and ended) without an entry in
     # an index that would never find it, which spares the submission and completion paths.
     _partial_index("business_key", where="business_key"),
     _partial_index("depends_on", where="depends_on"),
+    _partial_index("signal_key", "job_id", where="signal_key"),
     _partial_index("batch_id", "job_id", where="batch_id"),
     _partial_index("superseded_by", where="superseded_by"),
     _partial_index("terminal_status", "finished_at", where="terminal_status"),
@@ -220,6 +226,14 @@ job_queue = sa.Table(
     # claim and completion, and only PENDING is large; RUNNING and PAUSED rows are few and the
     # index above reaches them (as it does the node filter: only RUNNING rows have a picked_by).
     _index_where("ix_ratchet_job_queue_pending", "job_id", where=f"status = '{JobStatus.PENDING}'"),
+    # The waits that timed out, read in deadline order (a WAITING job's scheduled_time is its
+    # deadline) without looking at the others.
+    _index_where(
+        "ix_ratchet_job_queue_waiting",
+        "scheduled_time",
+        "job_id",
+        where=f"status = '{JobStatus.WAITING}'",
+    ),
 )
 
 #: Queues an operator paused (a row per queue that was ever paused or resumed): no worker claims

@@ -12,7 +12,12 @@ transition that is not listed cannot be written.
        v                  v
     PAUSED --resume--> (the status it was paused from: PENDING or FAILED)
 
-    cancel: PENDING, PAUSED, RUNNING -> CANCELED.   pause: PENDING, FAILED -> PAUSED.
+    cancel: PENDING, PAUSED, RUNNING, WAITING -> CANCELED.   pause: PENDING, FAILED -> PAUSED.
+
+    A job submitted to await a signal is WAITING from the start (PENDING --await--> WAITING
+    in the transaction that writes it), is never claimed, and leaves it by its signal:
+    WAITING --signal--> PENDING; --reject--> FAILED (a rejected signal, or its timeout with no
+    retry left); --wait_again--> WAITING (its timeout, with a retry left: one attempt spent).
 
     A batch's parent job does no work: it waits PENDING (or PAUSED) until its last child has
     ended, then settles: PENDING/PAUSED --settle_batch--> SUCCEEDED or FAILED (by its children).
@@ -32,6 +37,7 @@ class JobStatus(StrEnum):
     FAILED = "FAILED"
     PAUSED = "PAUSED"
     CANCELED = "CANCELED"
+    WAITING = "WAITING"
 
 
 class Action(StrEnum):
@@ -48,15 +54,20 @@ class Action(StrEnum):
     CANCEL = "cancel"
     BATCH_SUCCEED = "batch_succeed"  # a batch parent's children all succeeded
     BATCH_FAIL = "batch_fail"  # some of a batch parent's children failed or were canceled
+    AWAIT = "await"  # a job submitted to await a signal, as it is written
+    SIGNAL = "signal"  # its signal arrived: due now
+    REJECT = "reject"  # its signal was rejected, or timed out with no retry left
+    WAIT_AGAIN = "wait_again"  # its signal timed out with a retry left: it waits again
 
 
-P, R, S, F, Z, C = (
+P, R, S, F, Z, C, W = (
     JobStatus.PENDING,
     JobStatus.RUNNING,
     JobStatus.SUCCEEDED,
     JobStatus.FAILED,
     JobStatus.PAUSED,
     JobStatus.CANCELED,
+    JobStatus.WAITING,
 )
 
 #: action -> {from status: to status}. RESUME's target is the remembered status (see resume_target).
@@ -69,13 +80,17 @@ TRANSITIONS: dict[Action, dict[JobStatus, JobStatus]] = {
     Action.PAUSE: {P: Z, F: Z},
     Action.RESUME: {Z: Z},
     Action.RETRY: {F: P},
-    Action.CANCEL: {P: C, Z: C, R: C},
+    Action.CANCEL: {P: C, Z: C, R: C, W: C},
     Action.BATCH_SUCCEED: {P: S, Z: S},
     Action.BATCH_FAIL: {P: F, Z: F},
+    Action.AWAIT: {P: W},
+    Action.SIGNAL: {W: P},
+    Action.REJECT: {W: F},
+    Action.WAIT_AGAIN: {W: W},
 }
 
 #: Statuses that live in the hot queue table. A job leaves it when it becomes terminal.
-LIVE: frozenset[JobStatus] = frozenset({P, R, Z})
+LIVE: frozenset[JobStatus] = frozenset({P, R, Z, W})
 #: Statuses after which nothing runs again (FAILED only until a manual retry).
 TERMINAL: frozenset[JobStatus] = frozenset({S, F, C})
 #: Statuses that hold a business-key reservation.

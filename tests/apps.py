@@ -158,6 +158,13 @@ def fail_until(attempt_that_works: int) -> str:
     return f"worked on attempt {ctx.attempt}"
 
 
+@ratchet.task(max_retries=0)
+def approve(name: str) -> dict[str, Any]:
+    """A job that awaits a signal: returns what its signal delivered."""
+    record_run(0)
+    return {"name": name, "signal": JobContext.current().signal_payload}
+
+
 @ratchet.task(encrypt=True)
 def greet_privately(name: str) -> str:
     """An encrypted task: its argument and its result are sealed in the database."""

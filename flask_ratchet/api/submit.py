@@ -18,7 +18,7 @@ from .. import payload
 from ..errors import ConfigError, InvalidOption
 from ..ids import uuid7
 from ..job import Job
-from ..options import Backoff, JobOptions, Priority, due_time, validate_key
+from ..options import Backoff, JobOptions, Priority, due_time, seconds, validate_key
 from ..registry import Task
 from ..routes import routed
 from ..runtime import Runtime
@@ -161,6 +161,8 @@ class JobBuilder(OptionsBuilder):
         self._callbacks: dict[str, list[str]] = {}
         #: A deadline given as a time (``with_expires(datetime)``), over ``expires``.
         self._expires_at: datetime | None = None
+        #: The signal key the job awaits, and how long each wait lasts (seconds).
+        self._signal: tuple[str, float] | None = None
         #: Seal the arguments, params and result (:mod:`flask_ratchet.sealing`).
         self._encrypt = task.encrypt or runtime.config.encrypt_all
 
@@ -174,6 +176,22 @@ class JobBuilder(OptionsBuilder):
     def task_name(self) -> str:
         """The name of the task this builder will enqueue."""
         return self._task.name
+
+    def await_signal(self, key: str, timeout: timedelta | float) -> Self:
+        """Write the job WAITING for the signal ``key``: it runs only once
+        ``ratchet.deliver_signal(key)`` (or its id) makes it due, with the delivered payload in
+        ``JobContext.current().signal_payload``. A wait longer than ``timeout`` counts as a
+        failed attempt: with retries left it waits again, else it ends FAILED.
+
+        :raises InvalidOption: for a bad key (as a business key) or a ``timeout`` that is not
+            positive.
+        """
+        checked = validate_key("signal key", key)
+        wait = seconds("timeout", timeout)
+        if not wait > 0:
+            raise InvalidOption(f"timeout of await_signal() must be positive, got {timeout!r}")
+        self._signal = (checked, wait)
+        return self
 
     def with_encrypted_payload(self) -> Self:
         """Encrypt this job's arguments, params and result in the database (AES-256-GCM with
@@ -305,6 +323,7 @@ class JobBuilder(OptionsBuilder):
             follow_up=callbacks is not None,
             callbacks=callbacks,
             expires_at=self._expires_at,
+            signal=self._signal,
         )
 
     def build_linked(self, **links: Any) -> NewJob:

@@ -3,6 +3,14 @@
 from .heartbeat import Heartbeat
 from .locks import Lease
 from .periodic import Maintenance, PeriodicTask
-from .tasks import orphan_recovery, retention
+from .tasks import orphan_recovery, retention, signal_timeouts
 
-__all__ = ["Heartbeat", "Lease", "Maintenance", "PeriodicTask", "orphan_recovery", "retention"]
+__all__ = [
+    "Heartbeat",
+    "Lease",
+    "Maintenance",
+    "PeriodicTask",
+    "orphan_recovery",
+    "retention",
+    "signal_timeouts",
+]

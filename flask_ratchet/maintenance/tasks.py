@@ -10,6 +10,7 @@ from sqlalchemy.engine import Engine
 from .. import facts
 from ..config import RatchetConfig
 from ..store import Store
+from ..store.signals import TIMEOUT_BATCH
 from .periodic import PeriodicTask
 
 log = logging.getLogger("flask_ratchet.worker")
@@ -59,6 +60,29 @@ def orphan_recovery(
 
     interval = max(1.0, min(config.orphan_grace / 2, config.maintenance_interval))
     return PeriodicTask("orphan-recovery", interval, run)
+
+
+def signal_timeouts(
+    config: RatchetConfig, on_events: Callable[[list[facts.Event]], None] = lambda _: None
+) -> PeriodicTask:
+    """End the waits of WAITING jobs whose signal did not come in time: each a failed attempt
+    (waiting again while retries remain, else FAILED and dead-lettered), a batch of the
+    oldest deadlines at a time on the WAITING index (its cost does not grow with the others)."""
+
+    def run(store: Store, engine: Engine) -> None:
+        while True:
+            with store.begin(engine) as conn:
+                done = store.jobs.signals.time_out(conn, store.now(conn))
+                recorded = facts.take(conn)
+            if recorded:
+                on_events(recorded)
+            for job_id in done.failed:
+                log.error("job %s failed for good: its signal did not come in time", job_id)
+            if len(done.waiting_again) + len(done.failed) < TIMEOUT_BATCH:
+                return
+
+    interval = max(1.0, min(config.maintenance_interval, config.poll_max_interval))
+    return PeriodicTask("signal-timeouts", interval, run)
 
 
 def retention(config: RatchetConfig) -> PeriodicTask:

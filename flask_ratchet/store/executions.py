@@ -244,27 +244,7 @@ class Executions:
                 self._alert(conn, item)
 
     def _alert(self, conn: Connection, item: Finished) -> None:
-        conn.execute(
-            self.dialect.upsert(
-                dlq_alert,
-                ("job_id", "error_hash", "hour"),
-                {
-                    "alert_id": uuid7(),
-                    "job_id": item.job_id,
-                    "task": item.task,
-                    "error_hash": error_hash(item.task, item.error),
-                    "error": item.error or "",
-                    "hour": self.dialect.hour_sql(),
-                    "occurrences": 1,
-                    "created_at": self.dialect.now_sql(),
-                    "last_seen_at": self.dialect.now_sql(),
-                },
-                lambda new: {
-                    "occurrences": dlq_alert.c.occurrences + 1,
-                    "last_seen_at": new.last_seen_at,
-                },
-            )
-        )
+        dead_letter_alert(self.dialect, conn, item.job_id, item.task, item.error)
 
     def logs(self, conn: Connection, job_id: uuid.UUID, limit: int) -> list[Any]:
         """See :func:`job_logs`."""
@@ -309,5 +289,32 @@ def job_logs(conn: Connection, job_id: uuid.UUID, limit: int) -> list[Any]:
             .where(job_log.c.job_id == job_id)
             .order_by(job_log.c.log_id)
             .limit(limit)
+        )
+    )
+
+
+def dead_letter_alert(
+    dialect: Dialect, conn: Connection, job_id: uuid.UUID, task: str, error: str | None
+) -> None:
+    """Count a job failed for good in its dead-letter alert (one per job, error and hour)."""
+    conn.execute(
+        dialect.upsert(
+            dlq_alert,
+            ("job_id", "error_hash", "hour"),
+            {
+                "alert_id": uuid7(),
+                "job_id": job_id,
+                "task": task,
+                "error_hash": error_hash(task, error),
+                "error": error or "",
+                "hour": dialect.hour_sql(),
+                "occurrences": 1,
+                "created_at": dialect.now_sql(),
+                "last_seen_at": dialect.now_sql(),
+            },
+            lambda new: {
+                "occurrences": dlq_alert.c.occurrences + 1,
+                "last_seen_at": new.last_seen_at,
+            },
         )
     )

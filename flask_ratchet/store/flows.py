@@ -18,7 +18,7 @@ import json
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,6 +54,9 @@ class Flows:
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
         self.batches = Batches(dialect)
+        #: Told of each dependent released, in its transaction: a step that awaits a signal
+        #: starts waiting then (:meth:`.Signals.park_released`, set by the store).
+        self.on_released: Callable[[Connection, uuid.UUID], None] = lambda conn, job_id: None
 
     def insert_links(self, conn: Connection, links: Sequence[Link]) -> None:
         """Insert dependents' conditions (their jobs are inserted first)."""
@@ -309,6 +312,8 @@ class Flows:
         conn.execute(
             sa.update(job).where(job.c.job_id == job_id).values(first_due_at=self.dialect.now_sql())
         )
+        # A step that awaits a signal waits from now, its signal's wait counted from here.
+        self.on_released(conn, job_id)
         return True
 
 

@@ -51,6 +51,7 @@ SNAPSHOT_COLUMNS = [
     job.c.attempts,
     job.c.finished_at,
     job.c.expires_at,
+    job.c.signal_key,
     job_queue.c.status,
     job_queue.c.scheduled_time,
     job_queue.c.attempts.label("live_attempts"),
@@ -225,4 +226,5 @@ def to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
         recurring_id=row.recurring_id,
         progress=None if row.progress is None else payload.read_with(decode_progress, row.progress),
         expires_at=row.expires_at,
+        signal_key=row.signal_key,
     )

@@ -31,6 +31,7 @@ from .dialect import Dialect
 from .flows import Flows
 from .job_reads import by_id_only
 from .queues import Queues
+from .signals import Signals
 from .submission import Submission
 from .terminal import finish
 from .types import ClaimedJob, Ended, Inserted, JobFilter, NewJob
@@ -44,6 +45,9 @@ class Jobs:
         self.dialect = dialect
         self.flows = flows
         self.queues = queues
+        #: Jobs that await a signal: parked as they are written, or as a step is released.
+        self.signals = Signals(dialect, flows)
+        flows.on_released = self.signals.park_released
         self._submission = Submission(dialect)
 
     # -- submission and the claim --------------------------------------------------------------
@@ -74,8 +78,9 @@ class Jobs:
         if inserted is None:
             inserted = self._submission.insert(conn, jobs)
         # What a session that is never committed loses: the warning at a request's end.
-        created = zip(jobs, inserted, strict=True)
-        facts.record_submitted(conn, (new.task for new, o in created if o.created))
+        created = [new for new, o in zip(jobs, inserted, strict=True) if o.created]
+        facts.record_submitted(conn, (new.task for new in created))
+        self.signals.park(conn, [new for new in created if new.signal is not None])
         return inserted
 
     def claim_due(

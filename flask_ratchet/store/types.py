@@ -49,6 +49,8 @@ class NewJob:
     #: A deadline given as a time (``with_expires(datetime)``); else ``options.expires`` counts
     #: one from the due time (:meth:`deadline`).
     expires_at: datetime | None = None
+    #: The job awaits this signal key, each wait lasting so many seconds (WAITING, states.py).
+    signal: tuple[str, float] | None = None
 
     def due(self, now: datetime) -> datetime:
         """When the job is due, ``now`` being the database's time of its submission."""

@@ -19,7 +19,7 @@ from sqlalchemy.engine import Engine
 
 from ..config import RatchetConfig
 from ..forks import fresh_pool_after_fork
-from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention
+from ..maintenance import Heartbeat, Maintenance, orphan_recovery, retention, signal_timeouts
 from ..store.types import Finished, NodeInfo
 from ..wakeups.notices import WakeListener
 from .announcer import Announcer, predicate_evaluator
@@ -204,7 +204,11 @@ def assemble(app: Flask, settings: WorkerSettings, hooks: WorkerHooks) -> Worker
     )
     recovery = orphan_recovery(config, announcer.put, hooks.recovered)
     maintenance = Maintenance(
-        store, engine, settings.node_id, [recovery, retention(config)], stop_event
+        store,
+        engine,
+        settings.node_id,
+        [recovery, signal_timeouts(config, announcer.put), retention(config)],
+        stop_event,
     )
     return WorkerParts(
         store=store,

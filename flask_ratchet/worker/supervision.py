@@ -22,7 +22,8 @@ from ..errors import UnreadableJob
 from ..facts import Event
 from ..job import BatchChild, BatchProgress
 from ..payload import Sealed, Unreadable
-from ..sealing import Keyring
+from ..sealing import Keyring, is_sealed
+from ..store.signals import signal_payload_of
 from ..store.types import ClaimedJob, Refused
 from .logs import claimed_fields
 
@@ -122,6 +123,13 @@ class Supervision:
     def result_of(self, job_id: uuid.UUID) -> Any:
         with self.engine.connect() as conn:
             return self.store.jobs.result_of(conn, job_id, self._keyring)
+
+    def signal_payload_of(self, job_id: uuid.UUID) -> Any:
+        with self.engine.connect() as conn:
+            text = signal_payload_of(conn, job_id)
+        if text is not None and is_sealed(text):
+            text = self._keyring.open(text, job_id, "signal_payload")
+        return payload.decode_stored("signal_payload", text)
 
     def batch_of(self, batch_id: uuid.UUID) -> BatchProgress | None:
         with self.engine.connect() as conn:

@@ -17,7 +17,7 @@ from flask_ratchet.payload import Sealed, Unreadable
 from flask_ratchet.schema import job, metadata
 from flask_ratchet.sealing import PREFIX
 from flask_ratchet.testing import run_jobs
-from tests.apps import add, create_app, db, greet_privately, ratchet
+from tests.apps import add, approve, create_app, db, greet_privately, ratchet
 from tests.flow_tasks import (
     batch_item,
     callback_result,
@@ -255,3 +255,18 @@ def test_every_read_of_the_app_opens_an_encrypted_job(sealed_app: Flask) -> None
     assert stored(new.id, "params").startswith(PREFIX)
     assert ratchet.get_job(new.id).params == {"owner": MARKER}  # type: ignore[union-attr]
     assert MARKER not in every_stored_text()
+
+
+def test_an_encrypted_jobs_signal_payload_is_sealed(sealed_app: Flask) -> None:
+    job_id = (
+        ratchet.enqueue(approve, "secret")
+        .with_encrypted_payload()
+        .await_signal("sealed-signal", timeout=3600)
+        .submit()
+        .id
+    )
+    assert ratchet.deliver_signal("sealed-signal", {"who": MARKER}) == 1
+    assert stored(job_id, "signal_payload").startswith(f"{PREFIX}old:")
+    work(sealed_app)
+    assert MARKER not in every_stored_text()
+    assert ratchet.get_job(job_id).result == {"name": "secret", "signal": {"who": MARKER}}  # type: ignore[union-attr]

@@ -237,6 +237,7 @@ def test_cursor_paging_is_stable_under_inserts(app: Flask) -> None:
 def test_queue_health_counts_every_status(app: Flask) -> None:
     for status in (S, F, R, P, P, Z, C):  # running and ended first: job_in claims all due jobs
         job_in(status)
+    ratchet.enqueue(add, 1, 1).await_signal("k", timeout=60).submit()  # WAITING: never due
     health = ratchet.queue_health()
     assert health["counts"] == {
         "PENDING": 2,
@@ -245,6 +246,7 @@ def test_queue_health_counts_every_status(app: Flask) -> None:
         "FAILED": 1,
         "PAUSED": 1,
         "CANCELED": 1,
+        "WAITING": 1,
     }
     assert health["due"] == 2
     assert health["oldest_pending_age"] is not None and health["oldest_pending_age"] >= 0

@@ -41,6 +41,9 @@ class Pages:
     def still_running(self, job_id: uuid.UUID) -> bool:
         return True
 
+    def signal_payload_of(self, job_id: uuid.UUID) -> Any:
+        return None
+
     def result_of(self, job_id: uuid.UUID) -> Any:
         return None
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from flask_ratchet import states
-from flask_ratchet.states import Action, C, F, JobStatus, P, R, S, Z
+from flask_ratchet.states import Action, C, F, JobStatus, P, R, S, W, Z
 
 
 def test_the_seed_transitions_and_nothing_else() -> None:
@@ -25,7 +25,19 @@ def test_the_seed_transitions_and_nothing_else() -> None:
         (Action.BATCH_SUCCEED, Z, S),
         (Action.BATCH_FAIL, P, F),
         (Action.BATCH_FAIL, Z, F),
+        (Action.CANCEL, W, C),
+        (Action.AWAIT, P, W),
+        (Action.SIGNAL, W, P),
+        (Action.REJECT, W, F),
+        (Action.WAIT_AGAIN, W, W),
     }
+
+
+def test_a_waiting_job_is_never_claimed_and_leaves_only_by_its_signal_or_a_cancel() -> None:
+    assert not states.allowed(Action.CLAIM, W)
+    leaving = {a for a in Action if states.allowed(a, W)}
+    assert leaving == {Action.SIGNAL, Action.REJECT, Action.WAIT_AGAIN, Action.CANCEL}
+    assert W in states.LIVE and W in states.ACTIVE  # a hot row, and its business key held
 
 
 @pytest.mark.parametrize("status", [S, C])

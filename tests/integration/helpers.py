@@ -196,3 +196,18 @@ def add_execution(
             **columns,
         )
     )
+
+
+@contextmanager
+def heard(signal: Any) -> Iterator[list[dict[str, Any]]]:
+    """The data of every ``signal`` (an event of ``flask_ratchet.events``) sent inside."""
+    got: list[dict[str, Any]] = []
+
+    def receive(_app: Any, **data: Any) -> None:
+        got.append(data)
+
+    signal.connect(receive)
+    try:
+        yield got
+    finally:
+        signal.disconnect(receive)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -18,21 +16,7 @@ from flask_ratchet.schema import audit
 from flask_ratchet.store import bulk
 from tests.apps import add, create_app, db, ratchet
 from tests.flow_tasks import batch_item
-from tests.integration.helpers import count, finish, job_in
-
-
-@contextmanager
-def heard(signal: Any) -> Iterator[list[dict[str, Any]]]:
-    got: list[dict[str, Any]] = []
-
-    def receive(_app: Any, **data: Any) -> None:
-        got.append(data)
-
-    signal.connect(receive)
-    try:
-        yield got
-    finally:
-        signal.disconnect(receive)
+from tests.integration.helpers import count, finish, heard, job_in
 
 
 def audit_rows() -> list[Any]:

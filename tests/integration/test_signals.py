@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
@@ -20,7 +18,7 @@ from flask_ratchet.errors import InvalidOption
 from flask_ratchet.maintenance import signal_timeouts
 from flask_ratchet.schema import dlq_alert, job_queue
 from tests.apps import approve, create_app, db, ratchet
-from tests.integration.helpers import count
+from tests.integration.helpers import count, heard
 from tests.integration.test_flows import work
 
 
@@ -35,20 +33,6 @@ def waiting(name: str, key: str, timeout: float = 3600, **options: Any) -> uuid.
     if options:
         builder = builder.with_max_retries(options["max_retries"])
     return builder.submit().id
-
-
-@contextmanager
-def heard(signal: Any) -> Iterator[list[dict[str, Any]]]:
-    got: list[dict[str, Any]] = []
-
-    def receive(_app: Any, **data: Any) -> None:
-        got.append(data)
-
-    signal.connect(receive)
-    try:
-        yield got
-    finally:
-        signal.disconnect(receive)
 
 
 def time_out_now(app: Flask) -> list[facts.Event]:

@@ -32,6 +32,7 @@ from . import (
     resource_actions,
     resource_pages,
     security,
+    signal_actions,
 )
 from .htmx import CHANGED_EVENT, is_htmx
 
@@ -206,6 +207,9 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/breakers", "breakers", resource_pages.breakers)
     bp.add_url_rule("/breakers/reset", "confirm_breaker_reset", resource_pages.breaker_reset)
 
+    bp.add_url_rule(
+        "/jobs/<job_id>/signal", "act_signal", _retried(signal_actions.decide), methods=["POST"]
+    )
     bp.add_url_rule("/jobs/<job_id>/<action>", "act_one", _retried(actions.one), methods=["POST"])
     bp.add_url_rule("/jobs/selected", "act_selected", _retried(actions.selected), methods=["POST"])
     bp.add_url_rule("/jobs/bulk", "confirm_bulk", actions.confirm_filter, methods=["GET"])

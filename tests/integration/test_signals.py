@@ -16,9 +16,10 @@ from flask import Flask
 from flask_ratchet import JobStatus, events, facts
 from flask_ratchet.errors import InvalidOption
 from flask_ratchet.maintenance import signal_timeouts
-from flask_ratchet.schema import dlq_alert, job_queue
+from flask_ratchet.schema import audit, dlq_alert, job_queue
 from tests.apps import approve, create_app, db, ratchet
 from tests.integration.helpers import count, heard
+from tests.integration.test_console import Console
 from tests.integration.test_flows import work
 
 
@@ -229,3 +230,39 @@ def test_a_chain_step_waits_for_its_signal_from_its_release(app: Flask) -> None:
     assert ratchet.deliver_signal("step-key", "go") == 1
     work(app)
     assert ratchet.get_job(step).result == {"name": "step", "signal": "go"}  # type: ignore[union-attr]
+
+
+def test_an_admin_delivers_or_rejects_a_signal_from_the_job_page(app: Flask) -> None:
+    delivered, rejected = waiting("by-console", "c1"), waiting("declined", "c2")
+    admin = Console(app.test_client())
+    page = admin.get(f"/ratchet/jobs/{delivered}").text
+    assert 'data-action="deliver-signal"' in page and 'data-action="reject-signal"' in page
+    sent = admin.post(
+        f"/ratchet/jobs/{delivered}/signal",
+        {"decision": "deliver", "payload": '{"by": "ops"}'},
+        htmx=True,
+    )
+    assert sent.status_code == 200 and f"Job {delivered} signaled." in sent.text
+    again = admin.post(f"/ratchet/jobs/{delivered}/signal", {"decision": "deliver"}, htmx=True)
+    assert "was not signaled: only WAITING jobs can be" in again.text
+    bad = admin.post(
+        f"/ratchet/jobs/{rejected}/signal", {"decision": "deliver", "payload": "{"}, htmx=True
+    )
+    assert bad.status_code == 400 and "payload must be JSON" in bad.text
+    no = admin.post(
+        f"/ratchet/jobs/{rejected}/signal", {"decision": "reject", "reason": "no"}, htmx=True
+    )
+    assert f"Job {rejected} rejected." in no.text
+    reader = Console(app.test_client(), role="read")
+    refused = reader.post(f"/ratchet/jobs/{delivered}/signal", {"decision": "reject"})
+    assert refused.status_code == 403
+    work(app)
+    assert ratchet.get_job(delivered).result == {"name": "by-console", "signal": {"by": "ops"}}  # type: ignore[union-attr]
+    assert status(rejected) == JobStatus.FAILED
+    with db.engine.connect() as conn:
+        rows = conn.execute(sa.select(audit.c.action, audit.c.changed)).all()
+    assert sorted(map(tuple, rows)) == [
+        ("signal-deliver", 0),
+        ("signal-deliver", 1),
+        ("signal-reject", 1),
+    ]

@@ -33,6 +33,7 @@ from flask_ratchet.schema import (
     metadata,
     recurring,
     resource_permit,
+    resource_start,
 )
 from tests.apps import add, db, ratchet
 from tests.integration.helpers import finish, job_in
@@ -514,6 +515,11 @@ def test_any_id_column_that_is_not_a_uuid_leaves_pages_commands_and_maintenance_
         conn.execute(
             sa.insert(resource_permit).values(
                 job_id=running, resource_name="probe-api", node_id="node-a", acquired_at=now
+            )
+        )
+        conn.execute(
+            sa.insert(resource_start).values(
+                job_id=running, resource_name="probe-api", started_at=now
             )
         )
         conn.execute(

@@ -92,19 +92,22 @@ def test_a_stalled_workers_transaction_is_ended_and_its_locks_freed(app: Flask) 
     info = NodeInfo("stalled-node", "host", 1, "0", 1)
     with store.begin(db.engine) as conn:
         store.cluster.heartbeat(conn, info)
+    frozen = stalled.connect()
     try:
-        with stalled.connect() as frozen:
-            frozen.begin()
-            store.cluster.heartbeat(frozen, info)  # the node row locked
-            with store.begin(db.engine) as live:
-                started = time.monotonic()
-                # Waits for the frozen transaction's lock until the server ends it.
-                assert store.cluster.delete_dead_nodes(live, silent_for=-1) == 1
-                waited = time.monotonic() - started
-            assert waited < 30, f"the live transaction waited {waited:.0f}s for the lock"
-            with pytest.raises(sa.exc.DBAPIError):
-                frozen.execute(sa.text("SELECT 1"))
-                frozen.commit()
+        frozen.begin()
+        store.cluster.heartbeat(frozen, info)  # the node row locked
+        with store.begin(db.engine) as live:
+            started = time.monotonic()
+            # Waits for the frozen transaction's lock until the server ends it.
+            assert store.cluster.delete_dead_nodes(live, silent_for=-1) == 1
+            waited = time.monotonic() - started
+        assert waited < 30, f"the live transaction waited {waited:.0f}s for the lock"
+        with pytest.raises(sa.exc.DBAPIError):
+            frozen.execute(sa.text("SELECT 1"))
+            frozen.commit()
     finally:
+        # The server ended the session: nothing to roll back (a rollback would raise).
+        frozen.invalidate()
+        frozen.close()
         stalled.dispose()
     assert count("ratchet_node") == 0

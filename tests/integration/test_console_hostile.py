@@ -260,10 +260,11 @@ GET_ROUTES: dict[str, tuple[str, ...]] = {
 #: Every POST route with the form fields it reads; ``{action}`` is a path segment.
 POST_ROUTES: dict[str, tuple[str, ...]] = {
     "/ratchet/jobs/{job}/{action}": ("next",),
+    "/ratchet/jobs/{job}/signal": ("decision", "payload", "reason"),
     "/ratchet/jobs/selected": ("action", "job_id", "next"),
     "/ratchet/jobs/bulk": (*filters.FILTER_NAMES, "action", "bound", "count", "next"),
     "/ratchet/recurring/{action}": ("id", "next"),
-    "/ratchet/resources/limit": ("name", "max_concurrent", "retry_delay"),
+    "/ratchet/resources/limit": ("name", "max_concurrent", "rate", "retry_delay"),
     "/ratchet/breakers/reset": ("service",),
     "/ratchet/queues/{action}": ("name",),
 }
@@ -276,6 +277,7 @@ NAMES_A_ROW = frozenset(
         "/ratchet/resources/limit",
         "/ratchet/breakers/reset",
         "/ratchet/jobs/{job}/{action}",
+        "/ratchet/jobs/{job}/signal",
     }
 )
 

@@ -102,7 +102,6 @@ class Runtime:
         self._own = db if isinstance(db, OwnDatabase) else None
         self.config = config
         self.registry = registry
-        #: Seals and opens encrypted payloads (:mod:`flask_ratchet.sealing`).
         self.keyring = Keyring(config.encryption_keys, config.encryption_current_key)
         #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
         self.recurring_definitions = recurring_definitions
@@ -113,8 +112,7 @@ class Runtime:
         #: Called with no arguments after a transaction that wrote a due job commits.
         self.wake_listeners: list[Callable[[], None]] = []
         self._wakeups: tuple[Engine, Wakeups] | None = None
-        #: Eager mode (``flask_ratchet.testing``): runs the jobs a commit made due, in this
-        #: process, right after the commit; its errors reach whoever committed.
+        #: Eager mode (``flask_ratchet.testing``): runs a commit's due jobs here, right after it.
         self.run_inline: Callable[[], object] | None = None
         #: The testing kit's in-process runner of this app, made at its first use.
         self.inline_runner: object | None = None

@@ -154,7 +154,9 @@ def assemble(app: Flask, settings: WorkerSettings, hooks: WorkerHooks) -> Worker
         fresh_pool_after_fork(made)  # a job may fork (multiprocessing, subprocess helpers)
     stop_event = threading.Event()
     announcer = Announcer(app, runtime.wake)
-    supervision = Supervision(store, engine, settings.node_id, config, announcer.put)
+    supervision = Supervision(
+        store, engine, settings.node_id, config, announcer.put, keyring=runtime.keyring
+    )
     executor: Executor | None = None  # the completer asks it, once both exist
 
     def more_coming() -> bool:

@@ -135,7 +135,9 @@ class InlineRunner:
 
         # No other worker here to hand a job of an unknown task to: it fails for good at once.
         config = self.runtime.config
-        supervision = Supervision(store, engine, NODE_ID, config, send, hand_back=False)
+        supervision = Supervision(
+            store, engine, NODE_ID, config, send, keyring=self.runtime.keyring, hand_back=False
+        )
         completer = Completer(
             store,
             engine,

@@ -51,13 +51,14 @@ class Supervision:
         config: RatchetConfig,
         send: Callable[[list[Event]], None],
         *,
+        keyring: Keyring,
         hand_back: bool = True,
     ) -> None:
         self.store = store
         self.engine = engine
         self.node_id = node_id
         self.config = config
-        self._keyring = Keyring(config.encryption_keys, config.encryption_current_key)
+        self._keyring = keyring  # the app's (Runtime.keyring): encrypted columns open with it
         self.send = send
         self._hand_back = hand_back
         #: Tasks this worker handed jobs of back, not knowing them: until when it claims none.

@@ -232,6 +232,16 @@ def wakeups_through(redis_url: str) -> Iterator[None]:
         del os.environ["BENCH_WAKEUP_URL"]
 
 
+def sqlite_store(directory: str) -> str:
+    """The URL of a new SQLite file in ``directory`` with ratchet's tables."""
+    url = f"sqlite:///{Path(directory) / 'ratchet.db'}"
+    app = make_app(url)
+    with app.app_context():
+        ratchet.runtime.ensure_schema()
+        db.engine.dispose()
+    return url
+
+
 @contextlib.contextmanager
 def encrypted() -> Iterator[None]:
     """Every job sealed, for the apps and workers made inside (``bench.enqueue_claim``)."""
@@ -253,12 +263,7 @@ def encryption_cost(args: argparse.Namespace) -> dict[str, Figures]:
             columns[f"PG, {label}"] = ours(pg, args, pickups=False)
             recreate(args.pg, "bench_encryption", drop_only=True)
             with tempfile.TemporaryDirectory() as tmp:
-                lite = f"sqlite:///{Path(tmp) / 'ratchet.db'}"
-                app = make_app(lite)
-                with app.app_context():
-                    ratchet.runtime.ensure_schema()
-                    db.engine.dispose()
-                columns[f"SQLite, {label}"] = ours(lite, args, pickups=False)
+                columns[f"SQLite, {label}"] = ours(sqlite_store(tmp), args, pickups=False)
     return columns
 
 
@@ -281,12 +286,7 @@ def run(args: argparse.Namespace) -> dict[str, Figures]:
     with wakeups_through(args.redis):
         columns["ratchet (MariaDB, Redis)"] = ours(maria, args, pickup_only=True)
     with tempfile.TemporaryDirectory() as tmp:
-        lite = f"sqlite:///{Path(tmp) / 'ratchet.db'}"
-        app = make_app(lite)
-        with app.app_context():
-            ratchet.runtime.ensure_schema()
-            db.engine.dispose()
-        columns["ratchet (SQLite)"] = ours(lite, args)
+        columns["ratchet (SQLite)"] = ours(sqlite_store(tmp), args)
         files = itertools.count()
         columns["Huey"] = peer(python, "Huey", args, lambda: f"{tmp}/huey-{next(files)}.db")
     return columns

@@ -21,6 +21,7 @@ from .payload import Unreadable
 from .redact import masked, masked_arguments, stored_text_masked
 from .runtime import Runtime
 from .states import JobStatus
+from .store.types import JobFilter
 
 
 @click.group("jobs")
@@ -200,19 +201,32 @@ def _act(
         return
     if not filters:
         raise click.UsageError(f"give a job id or at least one filter (see --help) to {action}")
+    current = runtime.current()
+    n = bulk.change_matching(
+        current,
+        action,
+        _filter_of(current, filters),
+        actor=f"cli:{cli_user()}",
+        role="cli",
+        dry_run=dry_run,
+    )
+    _say_how_many(n, verb, dry_run)
+
+
+def _filter_of(current: Runtime, filters: dict[str, Any]) -> JobFilter:
+    """The store's filter for the given options (a usage error for a bad one)."""
     if "statuses" in filters:
         filters["status"] = [s.upper() for s in filters.pop("statuses")]
     for name in ("created_after", "created_before", "ended_after", "ended_before"):
         if name in filters:
             filters[name] = filters[name].replace(tzinfo=UTC)
-    current = runtime.current()
     try:
-        where = jobs.job_filter(current, **filters)
+        return jobs.job_filter(current, **filters)
     except (ValueError, InvalidOption) as exc:
         raise click.UsageError(str(exc)) from None
-    n = bulk.change_matching(
-        current, action, where, actor=f"cli:{cli_user()}", role="cli", dry_run=dry_run
-    )
+
+
+def _say_how_many(n: int, verb: str, dry_run: bool) -> None:
     noun = "job" if n == 1 else "jobs"
     click.echo(f"{n} {noun} would be {verb}" if dry_run else f"{n} {noun} {verb}")
 
@@ -240,22 +254,39 @@ def _signal_target(target: str, by_id: bool) -> uuid.UUID | str:
 
 
 @signals_cli.command("deliver")
-@click.argument("target")
+@click.argument("target", required=False)
 @click.option("--payload", default=None, help="The signal's payload, as JSON.")
 @click.option("--id", "by_id", is_flag=True, help="TARGET is a job's id, not a signal key.")
-def deliver_signal(target: str, payload: str | None, by_id: bool) -> None:
-    """Make the jobs WAITING on the signal key TARGET (or the job TARGET, with --id) due now."""
+@_with_filters
+def deliver_signal(
+    target: str | None, payload: str | None, by_id: bool, dry_run: bool, **given: Any
+) -> None:
+    """Make the jobs WAITING on the signal key TARGET (or the job TARGET, with --id), or every
+    WAITING job matching the filters, due now."""
     value = None
     if payload is not None:
         try:
             value = json.loads(payload)
         except ValueError as exc:
             raise click.UsageError(f"--payload must be JSON: {exc}") from None
+    filters = {name: v for name, v in given.items() if v not in (None, ())}
+    current = runtime.current()
     try:
-        n = signals.deliver(runtime.current(), _signal_target(target, by_id), value)
+        if target is not None:
+            if filters or dry_run:
+                raise click.UsageError("give a signal key, a job id or filters, not several")
+            n = signals.deliver(current, _signal_target(target, by_id), value)
+        elif not filters:
+            raise click.UsageError("give a signal key, a job id (--id) or at least one filter")
+        else:
+            where = _filter_of(current, filters)
+            actor = f"cli:{cli_user()}"
+            n = signals.deliver_matching(
+                current, where, value, actor=actor, role="cli", dry_run=dry_run
+            )
     except (ValueError, InvalidOption) as exc:
         raise click.UsageError(str(exc)) from None
-    click.echo(f"{n} {'job' if n == 1 else 'jobs'} signaled")
+    _say_how_many(n, "signaled", dry_run)
 
 
 @signals_cli.command("reject")

@@ -56,6 +56,9 @@ jobs_bulk_canceled = _signals.signal(facts.JOBS_BULK_CANCELED)
 jobs_bulk_retried = _signals.signal(facts.JOBS_BULK_RETRIED)
 #: Ended jobs matching a filter were deleted at once (``count``, ``filter``).
 jobs_bulk_deleted = _signals.signal(facts.JOBS_BULK_DELETED)
+#: WAITING jobs matching a filter were signaled at once (``count``, ``filter``); no per-job
+#: ``job_signaled`` is sent for them.
+jobs_bulk_signaled = _signals.signal(facts.JOBS_BULK_SIGNALED)
 #: A job was written WAITING for a signal (``job_id``, ``key``).
 job_signal_waiting = _signals.signal(facts.JOB_SIGNAL_WAITING)
 #: A WAITING job's signal arrived: it is due now (``job_id``, ``key``).
@@ -83,6 +86,7 @@ SIGNALS: dict[str, NamedSignal] = {
         jobs_bulk_canceled,
         jobs_bulk_retried,
         jobs_bulk_deleted,
+        jobs_bulk_signaled,
         job_signal_waiting,
         job_signaled,
         job_signal_timed_out,

@@ -36,7 +36,7 @@ from .registry import TaskRegistry
 from .resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from .runtime import Runtime
 from .runtime import current as current_runtime
-from .store.types import ClaimedJob
+from .store.types import ClaimedJob, JobFilter
 from .worker.inline import eager_hook
 
 P = ParamSpec("P")
@@ -258,13 +258,16 @@ class Ratchet(RecurringMethods):
         return self._bulk("delete", actor, filters)
 
     def _bulk(self, action: str, actor: str, filters: JobFilters) -> int:
+        where = self._filter_of(f"{action}_jobs", filters)
+        return bulk.change_matching(self.runtime, action, where, actor=actor, role="app")
+
+    def _filter_of(self, operation: str, filters: JobFilters) -> JobFilter:
         if all(value is None for value in filters.values()):
             raise ValueError(
-                f"{action}_jobs() needs at least one filter (task=, status=, tag=, …): "
+                f"{operation}() needs at least one filter (task=, status=, tag=, …): "
                 "it never acts on every job by default"
             )
-        where = jobs.job_filter(self.runtime, **filters)
-        return bulk.change_matching(self.runtime, action, where, actor=actor, role="app")
+        return jobs.job_filter(self.runtime, **filters)
 
     def deliver_signal(self, target: uuid.UUID | str, payload: Any = None) -> int:
         """Deliver a signal: the jobs WAITING on it (``.await_signal(key, timeout)``) are due
@@ -289,6 +292,21 @@ class Ratchet(RecurringMethods):
         :raises InvalidOption: for a bad key or an empty reason; nothing is written.
         """
         return signals.reject(self.runtime, target, reason)
+
+    def deliver_signals(
+        self, payload: Any = None, *, actor: str = "app", **filters: Unpack[JobFilters]
+    ) -> int:
+        """Deliver a signal, with ``payload`` (JSON), to every WAITING job matching
+        ``filters`` (those of :meth:`find_jobs`), a chunk at a time with one audit row and one
+        :data:`~flask_ratchet.events.jobs_bulk_signaled` event; return how many::
+
+            ratchet.deliver_signals({"approved": True}, task=refund, tag="batch-7")
+
+        :raises ValueError: without any filter, or for a filter that is not valid;
+            :raises PayloadError: for a payload that is not JSON. Nothing is written then.
+        """
+        where = self._filter_of("deliver_signals", filters)
+        return signals.deliver_matching(self.runtime, where, payload, actor=actor, role="app")
 
     def replace(
         self,

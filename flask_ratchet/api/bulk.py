@@ -22,8 +22,12 @@ from ..runtime import Runtime
 from ..store import Store
 from ..store.types import JobFilter
 
-#: Each bulk operation: the store's change, and the fact it is announced as.
-OPERATIONS: dict[str, tuple[Callable[[Store, Connection, JobFilter], int], str]] = {
+#: A bulk operation: the store's change, and the fact it is announced as.
+Operation = tuple[Callable[[Store, Connection, JobFilter], int], str]
+
+#: Each bulk operation an operator can name (a signal's delivery takes a payload:
+#: :func:`flask_ratchet.api.signals.deliver_matching`).
+OPERATIONS: dict[str, Operation] = {
     "cancel": (lambda store, conn, where: store.bulk.cancel(conn, where), facts.JOBS_BULK_CANCELED),
     "retry": (lambda store, conn, where: store.bulk.retry(conn, where), facts.JOBS_BULK_RETRIED),
     "delete": (lambda store, conn, where: store.bulk.delete(conn, where), facts.JOBS_BULK_DELETED),
@@ -86,14 +90,15 @@ def change_matching(
     actor: str,
     role: str,
     dry_run: bool = False,
+    operation: Operation | None = None,
 ) -> int:
-    """Apply the bulk operation ``action`` (one of :data:`OPERATIONS`) to the jobs matching
-    ``where``; return how many it changed (with ``dry_run``: how many it would change now,
-    writing nothing).
+    """Apply the bulk operation ``action`` (one of :data:`OPERATIONS`, or ``operation``
+    under that name) to the jobs matching ``where``; return how many it changed (with
+    ``dry_run``: how many it would change now, writing nothing).
 
     :raises KeyError: for an ``action`` that is not one of :data:`OPERATIONS`.
     """
-    change, kind = OPERATIONS[action]
+    change, kind = operation or OPERATIONS[action]
     store = runtime.store
     shown = described(where)
 

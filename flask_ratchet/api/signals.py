@@ -13,10 +13,13 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from .. import payload
+from .. import facts, payload
 from ..errors import InvalidOption
 from ..options import validate_key
 from ..runtime import Runtime
+from ..store import Store
+from ..store.types import JobFilter
+from . import bulk
 
 
 def deliver(runtime: Runtime, target: uuid.UUID | str, value: Any = None) -> int:
@@ -26,23 +29,45 @@ def deliver(runtime: Runtime, target: uuid.UUID | str, value: Any = None) -> int
     :raises InvalidOption: for a bad key; :raises PayloadError: for a value that is not JSON.
     """
     job_id, key = _target(target)
-    text = (
-        None
-        if value is None
-        else payload.encode_value("the signal payload", value, runtime.config.max_payload_bytes)
-    )
+    text = _encoded(runtime, value)
     signals = runtime.store.jobs.signals
 
     def work(conn: Connection) -> int:
         ids = signals.waiting(conn, job_id, key)
-        sealed = signals.sealed_among(conn, ids) if text is not None and ids else set()
-        payloads = {
-            i: runtime.keyring.seal(text, i, "signal_payload") if i in sealed and text else text
-            for i in ids
-        }
-        return len(signals.signal(conn, ids, payloads))
+        return len(signals.signal(conn, ids, _payloads(runtime, conn, ids, text)))
 
     return runtime.run(work)
+
+
+def deliver_matching(
+    runtime: Runtime,
+    where: JobFilter,
+    value: Any = None,
+    *,
+    actor: str,
+    role: str,
+    dry_run: bool = False,
+) -> int:
+    """Deliver a signal, with ``value`` (JSON) as its payload, to every WAITING job matching
+    ``where``, a chunk at a time, in one transaction with one audit row and one
+    ``jobs_bulk_signaled`` event; return how many (with ``dry_run``: how many are waiting).
+
+    :raises PayloadError: for a value that is not JSON; nothing is written.
+    """
+    text = _encoded(runtime, value)
+
+    def change(store: Store, conn: Connection, where: JobFilter) -> int:
+        return store.bulk.signal(conn, where, lambda c, ids: _payloads(runtime, c, ids, text))
+
+    return bulk.change_matching(
+        runtime,
+        "signal",
+        where,
+        actor=actor,
+        role=role,
+        dry_run=dry_run,
+        operation=(change, facts.JOBS_BULK_SIGNALED),
+    )
 
 
 def reject(runtime: Runtime, target: uuid.UUID | str, reason: str) -> int:
@@ -60,6 +85,23 @@ def reject(runtime: Runtime, target: uuid.UUID | str, reason: str) -> int:
         return len(signals.reject(conn, signals.waiting(conn, job_id, key), reason))
 
     return runtime.run(work)
+
+
+def _encoded(runtime: Runtime, value: Any) -> str | None:
+    if value is None:
+        return None
+    return payload.encode_value("the signal payload", value, runtime.config.max_payload_bytes)
+
+
+def _payloads(
+    runtime: Runtime, conn: Connection, ids: list[uuid.UUID], text: str | None
+) -> dict[uuid.UUID, str | None]:
+    """Each job's signal payload: ``text``, sealed for a job whose payload is sealed."""
+    if text is None or not ids:
+        return dict.fromkeys(ids)
+    sealed = runtime.store.jobs.signals.sealed_among(conn, ids)
+    seal = runtime.keyring.seal
+    return {i: seal(text, i, "signal_payload") if i in sealed else text for i in ids}
 
 
 def _target(target: uuid.UUID | str) -> tuple[uuid.UUID | None, str | None]:

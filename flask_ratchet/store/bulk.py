@@ -43,7 +43,11 @@ BULK_SOURCES: dict[str, frozenset[JobStatus]] = {
     "cancel": frozenset(sources(Action.CANCEL)),
     "retry": frozenset(sources(Action.RETRY)),
     "delete": TERMINAL,
+    "signal": frozenset(sources(Action.SIGNAL)),
 }
+
+#: Gives the signal payload of each job of a chunk (sealed for an encrypted job).
+Payloads = Callable[[Connection, list[uuid.UUID]], dict[uuid.UUID, "str | None"]]
 
 
 class Bulk:
@@ -76,6 +80,17 @@ class Bulk:
         about them, deleted; how many."""
         return self._each_chunk(conn, "delete", where)
 
+    def signal(self, conn: Connection, where: JobFilter, payloads: Payloads) -> int:
+        """WAITING jobs matching ``where`` → PENDING, due now, each with its payload from
+        ``payloads``; how many. No per-job ``job_signaled`` fact: the caller records one
+        aggregate."""
+        signals = self.jobs.signals
+
+        def deliver(conn: Connection, ids: list[uuid.UUID]) -> list[uuid.UUID]:
+            return signals.signal(conn, ids, payloads(conn, ids), each_event=False)
+
+        return self._each_chunk(conn, "signal", where, deliver)
+
     def change_listed(
         self, conn: Connection, action: str, ids: Sequence[uuid.UUID]
     ) -> list[uuid.UUID]:
@@ -90,7 +105,13 @@ class Bulk:
 
     # -- the chunks ----------------------------------------------------------------------------
 
-    def _each_chunk(self, conn: Connection, action: str, where: JobFilter) -> int:
+    def _each_chunk(
+        self,
+        conn: Connection,
+        action: str,
+        where: JobFilter,
+        change: Callable[[Connection, list[uuid.UUID]], list[uuid.UUID]] | None = None,
+    ) -> int:
         statuses = _among(action, where)
         live = frozenset(s for s in statuses if s in LIVE)
         # Ended jobs one status at a time: the index on (terminal_status, job_id) then reads
@@ -107,7 +128,13 @@ class Bulk:
                 ids: list[uuid.UUID] = list(conn.execute(newest).scalars())
                 if not ids:
                     break
-                changed += len(self.change_listed(conn, action, ids))
+                if change is None:
+                    changed += len(self.change_listed(conn, action, ids))
+                else:
+                    changed += sum(
+                        len(change(conn, ids[i : i + BULK_CHUNK]))
+                        for i in range(0, len(ids), BULK_CHUNK)
+                    )
                 after = ids[-1]
         return changed
 

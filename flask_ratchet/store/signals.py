@@ -96,7 +96,8 @@ class Signals:
             sa.update(job_queue)
             .where(
                 job_queue.c.job_id == sa.bindparam("b_id"),
-                job_queue.c.status.in_(sorted(sources(Action.AWAIT))),
+                # One comparison per source status: an expanding IN cannot run per row.
+                sa.or_(*(job_queue.c.status == s for s in sorted(sources(Action.AWAIT)))),
             )
             .values(
                 status=target(Action.AWAIT, JobStatus.PENDING),
@@ -129,10 +130,16 @@ class Signals:
         return {r.job_id for r in rows if is_sealed(r.payload)}
 
     def signal(
-        self, conn: Connection, ids: Sequence[uuid.UUID], payloads: dict[uuid.UUID, str | None]
+        self,
+        conn: Connection,
+        ids: Sequence[uuid.UUID],
+        payloads: dict[uuid.UUID, str | None],
+        *,
+        each_event: bool = True,
     ) -> list[uuid.UUID]:
         """WAITING → PENDING, due now, for these jobs, with their payloads; the ids it
-        changed (a job no longer WAITING is left alone)."""
+        changed (a job no longer WAITING is left alone). ``each_event=False``: no
+        ``job_signaled`` fact per job (a bulk delivery records one for all)."""
         if not ids:
             return []
         now = self.dialect.now_sql()
@@ -159,16 +166,17 @@ class Signals:
                 .values(signal_payload=sa.bindparam("b_payload")),
                 given,
             )
-            keys = dict(
-                conn.execute(
-                    sa.select(job.c.job_id, job.c.signal_key).where(job.c.job_id.in_(done))
-                ).all()
-            )
-            facts.record(
-                conn,
-                [Event(facts.JOB_SIGNALED, {"job_id": i, "key": keys.get(i)}) for i in done]
-                + [Event(facts.WAKE)],
-            )
+            facts.record(conn, [Event(facts.WAKE)])
+            if each_event:
+                keys = dict(
+                    conn.execute(
+                        sa.select(job.c.job_id, job.c.signal_key).where(job.c.job_id.in_(done))
+                    ).all()
+                )
+                facts.record(
+                    conn,
+                    [Event(facts.JOB_SIGNALED, {"job_id": i, "key": keys.get(i)}) for i in done],
+                )
         return done
 
     def reject(self, conn: Connection, ids: Sequence[uuid.UUID], reason: str) -> list[uuid.UUID]:

@@ -270,3 +270,14 @@ def test_an_encrypted_jobs_signal_payload_is_sealed(sealed_app: Flask) -> None:
     work(sealed_app)
     assert MARKER not in every_stored_text()
     assert ratchet.get_job(job_id).result == {"name": "secret", "signal": {"who": MARKER}}  # type: ignore[union-attr]
+
+
+def test_a_bulk_delivery_seals_each_encrypted_jobs_payload(sealed_app: Flask) -> None:
+    sealed = ratchet.enqueue(approve, "s").with_encrypted_payload().await_signal("k1", timeout=60)
+    clear = ratchet.enqueue(approve, "c").await_signal("k2", timeout=60)
+    ids = [h.id for h in ratchet.enqueue_many([sealed.with_tags("both"), clear.with_tags("both")])]
+    assert ratchet.deliver_signals({"who": MARKER}, tag="both") == 2
+    assert stored(ids[0], "signal_payload").startswith(f"{PREFIX}old:")
+    assert MARKER in stored(ids[1], "signal_payload")  # a job not encrypted: in the clear
+    work(sealed_app)
+    assert [ratchet.get_job(i).result["signal"] for i in ids] == [{"who": MARKER}] * 2  # type: ignore[union-attr]

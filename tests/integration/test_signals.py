@@ -17,6 +17,7 @@ from flask_ratchet import JobStatus, events, facts
 from flask_ratchet.errors import InvalidOption
 from flask_ratchet.maintenance import signal_timeouts
 from flask_ratchet.schema import audit, dlq_alert, job_queue
+from flask_ratchet.store import bulk
 from tests.apps import approve, create_app, db, ratchet
 from tests.integration.helpers import count, heard
 from tests.integration.test_console import Console
@@ -201,6 +202,54 @@ def test_the_cli_delivers_and_rejects_signals(app: Flask) -> None:
     assert [ratchet.get_job(i).result["signal"] for i in two] == [{"ok": 1}] * 2  # type: ignore[union-attr]
     assert status(by_id) == JobStatus.SUCCEEDED
     assert ratchet.get_job(refused).error == "declined"  # type: ignore[union-attr]
+
+
+def test_deliver_signals_releases_every_waiting_job_a_filter_matches(
+    app: Flask, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(bulk, "BULK_CHUNK", 2)  # three chunks for five jobs
+    tagged = [
+        h.id
+        for h in ratchet.enqueue_many(
+            ratchet.enqueue(approve, f"t{i}")
+            .await_signal(f"own-{i}", timeout=timedelta(hours=1))
+            .with_tags("review")
+            for i in range(5)
+        )
+    ]
+    other = waiting("other", "own-other")
+    pending = ratchet.enqueue(approve, "not-waiting").with_tags("review").submit().id
+    with pytest.raises(ValueError, match="needs at least one filter"):
+        ratchet.deliver_signals({"ok": True})
+    with heard(events.jobs_bulk_signaled) as got, heard(events.job_signaled) as each:
+        assert ratchet.deliver_signals({"ok": True}, tag="review", actor="ops") == 5
+    assert got == [{"count": 5, "filter": {"tag": "review"}}] and each == []
+    with db.engine.connect() as conn:
+        (row,) = conn.execute(sa.select(audit)).all()
+    assert (row.actor, row.action, row.changed) == ("ops", "signal", 5)
+    assert ratchet.deliver_signals(tag="review") == 0  # nothing waits any more
+    work(app)
+    assert [ratchet.get_job(i).result["signal"] for i in tagged] == [{"ok": True}] * 5  # type: ignore[union-attr]
+    assert status(other) == JobStatus.WAITING and status(pending) == JobStatus.SUCCEEDED
+
+
+def test_the_cli_delivers_signals_by_filter(app: Flask) -> None:
+    ids = [waiting(f"f{i}", f"key-{i}") for i in range(3)]
+    runner = app.test_cli_runner()
+    dry = runner.invoke(
+        args=["ratchet", "signals", "deliver", "--task", "tests.apps:approve", "--dry-run"]
+    )
+    assert dry.exit_code == 0 and "3 jobs would be signaled" in dry.output, dry.output
+    assert all(status(i) == JobStatus.WAITING for i in ids)
+    sent = runner.invoke(
+        args=["ratchet", "signals", "deliver", "--status", "waiting", "--payload", '{"n": 2}']
+    )
+    assert sent.exit_code == 0 and "3 jobs signaled" in sent.output, sent.output
+    both = runner.invoke(args=["ratchet", "signals", "deliver", "key-1", "--task", "x"])
+    assert both.exit_code == 2 and "not several" in both.output
+    none = runner.invoke(args=["ratchet", "signals", "deliver"])
+    assert none.exit_code == 2 and "at least one filter" in none.output
+    assert all(status(i) == JobStatus.PENDING for i in ids)
 
 
 def test_the_console_lists_waiting_jobs_and_shows_their_key(app: Flask) -> None:

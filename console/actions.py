@@ -324,7 +324,7 @@ def recurring_one(action: str) -> Response | str:
         child = result if isinstance(result, uuid.UUID) else None
         changed = child is not None or result is True
         audit(conn, action, "recurring", recurring_id, 1, int(changed))
-        found = None if changed else recurring.get(runtime, recurring_id)
+        found = None if changed else recurring.get(runtime, recurring_id, decrypt=False)
     outcome = RecurringActionResult(
         action,
         recurring_id,

@@ -62,6 +62,7 @@ FILTER_NAMES = (
     "queue",
     "tag",
     "business_key",
+    "principal",
     "priority",
     "node",
     "created_after",
@@ -92,7 +93,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
             args[name] = value
     status = one_of("status", args.get("status"), tuple(JobStatus.__members__))
     sort = one_of("sort", args.get("sort"), SORTS) or "newest"
-    for name in ("task", "tag", "business_key", "node", "recurring"):
+    for name in ("task", "tag", "business_key", "principal", "node", "recurring"):
         if len(args.get(name, "")) > MAX_TEXT:
             abort(400, f"{name} is longer than {MAX_TEXT} characters")
     if len(args.get("q", "")) > MAX_SEARCH:
@@ -104,6 +105,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         queue=queue_name(args.get("queue")),
         tag=args.get("tag"),
         business_key=args.get("business_key"),
+        principal=args.get("principal"),
         priority=_priority(args.get("priority")),
         node=args.get("node"),
         created_after=when("created_after", args.get("created_after")),

@@ -7,7 +7,7 @@ is one template that also works without JavaScript.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -111,6 +111,9 @@ def jobs() -> str:
             page = reads.jobs.list_jobs(conn, wanted.query, wanted.size, wanted.cursor, floor=floor)
         except ValueError:
             abort(400, "bad cursor")
+        if api.policy.active(runtime):  # only the jobs the operator may see (a short page)
+            shown = set(api.policy.permitted(runtime, conn, "read", [r.id for r in page.items]))
+            page = replace(page, items=[r for r in page.items if r.id in shown])
         newest = _newest(conn, wanted, page, floor) if wanted.cursor is None else None
     return render_template(
         "ratchet/jobs.html",
@@ -317,7 +320,7 @@ def recurring() -> str:
     """Every recurring master (CANCELED ones with ``?canceled=1``) and its next fire times."""
     with_canceled = request.args.get("canceled", "") == "1"
     runtime = current_runtime()
-    masters = api.recurring.list_all(runtime, with_canceled)
+    masters = api.recurring.list_all(runtime, with_canceled, decrypt=False)
     with runtime.connection() as conn:
         now = runtime.store.now(conn)
     rows = [MasterRow(m, _upcoming(m), _dialect(m.cron)) for m in masters]
@@ -360,7 +363,7 @@ def recurring_cancel() -> str:
     wanted = request.args.get("id", "")
     if not wanted or len(wanted) > filters.MAX_TEXT:
         abort(404)
-    master = api.recurring.get(current_runtime(), wanted)
+    master = api.recurring.get(current_runtime(), wanted, decrypt=False)
     if master is None:
         abort(404)
     return render_template("ratchet/recurring_cancel.html", master=master)

@@ -36,9 +36,15 @@ def jobs_cli() -> None:
 @click.option("--task", default=None, help="Only jobs of this task name.")
 @click.option("--tag", default=None, help="Only jobs with this tag.")
 @click.option("--queue", default=None, help="Only jobs of this queue.")
+@click.option("--principal", default=None, help="Only jobs this principal submitted.")
 @click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
 def jobs_list(
-    status: str | None, task: str | None, tag: str | None, queue: str | None, limit: int
+    status: str | None,
+    task: str | None,
+    tag: str | None,
+    queue: str | None,
+    principal: str | None,
+    limit: int,
 ) -> None:
     """List jobs, newest first."""
     try:
@@ -48,6 +54,7 @@ def jobs_list(
             task=task,
             tag=tag,
             queue=queue,
+            principal=principal,
             limit=limit,
         )
     except InvalidOption as exc:
@@ -135,6 +142,7 @@ _FILTERS = [
     click.option("--queue", default=None, help="Only jobs of this queue."),
     click.option("--business-key", default=None, help="Only the job with this business key."),
     click.option("--batch", default=None, help="Only the children of this batch (its id)."),
+    click.option("--principal", default=None, help="Only jobs this principal submitted."),
     *(
         click.option(
             f"--{name.replace('_', '-')}",

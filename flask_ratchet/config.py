@@ -36,8 +36,6 @@ from .sealing import check_keys, keys_setting
 
 PREFIX = "RATCHET_"
 
-ConsoleAuth = Callable[[Any], str | None]
-
 
 class RatchetConfigWarning(UserWarning):
     """An unknown ``RATCHET_*`` key was found in the app config."""
@@ -53,7 +51,7 @@ class RatchetConfig:
     #: Module prefixes whose module-level functions may be enqueued without ``@ratchet.task``.
     allowed_modules: tuple[str, ...] = ()
     #: ``(request) -> "admin" | "read" | None``. Without it every console URL answers 403.
-    console_auth: ConsoleAuth | None = None
+    console_auth: Callable[[Any], str | None] | None = None
     #: Where the console is mounted; ``None`` disables it.
     console_url_prefix: str | None = "/ratchet"
     #: Origins (``https://ops.example.com``) the console accepts changes from; empty: the
@@ -127,6 +125,10 @@ class RatchetConfig:
     encryption_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
     encryption_current_key: str | None = None
     encrypt_all: bool = False
+    #: ``() -> str | None``: who is asking, written into each job submitted (``Job.principal``).
+    principal: Callable[[], Any] | None = None
+    #: ``(principal, operation, job) -> bool``: whether they may (see :mod:`.api.policy`).
+    authorize: Callable[[str | None, str, Any], bool] | None = None
     #: Circuit breakers by service name (a task's name or its ``service=``); they take
     #: precedence over a task's ``circuit_breaker=``.
     circuit_breakers: dict[str, BreakerSettings] = field(default_factory=dict)
@@ -335,12 +337,17 @@ def _module_list(key: str, value: Any) -> tuple[str, ...]:
     return tuple(sorted(value))
 
 
-def _callable_or_none(key: str, value: Any) -> ConsoleAuth | None:
+def _callable_or_none(key: str, value: Any) -> Any:
     if value is not None and not callable(value):
-        raise ConfigError(
-            f"{key} must be a callable (request) -> 'admin' | 'read' | None, got {value!r}"
-        )
-    return value  # type: ignore[no-any-return]
+        raise ConfigError(f"{key} must be a callable {_CALLS[key]}, got {value!r}")
+    return value
+
+
+_CALLS = {
+    "RATCHET_CONSOLE_AUTH": "(request) -> 'admin' | 'read' | None",
+    "RATCHET_PRINCIPAL": "() -> str | None",
+    "RATCHET_AUTHORIZE": "(principal, operation, job) -> bool",
+}
 
 
 def _prefix_or_none(key: str, value: Any) -> str | None:
@@ -479,6 +486,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "encryption_keys": keys_setting,
     "encryption_current_key": _optional_str,
     "encrypt_all": _bool,
+    "principal": _callable_or_none,
+    "authorize": _callable_or_none,
     "circuit_breakers": breakers_setting,
     "metrics_port": _metrics_address,
     "wakeup_url": _wakeup_url,

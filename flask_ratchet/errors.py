@@ -72,6 +72,10 @@ class JobNotFound(RatchetError, LookupError):
     """No job has the given id."""
 
 
+class JobNotAuthorized(RatchetError, PermissionError):
+    """``RATCHET_AUTHORIZE`` did not let the principal submit this job; nothing was written."""
+
+
 class InvalidJobId(RatchetError, ValueError):
     """A job id that is neither a ``uuid.UUID`` nor the text of one (``get_job("42")``), raised
     before anything is read or written. A ``ValueError``, as it was before it had a name; a

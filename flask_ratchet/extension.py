@@ -343,7 +343,9 @@ class Ratchet(RecurringMethods):
         """Jobs matching every given filter, newest first, a page at a time. The filters:
         ``status`` (one or several), ``task`` (the function or its name), ``tag``,
         ``business_key``, ``queue``, ``batch`` (its children), ``created_after``,
-        ``created_before``, ``ended_after``, ``ended_before``; ``None`` means any.
+        ``created_before``, ``ended_after``, ``ended_before``, ``principal`` (who submitted
+        them); ``None`` means any. With ``RATCHET_AUTHORIZE``, only the jobs the principal may
+        read (a page is still full unless it is the last).
 
         ::
 

@@ -111,6 +111,10 @@ class Job:
     #: The signal key the job awaits or awaited (``await_signal``); a WAITING job's deadline
     #: for it is its ``scheduled_at``.
     signal_key: str | None = None
+    #: How long each of its waits for that signal lasts, in seconds.
+    signal_wait: float | None = None
+    #: Who submitted it, as ``RATCHET_PRINCIPAL`` named them then; ``None``: nobody was named.
+    principal: str | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -27,6 +27,10 @@ class Page(Generic[T]):
     partial: bool = False
 
 
+#: The kind of ``find_jobs`` cursors.
+JOB_CURSOR = "j"
+
+
 def cursor(kind: str, *keys: object) -> str:
     """The cursor of a list of ``kind`` that carries on after ``keys``."""
     return ".".join((kind, *(str(k) for k in keys)))

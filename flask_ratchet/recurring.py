@@ -19,15 +19,17 @@ import json
 import re
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, ClassVar
 
+from . import payload
 from .cron import next_fire
 from .errors import UnreadableJob
 from .options import DEFAULT_QUEUE, JobOptions, validate_options
-from .payload import Unreadable, decode_stored
+from .payload import Sealed, Unreadable, decode_stored
+from .sealing import MASTER_PAYLOAD, Keyring, master_binding
 
 #: Catch-up counts above this are refused: a policy, not a backlog generator.
 CATCH_UP_MAX = 1000
@@ -115,6 +117,9 @@ class RecurringDefinition:
     payload: str  # JSON {"args": [...], "kwargs": {...}}
     options: JobOptions
     misfire: Misfire
+    #: The arguments are stored sealed (:mod:`flask_ratchet.sealing`), and so is each child's
+    #: copy, and each child's result.
+    encrypt: bool = False
 
     def options_json(self) -> str:
         """The child jobs' options as stored in ``ratchet_recurring.options``."""
@@ -200,6 +205,20 @@ class RecurringJob:
     kwargs: dict[str, Any] | Unreadable
     created_at: datetime
     updated_at: datetime
+
+
+def opened(master: RecurringJob, keyring: Keyring) -> RecurringJob:
+    """``master`` with its sealed arguments opened with the app's keys (ones that do not open
+    are :class:`~flask_ratchet.payload.Unreadable`, saying why)."""
+    if not isinstance(master.args, Sealed):
+        return master
+    try:
+        call = keyring.open(master.args.text, master_binding(master.id), MASTER_PAYLOAD)
+    except UnreadableJob as exc:
+        unread = Unreadable(master.args.text, str(exc))
+        return replace(master, args=unread, kwargs=unread)
+    args, kwargs = payload.read_call(call)
+    return replace(master, args=args, kwargs=kwargs)
 
 
 # -- which fire times to create -------------------------------------------------------------------

@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from dataclasses import replace
 from typing import Any, TypeVar
 
 from blinker import NamedSignal
@@ -36,7 +35,6 @@ from .forks import fresh_pool_after_fork
 from .job import BatchProgress, opened
 from .recurring import RecurringDefinition
 from .registry import TaskRegistry
-from .routes import routed
 from .sealing import Keyring
 from .store import Store, check_shared, store_for
 from .wakeups.channels import Channels, RedisChannels
@@ -116,20 +114,6 @@ class Runtime:
         self.run_inline: Callable[[], object] | None = None
         #: The testing kit's in-process runner of this app, made at its first use.
         self.inline_runner: object | None = None
-
-    def declared_masters(self) -> list[RecurringDefinition]:
-        """The declared masters as this app registers them: their children's options are their
-        task's over this app's ``RATCHET_DEFAULT_*``, their queue routed by ``RATCHET_ROUTES``
-        unless the task chose one (declaring them needed no app)."""
-        defaults, routes = self.config.job_defaults, self.config.routes
-        masters = []
-        for definition in self.recurring_definitions.values():
-            task = self.registry.get(definition.task)
-            options = definition.options if task is None else task.options_over(defaults)
-            if task is None or "queue" not in task.explicit:  # RATCHET_ROUTES, as at enqueue
-                options = routed(routes, definition.task, options)
-            masters.append(replace(definition, options=options))
-        return masters
 
     @property
     def engine(self) -> Engine:

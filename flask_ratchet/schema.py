@@ -141,6 +141,8 @@ job = sa.Table(
     sa.Column("signal_key", sa.String(255)),
     sa.Column("signal_timeout", DOUBLE),
     sa.Column("signal_payload", LONG_TEXT),
+    # Who submitted the job (RATCHET_PRINCIPAL), as the host app names them; NULL: nobody said.
+    sa.Column("principal", sa.String(255)),
     sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
     # Partial where most rows hold NULL: a job is written (and ended) without an entry in
@@ -148,6 +150,7 @@ job = sa.Table(
     _partial_index("business_key", where="business_key"),
     _partial_index("depends_on", where="depends_on"),
     _partial_index("signal_key", "job_id", where="signal_key"),
+    _partial_index("principal", "job_id", where="principal"),
     _partial_index("batch_id", "job_id", where="batch_id"),
     _partial_index("superseded_by", where="superseded_by"),
     _partial_index("terminal_status", "finished_at", where="terminal_status"),

@@ -39,6 +39,19 @@ _NONCE_BYTES = 12
 _KEY_BYTES = 32
 
 
+#: The namespace of the ids recurring masters' sealed arguments are bound to (a master's own
+#: id is a text); a job's id is a UUIDv7, never one of these version-5 ids.
+_MASTERS = uuid.UUID("5b0f2a0e-8f0c-4c57-9d3a-6a7e1f9c2b41")
+#: The column name a master's sealed arguments are bound to.
+MASTER_PAYLOAD = "recurring.payload"
+
+
+def master_binding(recurring_id: str) -> uuid.UUID:
+    """The id a recurring master's sealed arguments are bound to, with :data:`MASTER_PAYLOAD`:
+    each child's copy is sealed again, for the child."""
+    return uuid.uuid5(_MASTERS, recurring_id)
+
+
 def is_sealed(text: str | None) -> bool:
     """Whether a stored column holds a sealed value."""
     return text is not None and text.startswith(PREFIX)
@@ -175,3 +188,7 @@ def _require_cryptography(key: str) -> None:
         raise ConfigError(
             f'{key} needs the cryptography package: pip install "flask-ratchet[encryption]"'
         )
+
+
+#: A keyring without keys: opens and seals nothing (an app without encryption).
+NO_KEYS = Keyring({}, None)

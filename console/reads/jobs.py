@@ -47,6 +47,8 @@ class JobQuery:
     queue: str | None = None
     tag: str | None = None
     business_key: str | None = None
+    #: Who submitted the jobs (``RATCHET_PRINCIPAL``).
+    principal: str | None = None
     priority: int | None = None
     node: str | None = None
     created_after: datetime | None = None
@@ -167,6 +169,7 @@ def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Se
         created_after=q.created_after,
         created_before=q.created_before,
         queue=q.queue,
+        principal=q.principal,
     )
     if q.priority is not None:
         stmt = stmt.where(job.c.priority == const(q.priority))

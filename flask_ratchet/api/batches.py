@@ -33,6 +33,7 @@ from ..options import KEY_MAX_LENGTH, JobOptions, shown, validate_options, valid
 from ..routes import routed
 from ..runtime import Runtime
 from ..store.types import Link, NewBatch, NewJob
+from . import policy
 from .submit import JobBuilder, OptionSetters, make_builder
 
 if TYPE_CHECKING:
@@ -202,6 +203,7 @@ class BatchBuilder(OptionSetters):
         parent = self._parent()
         children = [self._child(b, parent.job_id) for b in self._children]
         follow_ups, links = self._follow_up_jobs(parent.job_id)
+        policy.stamp(self._runtime, [parent, *children, *follow_ups])
         store = self._runtime.store
         new_batch = NewBatch(parent.job_id, self._name, len(children), self._progress_task)
 
@@ -291,10 +293,13 @@ class StreamingBatchBuilder(BatchBuilder):
             )
 
         def next_chunk() -> list[NewJob]:
-            return [child(item) for item in islice(items, self._chunk_size)]
+            chunk = [child(item) for item in islice(items, self._chunk_size)]
+            policy.stamp(self._runtime, chunk)
+            return chunk
 
         # The first chunk is read and encoded before anything is written: a batch that fits in
         # one chunk is refused whole, before its first statement.
+        policy.stamp(self._runtime, [parent, *follow_ups])
         first = next_chunk()
 
         def stream(conn: Connection) -> int:

@@ -21,16 +21,28 @@ from ..facts import Event
 from ..runtime import Runtime
 from ..store import Store
 from ..store.types import JobFilter
+from . import policy
 
+#: Narrows each chunk to the jobs the principal may change (see :mod:`.policy`).
+Keep = Callable[[Connection, list[uuid.UUID]], list[uuid.UUID]] | None
 #: A bulk operation: the store's change, and the fact it is announced as.
-Operation = tuple[Callable[[Store, Connection, JobFilter], int], str]
+Operation = tuple[Callable[[Store, Connection, JobFilter, Keep], int], str]
 
 #: Each bulk operation an operator can name (a signal's delivery takes a payload:
 #: :func:`flask_ratchet.api.signals.deliver_matching`).
 OPERATIONS: dict[str, Operation] = {
-    "cancel": (lambda store, conn, where: store.bulk.cancel(conn, where), facts.JOBS_BULK_CANCELED),
-    "retry": (lambda store, conn, where: store.bulk.retry(conn, where), facts.JOBS_BULK_RETRIED),
-    "delete": (lambda store, conn, where: store.bulk.delete(conn, where), facts.JOBS_BULK_DELETED),
+    "cancel": (
+        lambda store, conn, where, keep: store.bulk.cancel(conn, where, keep),
+        facts.JOBS_BULK_CANCELED,
+    ),
+    "retry": (
+        lambda store, conn, where, keep: store.bulk.retry(conn, where, keep),
+        facts.JOBS_BULK_RETRIED,
+    ),
+    "delete": (
+        lambda store, conn, where, keep: store.bulk.delete(conn, where, keep),
+        facts.JOBS_BULK_DELETED,
+    ),
 }
 
 
@@ -71,7 +83,7 @@ def change_listed(
     def work(conn: Connection) -> list[uuid.UUID] | None:
         try:
             with store.savepoint(conn):
-                changed = store.bulk.change_listed(conn, action, ids)
+                changed = store.bulk.change_listed(conn, action, ids, _keep(runtime, action))
         except DBAPIError as exc:
             if store.dialect.transient(exc):  # the whole transaction is gone: again
                 raise
@@ -105,7 +117,7 @@ def change_matching(
     def work(conn: Connection) -> int:
         if dry_run:
             return store.bulk.count(conn, action, where)
-        changed = change(store, conn, where)
+        changed = change(store, conn, where, _keep(runtime, action))
         facts.record(conn, [Event(kind, {"count": changed, "filter": shown})])
         store.cluster.record_audit(
             conn,
@@ -121,3 +133,11 @@ def change_matching(
         return changed
 
     return runtime.run(work, atomic=True)
+
+
+def _keep(runtime: Runtime, action: str) -> Keep:
+    """What narrows each chunk to the jobs the principal may ``action``: nothing without a
+    policy."""
+    if not policy.active(runtime):
+        return None
+    return lambda conn, ids: policy.permitted(runtime, conn, action, ids)

@@ -20,6 +20,7 @@ from ..flows import NOT_YET, Condition, JobType
 from ..options import validate_queue
 from ..runtime import Runtime
 from ..store.types import Link, NewJob
+from . import policy
 from .submit import JobBuilder, make_builder
 
 
@@ -157,6 +158,7 @@ class FlowBuilder:
         """Write every job of the flow (joining the current transaction, like ``submit()``)."""
         jobs, links = self.build()
         runtime = self._runtime
+        policy.stamp(runtime, jobs)
         wake = self._root.wakes_workers
 
         def write(conn: Any) -> Sequence[Any]:

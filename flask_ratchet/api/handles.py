@@ -24,6 +24,7 @@ from ..runtime import Runtime
 from ..runtime import current as current_runtime
 from ..states import JobStatus
 from ..wakeups.hub import LISTEN_TIMEOUT
+from . import policy
 
 #: The longest a waiter goes without reading the job: the floor under the notifications.
 READ_AT_LEAST_EVERY = 1.0
@@ -92,7 +93,7 @@ def wait(
         while True:
             with engine.connect() as conn:
                 found = store.jobs.get_job(conn, key)
-            if found is None:
+            if found is None or not policy.allows(runtime, "read", found):
                 raise JobNotFound(f"no job has id {key}")
             job = opened(found, runtime.keyring)
             if job.is_terminal:

@@ -15,16 +15,18 @@ from typing import Any, TypedDict, Unpack
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import DBAPIError
 
-from ..errors import IllegalTransition, JobNotFound
+from ..errors import IllegalTransition, JobNotAuthorized, JobNotFound
 from ..ids import job_id_of
 from ..job import Job, opened
 from ..options import seconds, validate_queue
-from ..paging import Page
+from ..paging import JOB_CURSOR, Page
+from ..paging import cursor as cursor_of
 from ..payload import Sealed
 from ..runtime import Runtime
 from ..states import Action, JobStatus, allowed
 from ..store import Jobs
 from ..store.types import ClaimedJob, JobFilter
+from . import policy
 from .handles import JobHandle
 from .submit import replacement_builder
 
@@ -36,27 +38,27 @@ Change = Callable[[Jobs, Connection, uuid.UUID], bool]
 
 def cancel(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """PENDING, PAUSED or RUNNING → CANCELED."""
-    return _change(runtime, job_id, Jobs.cancel)
+    return _change(runtime, job_id, "cancel")
 
 
 def pause(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """PENDING or FAILED → PAUSED."""
-    return _change(runtime, job_id, Jobs.pause)
+    return _change(runtime, job_id, "pause")
 
 
 def resume(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """PAUSED → the status it was paused from."""
-    return _change(runtime, job_id, Jobs.resume)
+    return _change(runtime, job_id, "resume")
 
 
 def retry(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """FAILED → PENDING, attempts reset, due now."""
-    return _change(runtime, job_id, Jobs.retry)
+    return _change(runtime, job_id, "retry")
 
 
 def delete(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """Delete a SUCCEEDED, FAILED or CANCELED job with everything recorded about it."""
-    return _change(runtime, job_id, Jobs.delete_ended)
+    return _change(runtime, job_id, "delete")
 
 
 #: The operations :func:`change_each` applies, by name.
@@ -73,7 +75,8 @@ def change_each(
     runtime: Runtime, action: str, job_ids: Sequence[uuid.UUID]
 ) -> tuple[list[uuid.UUID], list[uuid.UUID]]:
     """Apply one of :data:`CHANGES` to each job, in one transaction (the caller's, or one of
-    its own); return the jobs it changed and the ones it refused.
+    its own); return the jobs it changed and the ones it refused (those included that the
+    policy, :mod:`.policy`, does not let the principal change).
 
     The jobs' batches are locked first, all at once and in order (the lock order of every
     batch writer): locked job by job, two batches could be taken out of order against a
@@ -90,7 +93,11 @@ def change_each(
         changed: list[uuid.UUID] = []
         refused: list[uuid.UUID] = []
         store.flows.batches.lock_of(conn, job_ids)
+        allowed = set(policy.permitted(runtime, conn, action, job_ids))
         for job_id in job_ids:
+            if job_id not in allowed:
+                refused.append(job_id)
+                continue
             try:
                 with store.savepoint(conn):  # SQLite: begun first, never a commit of its own
                     ok = op(store.jobs, conn, job_id)
@@ -104,9 +111,12 @@ def change_each(
     return runtime.run(change)
 
 
-def _change(runtime: Runtime, job_id: uuid.UUID | str, op: Change) -> bool:
+def _change(runtime: Runtime, job_id: uuid.UUID | str, action: str) -> bool:
     key = job_id_of(job_id)
-    return runtime.run(lambda conn: op(runtime.store.jobs, conn, key))
+    op = CHANGES[action]
+    return runtime.run(
+        lambda conn: policy.may(runtime, conn, action, key) and op(runtime.store.jobs, conn, key)
+    )
 
 
 def replace(
@@ -129,8 +139,10 @@ def replace(
     # the old job's cancel was written.
     def replaced(conn: Connection) -> uuid.UUID:
         found = store.jobs.get_job(conn, key)
-        if found is None:
+        if found is None or not policy.allows(runtime, "read", found):
             raise JobNotFound(f"no job has id {key}")
+        if not policy.allows(runtime, "replace", found):
+            raise JobNotAuthorized(f"RATCHET_AUTHORIZE does not let this principal replace {key}")
         old = opened(found, runtime.keyring)  # its params, to keep them
         if not isinstance(old.status, JobStatus) or not allowed(Action.CANCEL, old.status):
             raise IllegalTransition(
@@ -139,6 +151,7 @@ def replace(
         wait = seconds("delay", delay)
         sealed = isinstance(found.args, Sealed)  # an encrypted job's replacement is too
         new = replacement_builder(runtime, old, fn, args, kwargs, wait, encrypt=sealed).build()
+        policy.stamp(runtime, [new])
         if not store.jobs.cancel(conn, key):  # the swap: lost if the job just ended
             raise IllegalTransition(f"job {key} ended while it was being replaced")
         (inserted,) = store.jobs.insert_jobs(conn, [new])
@@ -160,9 +173,9 @@ def get(runtime: Runtime, job_id: uuid.UUID | str, *, decrypt: bool = True) -> J
     opened unless ``decrypt`` is false (the console's reads: it never shows them)."""
     key = job_id_of(job_id)
     found = runtime.run(lambda conn: runtime.store.jobs.get_job(conn, key))
-    if found is None or not decrypt:
-        return found
-    return opened(found, runtime.keyring)
+    if found is None or not policy.allows(runtime, "read", found):
+        return None
+    return opened(found, runtime.keyring) if decrypt else found
 
 
 def find(
@@ -179,8 +192,31 @@ def find(
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= FIND_LIMIT_MAX:
         raise ValueError(f"limit must be from 1 to {FIND_LIMIT_MAX}, got {limit!r}")
     where = job_filter(runtime, **filters)
-    page = runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, cursor))
+
+    def read(after: str | None) -> Page[Job]:
+        return runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, after))
+
+    page = read(cursor)
+    if policy.active(runtime):
+        page = _visible_page(runtime, read, limit, page)
     return dataclasses.replace(page, items=[opened(j, runtime.keyring) for j in page.items])
+
+
+def _visible_page(
+    runtime: Runtime, read: Callable[[str | None], Page[Job]], limit: int, page: Page[Job]
+) -> Page[Job]:
+    """A page of the jobs the principal may read: further pages are read until ``limit`` of
+    them are found or none is left, so that a page is short only at the end."""
+    items = policy.visible(runtime, page.items)
+    more = page.next_cursor
+    while len(items) < limit and more is not None:
+        page = read(more)
+        items += policy.visible(runtime, page.items)
+        more = page.next_cursor
+    if len(items) > limit:  # the page ends at the last job returned: the next one follows it
+        items = items[:limit]
+        more = cursor_of(JOB_CURSOR, items[-1].id)
+    return Page(items, more)
 
 
 class JobFilters(TypedDict, total=False):
@@ -200,6 +236,8 @@ class JobFilters(TypedDict, total=False):
     created_before: datetime | None
     ended_after: datetime | None
     ended_before: datetime | None
+    #: The jobs this principal submitted (``Job.principal``).
+    principal: str | None
 
 
 _TIMES = ("created_after", "created_before", "ended_after", "ended_before")
@@ -245,6 +283,7 @@ def job_filter(runtime: Runtime, **filters: Unpack[JobFilters]) -> JobFilter:
         None if batch is None else job_id_of(batch),
         filters.get("ended_after"),
         filters.get("ended_before"),
+        filters.get("principal"),
     )
 
 

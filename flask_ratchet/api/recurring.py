@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Self
 
@@ -18,10 +19,12 @@ from ..context import required_arguments
 from ..cron import CronError, interval_expression
 from ..cron import normalize as cron_normalize
 from ..cron import validate as cron_validate
+from ..errors import InvalidOption
 from ..options import JobOptions, validate_key, validate_options
-from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy
+from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy, opened
 from ..registry import Task, TaskRegistry, check_registrable, default_name, has_top_level_name
 from ..retry import retry_rules
+from ..routes import routed
 from ..runtime import Runtime
 from ..store import Recurring
 from .submit import OptionsBuilder
@@ -109,12 +112,31 @@ def _refuse_arguments(func: Callable[..., Any]) -> None:
         )
 
 
+def declared_masters(runtime: Runtime) -> list[RecurringDefinition]:
+    """The declared masters as this app registers them: their children's options are their
+    task's over this app's ``RATCHET_DEFAULT_*``, their queue routed by ``RATCHET_ROUTES``
+    unless the task chose one, encrypted if the task or ``RATCHET_ENCRYPT_ALL`` says so
+    (declaring them needed no app)."""
+    config = runtime.config
+    masters = []
+    for definition in runtime.recurring_definitions.values():
+        task = runtime.registry.get(definition.task)
+        options = definition.options if task is None else task.options_over(config.job_defaults)
+        if task is None or "queue" not in task.explicit:  # RATCHET_ROUTES, as at enqueue
+            options = routed(config.routes, definition.task, options)
+        sealed = config.encrypt_all or (task is not None and task.encrypt)
+        masters.append(replace(definition, options=options, encrypt=sealed))
+    return masters
+
+
 def register_declared(runtime: Runtime) -> list[RecurringJob]:
     """Register every declared master now, all or nothing; ``RATCHET_ROUTES`` give the queue of
     the children of those that name none (they are declared before any app's config exists)."""
-    store = runtime.store.recurring
-    definitions = runtime.declared_masters()
-    return runtime.run(lambda conn: [store.register(conn, d)[0] for d in definitions], atomic=True)
+    store, keyring = runtime.store.recurring, runtime.keyring
+    definitions = declared_masters(runtime)
+    return runtime.run(
+        lambda conn: [store.register(conn, d, keyring)[0] for d in definitions], atomic=True
+    )
 
 
 def pause(runtime: Runtime, recurring_id: str) -> bool:
@@ -124,7 +146,9 @@ def pause(runtime: Runtime, recurring_id: str) -> bool:
 
 def resume(runtime: Runtime, recurring_id: str) -> bool:
     """PAUSED → ACTIVE, next at the first occurrence after now."""
-    return _change(runtime, recurring_id, Recurring.resume)
+    return _change(
+        runtime, recurring_id, lambda store, conn, key: store.resume(conn, key, runtime.keyring)
+    )
 
 
 def cancel(runtime: Runtime, recurring_id: str) -> bool:
@@ -138,19 +162,24 @@ def run_now(runtime: Runtime, recurring_id: str) -> uuid.UUID | None:
     key = validate_key("id", recurring_id)
     store = runtime.store.recurring
     return runtime.write_jobs(
-        lambda conn: store.run_now(conn, key), wake=lambda made: made is not None
+        lambda conn: store.run_now(conn, key, runtime.keyring), wake=lambda made: made is not None
     )
 
 
-def get(runtime: Runtime, recurring_id: str) -> RecurringJob | None:
-    """A snapshot of one master (also a canceled one), or ``None``."""
+def get(runtime: Runtime, recurring_id: str, *, decrypt: bool = True) -> RecurringJob | None:
+    """A snapshot of one master (also a canceled one), or ``None``; its sealed arguments
+    opened unless ``decrypt`` is false (the console's reads: it never shows them)."""
     key = validate_key("id", recurring_id)
-    return runtime.run(lambda conn: runtime.store.recurring.get(conn, key))
+    found = runtime.run(lambda conn: runtime.store.recurring.get(conn, key))
+    return found if found is None or not decrypt else opened(found, runtime.keyring)
 
 
-def list_all(runtime: Runtime, include_canceled: bool) -> list[RecurringJob]:
-    """Every master with its next fire time, by id."""
-    return runtime.run(lambda conn: runtime.store.recurring.list_all(conn, include_canceled))
+def list_all(
+    runtime: Runtime, include_canceled: bool, *, decrypt: bool = True
+) -> list[RecurringJob]:
+    """Every master with its next fire time, by id (see :func:`get` for ``decrypt``)."""
+    masters = runtime.run(lambda conn: runtime.store.recurring.list_all(conn, include_canceled))
+    return [opened(m, runtime.keyring) for m in masters] if decrypt else masters
 
 
 def _change(runtime: Runtime, recurring_id: str, op: Callable[[Recurring, Any, str], bool]) -> bool:
@@ -209,6 +238,11 @@ class RecurringJobBuilder(OptionsBuilder):
     def build(self) -> RecurringDefinition:
         """Return the validated master this builder describes, and mark the builder used."""
         if self._options.params:
+            if self._encrypt:
+                raise InvalidOption(
+                    f"recurring job {self._id} is encrypted, and its params would be stored "
+                    "in the clear: pass the values as arguments instead"
+                )
             payload.encode_value(
                 f"the params of {self._task.name}",
                 self._options.params,
@@ -224,6 +258,7 @@ class RecurringJobBuilder(OptionsBuilder):
             payload=self._payload,
             options=self._routed_options(),
             misfire=self._misfire,
+            encrypt=self._encrypt,
         )
 
     def submit(self) -> RecurringJob:
@@ -231,8 +266,10 @@ class RecurringJobBuilder(OptionsBuilder):
         return it. The same definition again changes nothing (see
         :meth:`flask_ratchet.store.recurring.Recurring.register`)."""
         definition = self.build()
-        store = self._runtime.store.recurring
-        return self._runtime.run(lambda conn: store.register(conn, definition)[0], atomic=True)
+        store, keyring = self._runtime.store.recurring, self._runtime.keyring
+        return self._runtime.run(
+            lambda conn: store.register(conn, definition, keyring)[0], atomic=True
+        )
 
 
 def make_recurring_builder(

@@ -19,7 +19,7 @@ from ..options import validate_key
 from ..runtime import Runtime
 from ..store import Store
 from ..store.types import JobFilter
-from . import bulk
+from . import bulk, policy
 
 
 def deliver(runtime: Runtime, target: uuid.UUID | str, value: Any = None) -> int:
@@ -33,7 +33,7 @@ def deliver(runtime: Runtime, target: uuid.UUID | str, value: Any = None) -> int
     signals = runtime.store.jobs.signals
 
     def work(conn: Connection) -> int:
-        ids = signals.waiting(conn, job_id, key)
+        ids = policy.permitted(runtime, conn, "signal", signals.waiting(conn, job_id, key))
         return len(signals.signal(conn, ids, _payloads(runtime, conn, ids, text)))
 
     return runtime.run(work)
@@ -56,8 +56,10 @@ def deliver_matching(
     """
     text = _encoded(runtime, value)
 
-    def change(store: Store, conn: Connection, where: JobFilter) -> int:
-        return store.bulk.signal(conn, where, lambda c, ids: _payloads(runtime, c, ids, text))
+    def change(store: Store, conn: Connection, where: JobFilter, keep: bulk.Keep) -> int:
+        return store.bulk.signal(
+            conn, where, lambda c, ids: _payloads(runtime, c, ids, text), keep=keep
+        )
 
     return bulk.change_matching(
         runtime,
@@ -82,7 +84,8 @@ def reject(runtime: Runtime, target: uuid.UUID | str, reason: str) -> int:
     signals = runtime.store.jobs.signals
 
     def work(conn: Connection) -> int:
-        return len(signals.reject(conn, signals.waiting(conn, job_id, key), reason))
+        ids = policy.permitted(runtime, conn, "signal", signals.waiting(conn, job_id, key))
+        return len(signals.reject(conn, ids, reason))
 
     return runtime.run(work)
 

@@ -22,7 +22,9 @@ from ..options import Backoff, JobOptions, Priority, due_time, seconds, validate
 from ..registry import Task
 from ..routes import routed
 from ..runtime import Runtime
+from ..states import JobStatus
 from ..store.types import NewJob
+from . import policy
 from .handles import JobHandle
 
 if TYPE_CHECKING:
@@ -109,6 +111,8 @@ class OptionsBuilder(OptionSetters):
         self._submitted = False
         #: ``with_queue`` was called: a chain's ``with_queue`` leaves this job where it is.
         self.queue_chosen = False
+        #: Seal the arguments, params and result (:mod:`flask_ratchet.sealing`).
+        self._encrypt = task.encrypt or runtime.config.encrypt_all
 
     def _unsubmitted(self) -> str:
         """What was built and never submitted, for the warning."""
@@ -128,6 +132,22 @@ class OptionsBuilder(OptionSetters):
     def _merge(self, **changes: Any) -> Self:
         self._options = self._options.merged(**changes)
         self.queue_chosen = self.queue_chosen or "queue" in changes
+        return self
+
+    def with_encrypted_payload(self) -> Self:
+        """Encrypt the job's arguments, params and result in the database (a recurring
+        master's: its arguments and each child's), with AES-256-GCM and
+        ``RATCHET_ENCRYPTION_CURRENT_KEY``, bound to the job and the column: what a task's
+        ``encrypt=True`` or ``RATCHET_ENCRYPT_ALL`` do for every job.
+
+        :raises ConfigError: if no encryption key is configured.
+        """
+        if not self._runtime.keyring.can_seal:
+            raise ConfigError(
+                "with_encrypted_payload() needs RATCHET_ENCRYPTION_KEYS and "
+                "RATCHET_ENCRYPTION_CURRENT_KEY"
+            )
+        self._encrypt = True
         return self
 
     def _tags(self) -> tuple[str, ...]:
@@ -163,8 +183,6 @@ class JobBuilder(OptionsBuilder):
         self._expires_at: datetime | None = None
         #: The signal key the job awaits, and how long each wait lasts (seconds).
         self._signal: tuple[str, float] | None = None
-        #: Seal the arguments, params and result (:mod:`flask_ratchet.sealing`).
-        self._encrypt = task.encrypt or runtime.config.encrypt_all
 
     def __repr__(self) -> str:
         return f"<JobBuilder {self._task.name}>"
@@ -191,21 +209,6 @@ class JobBuilder(OptionsBuilder):
         if not wait > 0:
             raise InvalidOption(f"timeout of await_signal() must be positive, got {timeout!r}")
         self._signal = (checked, wait)
-        return self
-
-    def with_encrypted_payload(self) -> Self:
-        """Encrypt this job's arguments, params and result in the database (AES-256-GCM with
-        ``RATCHET_ENCRYPTION_CURRENT_KEY``, bound to the job and the column): what a task's
-        ``encrypt=True`` or ``RATCHET_ENCRYPT_ALL`` do for every job.
-
-        :raises ConfigError: if no encryption key is configured.
-        """
-        if not self._runtime.keyring.can_seal:
-            raise ConfigError(
-                "with_encrypted_payload() needs RATCHET_ENCRYPTION_KEYS and "
-                "RATCHET_ENCRYPTION_CURRENT_KEY"
-            )
-        self._encrypt = True
         return self
 
     def with_expires(self, expires: timedelta | float | datetime) -> Self:
@@ -391,12 +394,15 @@ def replacement_builder(
     builder.queue_chosen = True  # the old job's queue, not the routes'
     builder._expires_at = old.expires_at
     builder._business_key = old.business_key
+    if old.status == JobStatus.WAITING and old.signal_key and old.signal_wait:
+        builder.await_signal(old.signal_key, timeout=old.signal_wait)  # it waits in its place
     return builder
 
 
 def submit_jobs(runtime: Runtime, builders: Sequence[JobBuilder]) -> list[JobHandle]:
     """Insert the builders' jobs atomically; return their handles in order."""
     jobs = [b.build() for b in builders]
+    policy.stamp(runtime, jobs)
     urgent = any(b.wakes_workers for b in builders)
     outcome = runtime.write_jobs(
         lambda conn: runtime.store.jobs.insert_jobs(conn, jobs),

@@ -26,9 +26,11 @@ from flask import Flask
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from ..api.recurring import declared_masters
 from ..config import RatchetConfig
 from ..recurring import RecurringDefinition
 from ..retry import first_line
+from ..sealing import NO_KEYS, Keyring
 from ..services import Service
 from ..store import Recurring, Store
 from ..store.types import FirePass
@@ -56,9 +58,14 @@ class Registrar:
     """Registers declared masters, each on its own, and remembers the ones that failed."""
 
     def __init__(
-        self, store: Store, engine: Engine, definitions: Sequence[RecurringDefinition]
+        self,
+        store: Store,
+        engine: Engine,
+        definitions: Sequence[RecurringDefinition],
+        keyring: Keyring = NO_KEYS,
     ) -> None:
         self._store = store
+        self._keyring = keyring
         self._recurring = store.recurring
         self._engine = engine
         self.pending = list(definitions)
@@ -77,7 +84,7 @@ class Registrar:
         for definition in self.pending:
             try:
                 with self._store.begin(self._engine) as conn:
-                    self._recurring.register(conn, definition)
+                    self._recurring.register(conn, definition, self._keyring)
             except Exception as exc:  # one bad definition must not keep the others out
                 log.warning(
                     "could not register recurring job %s (%s); trying again in %.0f s",
@@ -108,6 +115,7 @@ class RecurringFirer(Service):
         draining: threading.Event | None = None,
         registrar: Registrar | None = None,
         on_fired: Callable[[], None] | None = None,
+        keyring: Keyring = NO_KEYS,
     ) -> None:
         # Draining is set first when a worker stops: sleeping on it ends the sleep at once.
         super().__init__("ratchet-recurring", stop, sleep=draining)
@@ -118,6 +126,8 @@ class RecurringFirer(Service):
         self._disabled = config.recurring_disabled
         self._registrar = registrar
         self._on_fired = on_fired
+        #: Opens encrypted masters' arguments, to seal them again for each child.
+        self._keyring = keyring
         self._outage_since: float | None = None
         self._outage_logged = 0.0
         self.passes = 0
@@ -128,7 +138,7 @@ class RecurringFirer(Service):
     def fire_pass(self) -> FirePass:
         """One pass: create the children of every due master, in one transaction."""
         with self._store.begin(self._engine) as conn:
-            result = self._recurring.fire_due(conn, self._threshold, self._disabled)
+            result = self._recurring.fire_due(conn, self._threshold, self._disabled, self._keyring)
         self.passes += 1
         self.fired += len(result.fired)
         if result.fired:
@@ -218,7 +228,7 @@ def start_recurring(
     if not runtime.config.recurring_enabled:
         log.info("recurring jobs are disabled here (RATCHET_RECURRING_ENABLED = False)")
         return None
-    registrar = Registrar(store, engine, runtime.declared_masters())
+    registrar = Registrar(store, engine, declared_masters(runtime), runtime.keyring)
     registrar.register_pending()
 
     def wake() -> None:
@@ -233,6 +243,7 @@ def start_recurring(
         draining=draining,
         registrar=registrar,
         on_fired=wake,
+        keyring=runtime.keyring,
     )
     firer.start()
     return firer

@@ -48,6 +48,9 @@ BULK_SOURCES: dict[str, frozenset[JobStatus]] = {
 
 #: Gives the signal payload of each job of a chunk (sealed for an encrypted job).
 Payloads = Callable[[Connection, list[uuid.UUID]], dict[uuid.UUID, "str | None"]]
+#: Narrows each chunk to the jobs the caller may change (a policy's, :mod:`..api.policy`);
+#: ``None``: every one.
+Keep = Callable[[Connection, list[uuid.UUID]], list[uuid.UUID]] | None
 
 
 class Bulk:
@@ -66,21 +69,24 @@ class Bulk:
         stmt = sa.select(sa.func.count()).select_from(_matching(where, statuses).subquery())
         return int(conn.execute(stmt).scalar_one())
 
-    def cancel(self, conn: Connection, where: JobFilter) -> int:
-        """PENDING, PAUSED and RUNNING jobs matching ``where`` → CANCELED; how many."""
-        return self._each_chunk(conn, "cancel", where)
+    def cancel(self, conn: Connection, where: JobFilter, keep: Keep = None) -> int:
+        """PENDING, PAUSED and RUNNING jobs matching ``where`` (and kept by ``keep``) →
+        CANCELED; how many."""
+        return self._each_chunk(conn, "cancel", where, keep=keep)
 
-    def retry(self, conn: Connection, where: JobFilter) -> int:
+    def retry(self, conn: Connection, where: JobFilter, keep: Keep = None) -> int:
         """FAILED jobs matching ``where`` → PENDING, attempts reset, due now; how many. A job
         whose business key another live job holds now is left FAILED, as one retry leaves it."""
-        return self._each_chunk(conn, "retry", where)
+        return self._each_chunk(conn, "retry", where, keep=keep)
 
-    def delete(self, conn: Connection, where: JobFilter) -> int:
+    def delete(self, conn: Connection, where: JobFilter, keep: Keep = None) -> int:
         """SUCCEEDED, FAILED and CANCELED jobs matching ``where``, with everything recorded
         about them, deleted; how many."""
-        return self._each_chunk(conn, "delete", where)
+        return self._each_chunk(conn, "delete", where, keep=keep)
 
-    def signal(self, conn: Connection, where: JobFilter, payloads: Payloads) -> int:
+    def signal(
+        self, conn: Connection, where: JobFilter, payloads: Payloads, keep: Keep = None
+    ) -> int:
         """WAITING jobs matching ``where`` → PENDING, due now, each with its payload from
         ``payloads``; how many. No per-job ``job_signaled`` fact: the caller records one
         aggregate."""
@@ -89,16 +95,18 @@ class Bulk:
         def deliver(conn: Connection, ids: list[uuid.UUID]) -> list[uuid.UUID]:
             return signals.signal(conn, ids, payloads(conn, ids), each_event=False)
 
-        return self._each_chunk(conn, "signal", where, deliver)
+        return self._each_chunk(conn, "signal", where, deliver, keep)
 
     def change_listed(
-        self, conn: Connection, action: str, ids: Sequence[uuid.UUID]
+        self, conn: Connection, action: str, ids: Sequence[uuid.UUID], keep: Keep = None
     ) -> list[uuid.UUID]:
-        """Apply ``action`` (cancel, retry or delete) to the jobs ``ids`` names, a chunk at a
-        time; the ids it changed (a job in another status is left alone)."""
+        """Apply ``action`` (cancel, retry or delete) to the jobs ``ids`` names (and ``keep``
+        keeps), a chunk at a time; the ids it changed (a job in another status is left alone)."""
         changed: list[uuid.UUID] = []
         for start in range(0, len(ids), BULK_CHUNK):
             part = list(ids[start : start + BULK_CHUNK])
+            if keep is not None:
+                part = keep(conn, part)
             self.flows.batches.lock_of(conn, part)  # batch rows first: the lock order
             changed += self._changes[action](conn, part)
         return changed
@@ -111,6 +119,7 @@ class Bulk:
         action: str,
         where: JobFilter,
         change: Callable[[Connection, list[uuid.UUID]], list[uuid.UUID]] | None = None,
+        keep: Keep = None,
     ) -> int:
         statuses = _among(action, where)
         live = frozenset(s for s in statuses if s in LIVE)
@@ -129,12 +138,11 @@ class Bulk:
                 if not ids:
                     break
                 if change is None:
-                    changed += len(self.change_listed(conn, action, ids))
+                    changed += len(self.change_listed(conn, action, ids, keep))
                 else:
-                    changed += sum(
-                        len(change(conn, ids[i : i + BULK_CHUNK]))
-                        for i in range(0, len(ids), BULK_CHUNK)
-                    )
+                    for i in range(0, len(ids), BULK_CHUNK):
+                        part = ids[i : i + BULK_CHUNK]
+                        changed += len(change(conn, part if keep is None else keep(conn, part)))
                 after = ids[-1]
         return changed
 

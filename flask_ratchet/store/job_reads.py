@@ -19,7 +19,7 @@ from sqlalchemy.sql import Select
 from .. import payload
 from ..job import Job, decode_progress
 from ..options import Backoff, Priority
-from ..paging import Page, cursor_id
+from ..paging import JOB_CURSOR, Page, cursor_id
 from ..paging import cursor as cursor_of
 from ..schema import job, job_queue, job_tag
 from ..states import LIVE, TERMINAL, JobStatus
@@ -52,6 +52,8 @@ SNAPSHOT_COLUMNS = [
     job.c.finished_at,
     job.c.expires_at,
     job.c.signal_key,
+    job.c.signal_timeout,
+    job.c.principal,
     job_queue.c.status,
     job_queue.c.scheduled_time,
     job_queue.c.attempts.label("live_attempts"),
@@ -73,6 +75,20 @@ def get_job(conn: Connection, job_id: uuid.UUID) -> Job | None:
     if row is None:
         return None
     return to_job(row, tags_of(conn, [job_id]).get(job_id, ()))
+
+
+def get_jobs(conn: Connection, ids: list[uuid.UUID]) -> list[Job]:
+    """Snapshots of the jobs ``ids`` names that exist, in id order."""
+    if not ids:
+        return []
+    rows = conn.execute(
+        sa.select(*SNAPSHOT_COLUMNS)
+        .select_from(SNAPSHOT_FROM)
+        .where(job.c.job_id.in_(ids))
+        .order_by(job.c.job_id)
+    ).all()
+    tags = tags_of(conn, [r.job_id for r in rows])
+    return [to_job(r, tags.get(r.job_id, ())) for r in rows]
 
 
 def find_jobs(conn: Connection, where: JobFilter, limit: int, cursor: str | None) -> Page[Job]:
@@ -98,9 +114,6 @@ def find_jobs(conn: Connection, where: JobFilter, limit: int, cursor: str | None
     items = [to_job(r, tags.get(r.job_id, ())) for r in rows]
     return Page(items, cursor_of(JOB_CURSOR, rows[-1].job_id) if more else None)
 
-
-#: The kind of ``find_jobs`` cursors (see :mod:`flask_ratchet.paging`).
-JOB_CURSOR = "j"
 
 S = TypeVar("S", bound=Select[Any])
 
@@ -141,6 +154,7 @@ def narrowed_by(stmt: S, where: JobFilter) -> S:
         batch_id=where.batch_id,
         ended_after=where.ended_after,
         ended_before=where.ended_before,
+        principal=where.principal,
     )
 
 
@@ -156,6 +170,7 @@ def narrowed(
     batch_id: uuid.UUID | None = None,
     ended_after: datetime | None = None,
     ended_before: datetime | None = None,
+    principal: str | None = None,
 ) -> S:
     """``stmt`` (over ``ratchet_job``) narrowed by the filters ``find_jobs`` and the console's
     job list share; ``None`` means any."""
@@ -179,6 +194,8 @@ def narrowed(
         stmt = stmt.where(job.c.finished_at >= ended_after)
     if ended_before is not None:
         stmt = stmt.where(job.c.finished_at < ended_before)
+    if principal is not None:
+        stmt = stmt.where(job.c.principal == principal)
     return stmt
 
 
@@ -227,4 +244,6 @@ def to_job(row: Row[Any], tags: tuple[str, ...]) -> Job:
         progress=None if row.progress is None else payload.read_with(decode_progress, row.progress),
         expires_at=row.expires_at,
         signal_key=row.signal_key,
+        signal_wait=row.signal_timeout if isinstance(row.signal_timeout, int | float) else None,
+        principal=row.principal,
     )

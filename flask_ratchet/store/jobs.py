@@ -396,6 +396,10 @@ class Jobs:
         """A snapshot of one job, or ``None``."""
         return job_reads.get_job(conn, job_id)
 
+    def get_jobs(self, conn: Connection, ids: list[uuid.UUID]) -> list[Job]:
+        """Snapshots of the jobs ``ids`` names that exist, in id order."""
+        return job_reads.get_jobs(conn, ids)
+
     def find_jobs(
         self, conn: Connection, where: JobFilter, limit: int, cursor: str | None
     ) -> Page[Job]:

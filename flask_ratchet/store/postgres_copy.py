@@ -38,6 +38,7 @@ SUBMITTED_COLUMNS = (
     ("idempotency_key", "text"), ("business_key", "text"), ("depends_on", "uuid"),
     ("recurring_id", "text"), ("fire_time", "timestamptz"), ("batch_id", "uuid"),
     ("follow_up", "bool"), ("callbacks", "text"), ("trace_context", "text"),
+    ("principal", "text"),
 )  # fmt: skip
 _JOB = (
     f"COPY ratchet_job ({', '.join(c for c, _ in SUBMITTED_COLUMNS)}, created_at, first_due_at, "

@@ -26,9 +26,10 @@ from sqlalchemy.engine import Connection, Row
 
 from .. import payload
 from ..cron import CronError, next_fire, zone_info
+from ..errors import UnreadableJob
 from ..ids import uuid7
 from ..options import JobOptions
-from ..payload import Unreadable
+from ..payload import Sealed, Unreadable
 from ..recurring import (
     Misfire,
     RecurringDefinition,
@@ -40,6 +41,7 @@ from ..recurring import (
 )
 from ..retry import first_line
 from ..schema import recurring
+from ..sealing import MASTER_PAYLOAD, NO_KEYS, Keyring, is_sealed, master_binding
 from .dialect import Dialect
 from .jobs import Jobs
 from .types import Fired, FirePass, NewJob
@@ -66,13 +68,15 @@ class Recurring:
 
     # -- registration --------------------------------------------------------------------------
 
-    def register(self, conn: Connection, d: RecurringDefinition) -> tuple[RecurringJob, bool]:
+    def register(
+        self, conn: Connection, d: RecurringDefinition, keyring: Keyring = NO_KEYS
+    ) -> tuple[RecurringJob, bool]:
         """Create or update the master ``d.id``; return it and whether anything changed.
 
         The same definition again changes nothing (``next_fire`` is kept). A changed cron or
         zone recomputes ``next_fire`` from now; other changes (task, arguments, options, name,
         misfire policy) keep it. A CANCELED master is replaced by a new, active one. A PAUSED one
-        stays paused.
+        stays paused. An encrypted master's arguments are sealed with ``keyring``.
         """
         now = self.dialect.now(conn)
         values = {
@@ -80,7 +84,7 @@ class Recurring:
             "task": d.task,
             "cron": d.cron,
             "zone": d.zone,
-            "payload": d.payload,
+            "payload": _stored_payload(d, keyring, None),
             "options": d.options_json(),
             "misfire": str(d.misfire),
         }
@@ -103,6 +107,7 @@ class Recurring:
         row = conn.execute(
             sa.select(recurring).where(recurring.c.recurring_id == d.id).with_for_update()
         ).one()
+        values["payload"] = _stored_payload(d, keyring, row.payload)
         changes: dict[str, Any]
         # A status ratchet never writes (a row written by hand) is replaced like CANCELED: no
         # operation could ever move it, and the id would be lost for good.
@@ -126,12 +131,17 @@ class Recurring:
     # -- firing --------------------------------------------------------------------------------
 
     def fire_due(
-        self, conn: Connection, threshold: timedelta, disabled: Sequence[str] = ()
+        self,
+        conn: Connection,
+        threshold: timedelta,
+        disabled: Sequence[str] = (),
+        keyring: Keyring = NO_KEYS,
     ) -> FirePass:
         """Create the children of every due, active master and advance its ``next_fire``.
 
         Run inside a write transaction of its own (``store.begin``); masters another firer holds
-        are skipped, not waited for.
+        are skipped, not waited for. An encrypted master's arguments are opened with
+        ``keyring`` and sealed again for each child.
         """
         now = self.dialect.now(conn)
         enabled = _enabled(disabled)
@@ -148,11 +158,11 @@ class Recurring:
         ).all()
         fired: list[Fired] = []
         for row in due:
-            readable = _fireable(self._to_job(row))
+            readable = _fireable(self._to_job(row), row, keyring)
             if isinstance(readable, str):
                 self._set_aside(conn, row, now, readable)
                 continue
-            misfire, options = readable
+            misfire, options, call = readable
             try:
                 fires, upcoming = plan_fires(
                     row.cron,
@@ -182,7 +192,10 @@ class Recurring:
             if advanced.rowcount != 1:
                 continue  # another firer advanced it first: its children exist
             child = _child(row, options)
-            children = [replace(child, job_id=uuid7(), fire_time=t) for t in fires]
+            children = [
+                _sealed_as(replace(child, job_id=uuid7(), fire_time=t), call, keyring)
+                for t in fires
+            ]
             if children and not self._insert_children(conn, row.recurring_id, children):
                 continue
             fired += [
@@ -261,10 +274,11 @@ class Recurring:
         )
         return paused.rowcount == 1 or self._status(conn, recurring_id) == RecurringStatus.PAUSED
 
-    def resume(self, conn: Connection, recurring_id: str) -> bool:
+    def resume(self, conn: Connection, recurring_id: str, keyring: Keyring = NO_KEYS) -> bool:
         """PAUSED → ACTIVE, next due at the first occurrence after now (no catch-up).
 
-        A master that could not be fired (a column ratchet never writes) is not resumed.
+        A master that could not be fired (a column ratchet never writes, or sealed arguments
+        ``keyring`` cannot open) is not resumed.
         """
         row = conn.execute(
             sa.select(recurring)
@@ -274,7 +288,7 @@ class Recurring:
             )
             .with_for_update()
         ).first()
-        if row is None or isinstance(_fireable(self._to_job(row)), str):
+        if row is None or isinstance(_fireable(self._to_job(row), row, keyring), str):
             return False
         now = self.dialect.now(conn)
         try:
@@ -299,7 +313,9 @@ class Recurring:
         )
         return canceled.rowcount == 1
 
-    def run_now(self, conn: Connection, recurring_id: str) -> uuid.UUID | None:
+    def run_now(
+        self, conn: Connection, recurring_id: str, keyring: Keyring = NO_KEYS
+    ) -> uuid.UUID | None:
         """Create one extra child of an ACTIVE or PAUSED master, due now, outside its schedule
         (its ``fire_time`` is empty). ``None`` if there is no such master, or if it cannot be
         fired (a column ratchet never writes)."""
@@ -310,10 +326,11 @@ class Recurring:
         ).first()
         if row is None:
             return None
-        readable = _fireable(self._to_job(row))
+        readable = _fireable(self._to_job(row), row, keyring)
         if isinstance(readable, str):
             return None
-        (inserted,) = self.jobs.insert_jobs(conn, [_child(row, readable[1])])
+        _, options, call = readable
+        (inserted,) = self.jobs.insert_jobs(conn, [_sealed_as(_child(row, options), call, keyring)])
         return inserted.job_id
 
     # -- reads ---------------------------------------------------------------------------------
@@ -394,16 +411,55 @@ def _child(row: Row[Any], options: JobOptions) -> NewJob:
     )
 
 
-def _fireable(master: RecurringJob) -> tuple[Misfire, JobOptions] | str:
-    """What firing a master needs beyond its schedule (its misfire policy and its children's
-    options), or why it cannot be fired as stored, naming the column."""
-    if isinstance(master.args, Unreadable):
+def _fireable(
+    master: RecurringJob, row: Row[Any], keyring: Keyring
+) -> tuple[Misfire, JobOptions, str | None] | str:
+    """What firing a master needs beyond its schedule (its misfire policy, its children's
+    options, and its arguments in the clear if they are sealed), or why it cannot be fired as
+    stored, naming the column (a sealed one included, whose key ``keyring`` lacks)."""
+    call = None
+    if isinstance(master.args, Sealed):
+        try:
+            call = keyring.open(row.payload, master_binding(row.recurring_id), MASTER_PAYLOAD)
+        except UnreadableJob as exc:
+            return str(exc)
+        args, _ = payload.read_call(call)
+        if isinstance(args, Unreadable):
+            return args.reason
+    elif isinstance(master.args, Unreadable):
         return master.args.reason
     if isinstance(master.misfire, Unreadable):
         return master.misfire.reason
     if isinstance(master.options, Unreadable):
         return master.options.reason
-    return master.misfire, master.options
+    return master.misfire, master.options, call
+
+
+def _sealed_as(child: NewJob, call: str | None, keyring: Keyring) -> NewJob:
+    """``child`` with its own sealed copy of its master's arguments (``call``, the clear text
+    of a sealed master's); as it is for a master in the clear."""
+    if call is None:
+        return child
+    child.payload = keyring.seal(call, child.job_id, "payload")
+    return child
+
+
+def _stored_payload(d: RecurringDefinition, keyring: Keyring, stored: str | None) -> str:
+    """What master ``d``'s payload column holds: its arguments, sealed if it is encrypted;
+    the ``stored`` text itself when it opens to them (registered again, nothing changes).
+
+    :raises ConfigError: for an encrypted master in an app without a current key.
+    """
+    if not d.encrypt:
+        return d.payload
+    binding = master_binding(d.id)
+    if stored is not None and is_sealed(stored):
+        try:
+            if keyring.open(stored, binding, MASTER_PAYLOAD) == d.payload:
+                return stored
+        except UnreadableJob:
+            pass  # sealed with a key that is gone: sealed again with the current one
+    return keyring.seal(d.payload, binding, MASTER_PAYLOAD)
 
 
 def _schedule_damage(row: Row[Any], exc: Exception) -> str:

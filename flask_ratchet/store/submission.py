@@ -160,6 +160,7 @@ def job_values(new: NewJob) -> dict[str, Any]:
         "follow_up": new.follow_up,
         "callbacks": new.callbacks,
         "trace_context": new.trace_context,
+        "principal": new.principal,
     }
 
 

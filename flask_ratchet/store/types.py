@@ -51,6 +51,8 @@ class NewJob:
     expires_at: datetime | None = None
     #: The job awaits this signal key, each wait lasting so many seconds (WAITING, states.py).
     signal: tuple[str, float] | None = None
+    #: Who submitted it (``RATCHET_PRINCIPAL``), as the host app names them.
+    principal: str | None = None
 
     def due(self, now: datetime) -> datetime:
         """When the job is due, ``now`` being the database's time of its submission."""
@@ -135,6 +137,8 @@ class JobFilter:
     batch_id: uuid.UUID | None = None
     ended_after: datetime | None = None
     ended_before: datetime | None = None
+    #: The jobs this principal submitted.
+    principal: str | None = None
 
 
 class Outcome(StrEnum):

@@ -5,6 +5,7 @@ hold no clear text), bound to their job and column, key rotation, and bad settin
 from __future__ import annotations
 
 import base64
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -12,9 +13,10 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
-from flask_ratchet.errors import ConfigError
+from flask_ratchet.errors import ConfigError, InvalidOption
+from flask_ratchet.maintenance.recurring import RecurringFirer
 from flask_ratchet.payload import Sealed, Unreadable
-from flask_ratchet.schema import job, metadata
+from flask_ratchet.schema import job, metadata, recurring
 from flask_ratchet.sealing import PREFIX
 from flask_ratchet.testing import run_jobs
 from tests.apps import add, approve, create_app, db, greet_privately, ratchet
@@ -26,6 +28,7 @@ from tests.flow_tasks import (
     is_big,
     produce,
 )
+from tests.integration.helpers import count
 from tests.integration.test_flows import noted, work
 
 OLD = base64.b64encode(b"o" * 32).decode()
@@ -281,3 +284,48 @@ def test_a_bulk_delivery_seals_each_encrypted_jobs_payload(sealed_app: Flask) ->
     assert MARKER in stored(ids[1], "signal_payload")  # a job not encrypted: in the clear
     work(sealed_app)
     assert [ratchet.get_job(i).result["signal"] for i in ids] == [{"who": MARKER}] * 2  # type: ignore[union-attr]
+
+
+def test_a_recurring_master_and_its_children_are_sealed(sealed_app: Flask) -> None:
+    runtime = ratchet.runtime
+    master = ratchet.schedule_recurring("@every 1s", "UTC", greet_privately, MARKER).submit()
+    assert isinstance(master.args, Sealed)  # the store's snapshot: sealed as stored
+    assert ratchet.get_recurring(master.id).args == [MARKER]  # type: ignore[union-attr]
+    again = ratchet.schedule_recurring("@every 1s", "UTC", greet_privately, MARKER).build()
+    with runtime.store.begin(runtime.engine) as conn:  # the same definition changes nothing
+        assert runtime.store.recurring.register(conn, again, runtime.keyring)[1] is False
+    handle = ratchet.run_recurring_now(master.id)
+    assert handle is not None
+    child = handle.id
+    assert stored(child, "payload").startswith(f"{PREFIX}old:")
+    with runtime.store.begin(runtime.engine) as conn:
+        conn.execute(sa.update(recurring).values(next_fire=runtime.store.now(conn)))
+    firer = RecurringFirer(
+        runtime.store, runtime.engine, runtime.config, threading.Event(), keyring=runtime.keyring
+    )
+    (fired,) = firer.fire_pass().fired
+    work(sealed_app)
+    assert MARKER not in every_stored_text()
+    results = [ratchet.get_job(i).result for i in (child, fired.job_id)]  # type: ignore[union-attr]
+    assert results == [f"hello {MARKER}"] * 2
+
+
+def test_an_encrypted_recurring_master_a_worker_cannot_open_is_set_aside(
+    sealed_app: Flask,
+) -> None:
+    runtime = ratchet.runtime
+    master = ratchet.schedule_recurring("@every 1s", "UTC", greet_privately, MARKER).submit()
+    with runtime.store.begin(runtime.engine) as conn:
+        conn.execute(sa.update(recurring).values(next_fire=runtime.store.now(conn)))
+    keyless = RecurringFirer(runtime.store, runtime.engine, runtime.config, threading.Event())
+    assert keyless.fire_pass().fired == []
+    paused = ratchet.get_recurring(master.id)
+    assert paused is not None and paused.status == "PAUSED"
+    assert count("ratchet_job") == 0
+
+
+def test_an_encrypted_recurring_master_refuses_params(sealed_app: Flask) -> None:
+    builder = ratchet.schedule_recurring("@every 1s", "UTC", greet_privately, "x")
+    with pytest.raises(InvalidOption, match="params would be stored in the clear"):
+        builder.with_param("owner", MARKER).submit()
+    assert count("ratchet_recurring") == 0

@@ -151,6 +151,19 @@ def test_a_waiting_job_can_be_canceled(app: Flask) -> None:
     assert ratchet.deliver_signal("never") == 0
 
 
+def test_a_waiting_jobs_replacement_waits_for_the_same_signal(app: Flask) -> None:
+    old = waiting("first", "replace-me", timeout=600)
+    new = ratchet.replace(old, 0, approve, "second").id
+    assert status(old) == JobStatus.CANCELED and status(new) == JobStatus.WAITING
+    found = ratchet.get_job(new)
+    assert found is not None and (found.signal_key, found.signal_wait) == ("replace-me", 600)
+    work(app)
+    assert count("run") == 0
+    assert ratchet.deliver_signal("replace-me") == 1
+    work(app)
+    assert ratchet.get_job(new).result == {"name": "second", "signal": None}  # type: ignore[union-attr]
+
+
 def test_a_signal_in_a_rolled_back_request_changes_nothing(database_url: str) -> None:
     app = create_app(database_url)
 

@@ -1,0 +1,157 @@
+"""Who submitted a job, and who may see it, on every database: ``RATCHET_PRINCIPAL`` is written
+into each job and filters lists; ``RATCHET_AUTHORIZE`` refuses a create before anything is
+written and hides another tenant's jobs from reads, operations, bulk operations and the
+console."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from flask import Flask, has_request_context, request
+
+from flask_ratchet import Job, JobNotAuthorized, JobNotFound, JobStatus
+from flask_ratchet.errors import ConfigError
+from tests.apps import add, approve, create_app, db, ratchet
+from tests.integration.helpers import count
+from tests.integration.test_console import Console
+from tests.integration.test_flows import work
+
+#: Who the test is acting as, outside a request (inside one: the ``X-User`` header).
+acting: dict[str, str | None] = {"as": None}
+
+
+def who() -> str | None:
+    if has_request_context():
+        return request.headers.get("X-User")
+    return acting["as"]
+
+
+def tenant(principal: str | None) -> str | None:
+    return None if principal is None else principal.partition("@")[2]
+
+
+def same_tenant(principal: str | None, operation: str, job: Job) -> bool:
+    """The policy: nobody named (the app itself) may do anything; mallory may create nothing;
+    everyone else sees and changes their own tenant's jobs only."""
+    if principal is None:
+        return True
+    if operation == "create":
+        return principal != "mallory@t3"
+    return tenant(principal) == tenant(job.principal)
+
+
+@pytest.fixture
+def tenants(database_url: str) -> Iterator[Flask]:
+    app = create_app(database_url, RATCHET_PRINCIPAL=who, RATCHET_AUTHORIZE=same_tenant)
+    with app.app_context():
+        app.extensions["ratchet"].ensure_schema()
+        yield app
+        acting["as"] = None
+        db.session.remove()
+        db.engine.dispose()
+
+
+def submitted_as(principal: str | None, *builders: Any) -> list[uuid.UUID]:
+    acting["as"] = principal
+    try:
+        return [h.id for h in ratchet.enqueue_many(builders)]
+    finally:
+        acting["as"] = None
+
+
+def test_the_principal_is_written_into_each_job_and_filters_lists(tenants: Flask) -> None:
+    alice = submitted_as("alice@t1", ratchet.enqueue(add, 1, 1), ratchet.enqueue(add, 2, 2))
+    (bob,) = submitted_as("bob@t2", ratchet.enqueue(add, 3, 3))
+    (anon,) = submitted_as(None, ratchet.enqueue(add, 4, 4))
+    assert [ratchet.get_job(i).principal for i in (*alice, bob, anon)] == [  # type: ignore[union-attr]
+        "alice@t1",
+        "alice@t1",
+        "bob@t2",
+        None,
+    ]
+    assert [j.id for j in ratchet.find_jobs(principal="alice@t1").items] == alice[::-1]
+    listed = tenants.test_cli_runner().invoke(
+        args=["ratchet", "jobs", "list", "--principal", "bob@t2"]
+    )
+    assert (
+        listed.exit_code == 0 and str(bob) in listed.output and str(alice[0]) not in listed.output
+    )
+    page = Console(tenants.test_client()).get("/ratchet/jobs?principal=alice%40t1").text
+    assert all(str(i) in page for i in alice) and str(bob) not in page
+    detail = Console(tenants.test_client()).get(f"/ratchet/jobs/{bob}").text
+    assert "Submitted by" in detail and "bob@t2" in detail
+
+
+def test_a_denied_create_writes_nothing_and_leaves_the_transaction_usable(
+    tenants: Flask,
+) -> None:
+    acting["as"] = "mallory@t3"
+    with pytest.raises(JobNotAuthorized, match="does not let 'mallory@t3' create"):
+        ratchet.enqueue(add, 1, 2).submit()
+    with pytest.raises(JobNotAuthorized):
+        ratchet.enqueue_many([ratchet.enqueue(add, 1, 2), ratchet.enqueue(add, 3, 4)])
+    with pytest.raises(JobNotAuthorized):
+        ratchet.enqueue_batch("refused").add(add, 1, 2).submit()
+    acting["as"] = "alice@t1"
+    kept = ratchet.enqueue(add, 5, 6).submit().id  # the same session goes on
+    db.session.commit()
+    assert count("ratchet_job") == 1 and ratchet.get_job(kept) is not None
+
+
+def test_another_tenants_job_is_invisible_and_unchangeable(tenants: Flask) -> None:
+    (mine,) = submitted_as("bob@t2", ratchet.enqueue(add, 1, 1).with_tags("shared"))
+    theirs = submitted_as(
+        "alice@t1",
+        ratchet.enqueue(add, 2, 2).with_tags("shared"),
+        ratchet.enqueue(approve, "a").await_signal("go", timeout=timedelta(hours=1)),
+    )
+    (waiting_mine,) = submitted_as(
+        "bob@t2", ratchet.enqueue(approve, "b").await_signal("go", timeout=timedelta(hours=1))
+    )
+    acting["as"] = "bob@t2"
+    assert ratchet.get_job(theirs[0]) is None
+    assert [j.id for j in ratchet.find_jobs(tag="shared").items] == [mine]
+    assert [j.id for j in ratchet.find_jobs(limit=1).items] == [waiting_mine]
+    with pytest.raises(JobNotFound):
+        ratchet.wait(theirs[0], timeout=0.1)
+    assert not ratchet.cancel_job(theirs[0]) and not ratchet.pause_job(theirs[0])
+    with pytest.raises(JobNotFound):
+        ratchet.replace(theirs[0], 0, add, 9, 9)
+    assert ratchet.deliver_signal("go") == 1  # only bob's waiting job
+    assert ratchet.cancel_jobs(tag="shared") == 1
+    acting["as"] = None  # the app itself sees every job
+    assert ratchet.get_job(mine).status == JobStatus.CANCELED  # type: ignore[union-attr]
+    assert ratchet.get_job(theirs[0]).status == JobStatus.PENDING  # type: ignore[union-attr]
+    assert ratchet.get_job(theirs[1]).status == JobStatus.WAITING  # type: ignore[union-attr]
+    assert ratchet.get_job(waiting_mine).status == JobStatus.PENDING  # type: ignore[union-attr]
+
+
+def test_the_console_shows_an_operator_only_their_tenants_jobs(tenants: Flask) -> None:
+    (mine,) = submitted_as("bob@t2", ratchet.enqueue(add, 1, 1))
+    (theirs,) = submitted_as("alice@t1", ratchet.enqueue(add, 2, 2))
+    console = Console(tenants.test_client())
+    console.headers["X-User"] = "ops@t2"
+    listed = console.get("/ratchet/jobs").text
+    assert str(mine) in listed and str(theirs) not in listed
+    assert console.get(f"/ratchet/jobs/{theirs}").status_code == 404
+    assert console.get(f"/ratchet/jobs/{mine}").status_code == 200
+    assert console.post(f"/ratchet/jobs/{theirs}/cancel").status_code in (200, 303, 409)
+    done = console.post(
+        "/ratchet/jobs/selected", {"action": "cancel", "job_id": [str(mine), str(theirs)]}
+    )
+    assert done.status_code in (200, 303, 409)
+    work(tenants)
+    assert ratchet.get_job(mine).status == JobStatus.CANCELED  # type: ignore[union-attr]
+    assert ratchet.get_job(theirs).status == JobStatus.SUCCEEDED  # type: ignore[union-attr]
+
+
+def test_a_principal_that_is_no_text_is_a_clear_error(database_url: str) -> None:
+    app = create_app(database_url, RATCHET_PRINCIPAL=lambda: ["not", "a", "name"])
+    with app.app_context(), pytest.raises(ConfigError, match="RATCHET_PRINCIPAL must return"):
+        ratchet.enqueue(add, 1, 2).submit()
+    with pytest.raises(ConfigError, match="RATCHET_AUTHORIZE must be a callable"):
+        create_app(database_url, RATCHET_AUTHORIZE="allow")

@@ -21,7 +21,6 @@ from flask.cli import AppGroup
 from . import migrate, runtime
 from .api import queues, recurring
 from .cli_jobs import cli_user, jobs_cli, signals_cli
-from .config import parse_metrics_address, parse_queues
 from .cron import (
     DIALECT_FIELDS,
     DIALECT_LABELS,
@@ -32,6 +31,7 @@ from .cron import (
     zone_info,
 )
 from .errors import InvalidJobId, InvalidOption, SchemaNotReady
+from .worker_options import parse_metrics_address, parse_queues
 
 if TYPE_CHECKING:
     from .worker.runner import Worker

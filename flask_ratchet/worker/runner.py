@@ -23,12 +23,13 @@ from flask import Flask
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from .. import facts
-from ..config import RatchetConfig, describe_queues
+from ..config import RatchetConfig
 from ..context import CaptureHandler, job_logger
 from ..maintenance.recurring import start_recurring
 from ..resources import DEFAULT_RETRY_DELAY, ResourceLimit
 from ..services import Signal
 from ..store.types import Finished, Outcome
+from ..worker_options import describe_queues
 from .assembly import WorkerOptions, WorkerSettings, assemble
 from .polling import PollingStrategy
 from .runs import Run

@@ -161,6 +161,31 @@ def jobs_new() -> str:
     return render_template("ratchet/_jobs_new.html", n=n, cap=NEW_CAP, args=wanted.args)
 
 
+def _scoped_flow(
+    runtime: Runtime, conn: Connection, flow: reads.batches.JobFlow | None
+) -> reads.batches.JobFlow | None:
+    """``flow`` without the jobs the operator may not read (:mod:`flask_ratchet.api.policy`):
+    such a job and what hangs under it are left out."""
+    if flow is None or not api.policy.active(runtime):
+        return flow
+    nodes: list[reads.batches.FlowNode] = [n for n in (flow.parent, flow.tree) if n is not None]
+    ids: list[uuid.UUID] = [] if flow.batch is None else [flow.batch.id]
+    while nodes:
+        node = nodes.pop()
+        ids.append(node.id)
+        nodes.extend(node.children)
+    shown = set(api.policy.permitted(runtime, conn, "read", ids))
+
+    def pruned(node: reads.batches.FlowNode | None) -> reads.batches.FlowNode | None:
+        if node is None or node.id not in shown:
+            return None
+        kept = [c for c in (pruned(child) for child in node.children) if c is not None]
+        return replace(node, children=kept)
+
+    batch = flow.batch if flow.batch is not None and flow.batch.id in shown else None
+    return replace(flow, batch=batch, parent=pruned(flow.parent), tree=pruned(flow.tree))
+
+
 def job_detail(job_id: str) -> str:
     """One job: facts, arguments, progress, executions, logs, alerts, neighbours, actions, and
     the batch, chain or workflow it is part of."""
@@ -171,7 +196,7 @@ def job_detail(job_id: str) -> str:
         abort(404)
     with runtime.connection() as conn:
         extras = reads.job_detail.job_extras(conn, key)
-        flow = reads.batches.job_flow(conn, key)
+        flow = _scoped_flow(runtime, conn, reads.batches.job_flow(conn, key))
         waits_on = None if flow is None else flow.waits_on
         history = reads.job_detail.job_history(conn, job, extras.executions, waits_on)
     actions = [
@@ -255,7 +280,7 @@ def batch_detail(batch_id: str) -> str:
     with runtime.connection() as conn:
         now = runtime.store.now(conn)
         found = reads.batches.batch_row(conn, key)
-        if found is None:
+        if found is None or not api.policy.may(runtime, conn, "read", key):
             abort(404)
         follow_ups, more_follow_ups = reads.batches.follow_ups(conn, key)
         try:

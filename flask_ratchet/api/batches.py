@@ -326,6 +326,13 @@ class StreamingBatchBuilder(BatchBuilder):
 
 
 def batch_progress(runtime: Runtime, batch_id: uuid.UUID | str) -> BatchProgress | None:
-    """A batch's counts and metrics (``batch_id`` is its parent job's id), or ``None``."""
+    """A batch's counts and metrics (``batch_id`` is its parent job's id), or ``None`` (also
+    for a batch whose parent the principal may not read: :mod:`.policy`)."""
     key = job_id_of(batch_id)
-    return runtime.run(lambda conn: runtime.store.flows.batches.batch_progress(conn, key))
+
+    def read(conn: Connection) -> BatchProgress | None:
+        if not policy.may(runtime, conn, "read", key):
+            return None
+        return runtime.store.flows.batches.batch_progress(conn, key)
+
+    return runtime.run(read)

@@ -116,7 +116,7 @@ def change_matching(
 
     def work(conn: Connection) -> int:
         if dry_run:
-            return store.bulk.count(conn, action, where)
+            return store.bulk.count(conn, action, where, _keep(runtime, action))
         changed = change(store, conn, where, _keep(runtime, action))
         facts.record(conn, [Event(kind, {"count": changed, "filter": shown})])
         store.cluster.record_audit(

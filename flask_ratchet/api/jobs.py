@@ -146,12 +146,14 @@ def replace(
         old = opened(found, runtime.keyring)  # its params, to keep them
         if not isinstance(old.status, JobStatus) or not allowed(Action.CANCEL, old.status):
             raise IllegalTransition(
-                f"job {key} is {old.status}: only PENDING, PAUSED or RUNNING jobs can be replaced"
+                f"job {key} is {old.status}: only PENDING, WAITING, PAUSED or RUNNING jobs can be "
+                "replaced"
             )
         wait = seconds("delay", delay)
         sealed = isinstance(found.args, Sealed)  # an encrypted job's replacement is too
         new = replacement_builder(runtime, old, fn, args, kwargs, wait, encrypt=sealed).build()
-        policy.stamp(runtime, [new])
+        policy.stamp(runtime, [new])  # the caller may create it…
+        new.principal = old.principal  # …in the name of whoever submitted the old one
         if not store.jobs.cancel(conn, key):  # the swap: lost if the job just ended
             raise IllegalTransition(f"job {key} ended while it was being replaced")
         (inserted,) = store.jobs.insert_jobs(conn, [new])
@@ -163,17 +165,27 @@ def replace(
 
 def logs(runtime: Runtime, job_id: uuid.UUID | str, limit: int) -> list[Any]:
     """The first ``limit`` log lines of one job, oldest first, as stored (not masked): rows
-    with ``logged_at``, ``attempt``, ``level`` and ``message``."""
+    with ``logged_at``, ``attempt``, ``level`` and ``message``; none for a job the principal
+    may not read (:mod:`.policy`)."""
     key = job_id_of(job_id)
-    return runtime.run(lambda conn: runtime.store.executions.logs(conn, key, limit))
+
+    def read(conn: Connection) -> list[Any]:
+        if not policy.may(runtime, conn, "read", key):
+            return []
+        return runtime.store.executions.logs(conn, key, limit)
+
+    return runtime.run(read)
 
 
-def get(runtime: Runtime, job_id: uuid.UUID | str, *, decrypt: bool = True) -> Job | None:
-    """A snapshot of one job, or ``None`` if there is no such job; its encrypted columns
-    opened unless ``decrypt`` is false (the console's reads: it never shows them)."""
+def get(
+    runtime: Runtime, job_id: uuid.UUID | str, *, decrypt: bool = True, scoped: bool = True
+) -> Job | None:
+    """A snapshot of one job, or ``None`` if there is no such job (or, ``scoped``, the
+    principal may not read it: :mod:`.policy`); its encrypted columns opened unless
+    ``decrypt`` is false (the console's reads: it never shows them)."""
     key = job_id_of(job_id)
     found = runtime.run(lambda conn: runtime.store.jobs.get_job(conn, key))
-    if found is None or not policy.allows(runtime, "read", found):
+    if found is None or (scoped and not policy.allows(runtime, "read", found)):
         return None
     return opened(found, runtime.keyring) if decrypt else found
 
@@ -183,9 +195,11 @@ def find(
     *,
     limit: int = 50,
     cursor: str | None = None,
+    scoped: bool = True,
     **filters: Unpack[JobFilters],
 ) -> Page[Job]:
-    """Jobs matching every given filter, newest first, a page at a time.
+    """Jobs matching every given filter, newest first, a page at a time; ``scoped``: only
+    those the principal may read (:mod:`.policy`), the app's own reads (the testing kit) not.
 
     :raises ValueError: for a limit out of range or a bad filter (see :func:`job_filter`).
     """
@@ -197,7 +211,7 @@ def find(
         return runtime.run(lambda conn: runtime.store.jobs.find_jobs(conn, where, limit, after))
 
     page = read(cursor)
-    if policy.active(runtime):
+    if scoped and policy.active(runtime):
         page = _visible_page(runtime, read, limit, page)
     return dataclasses.replace(page, items=[opened(j, runtime.keyring) for j in page.items])
 
@@ -266,6 +280,9 @@ def job_filter(runtime: Runtime, **filters: Unpack[JobFilters]) -> JobFilter:
         if value is not None and not isinstance(value, datetime):
             raise ValueError(f"{name} must be a datetime, got {value!r}")
     task = filters.get("task")
+    principal = filters.get("principal")
+    if principal is not None and not isinstance(principal, str):
+        raise ValueError(f"principal must be a text, got {principal!r}")
     task_name = (
         task
         if task is None or isinstance(task, str)
@@ -283,7 +300,7 @@ def job_filter(runtime: Runtime, **filters: Unpack[JobFilters]) -> JobFilter:
         None if batch is None else job_id_of(batch),
         filters.get("ended_after"),
         filters.get("ended_before"),
-        filters.get("principal"),
+        principal,
     )
 
 

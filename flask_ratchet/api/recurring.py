@@ -19,14 +19,18 @@ from ..context import required_arguments
 from ..cron import CronError, interval_expression
 from ..cron import normalize as cron_normalize
 from ..cron import validate as cron_validate
-from ..errors import InvalidOption
+from ..errors import ConfigError, InvalidOption
+from ..ids import uuid7
 from ..options import JobOptions, validate_key, validate_options
+from ..payload import Unreadable
 from ..recurring import Misfire, RecurringDefinition, RecurringJob, misfire_policy, opened
 from ..registry import Task, TaskRegistry, check_registrable, default_name, has_top_level_name
 from ..retry import retry_rules
 from ..routes import routed
 from ..runtime import Runtime
 from ..store import Recurring
+from ..store.types import NewJob
+from . import policy
 from .submit import OptionsBuilder
 
 
@@ -125,6 +129,11 @@ def declared_masters(runtime: Runtime) -> list[RecurringDefinition]:
         if task is None or "queue" not in task.explicit:  # RATCHET_ROUTES, as at enqueue
             options = routed(config.routes, definition.task, options)
         sealed = config.encrypt_all or (task is not None and task.encrypt)
+        if sealed and options.params:
+            raise ConfigError(
+                f"recurring job {definition.id} is encrypted, and its params would be stored "
+                "in the clear with its options: remove params= from @ratchet.recurring"
+            )
         masters.append(replace(definition, options=options, encrypt=sealed))
     return masters
 
@@ -161,8 +170,18 @@ def run_now(runtime: Runtime, recurring_id: str) -> uuid.UUID | None:
     there is no such master."""
     key = validate_key("id", recurring_id)
     store = runtime.store.recurring
+    who = None
+    if policy.active(runtime) or runtime.config.principal is not None:
+        master = get(runtime, key)
+        if master is None or isinstance(master.options, Unreadable):
+            return None  # no such master, or one that cannot be fired
+        if isinstance(master.args, Unreadable) or isinstance(master.kwargs, Unreadable):
+            return None
+        call = payload.dumps({"args": master.args, "kwargs": master.kwargs})
+        who = _may_create(runtime, master.task, call, master.options)
     return runtime.write_jobs(
-        lambda conn: store.run_now(conn, key, runtime.keyring), wake=lambda made: made is not None
+        lambda conn: store.run_now(conn, key, runtime.keyring, principal=who),
+        wake=lambda made: made is not None,
     )
 
 
@@ -266,6 +285,7 @@ class RecurringJobBuilder(OptionsBuilder):
         return it. The same definition again changes nothing (see
         :meth:`flask_ratchet.store.recurring.Recurring.register`)."""
         definition = self.build()
+        _may_create(self._runtime, definition.task, definition.payload, definition.options)
         store, keyring = self._runtime.store.recurring, self._runtime.keyring
         return self._runtime.run(
             lambda conn: store.register(conn, definition, keyring)[0], atomic=True
@@ -287,3 +307,15 @@ def make_recurring_builder(
     task = runtime.registry.for_submit(target, runtime.config.allowed_modules)
     text = payload.encode_arguments(task.name, args, kwargs, runtime.config.max_payload_bytes)
     return RecurringJobBuilder(runtime, task, text, cron_normalize(expr), zone)
+
+
+def _may_create(runtime: Runtime, task: str, call: str, options: JobOptions) -> str | None:
+    """Ask the policy (:mod:`.policy`) whether the principal may create a child of a master
+    that runs ``task`` with the clear arguments ``call`` and ``options``; who is asking.
+
+    :raises JobNotAuthorized: if not; nothing is written.
+    """
+    params = payload.dumps(options.params) if options.params else None
+    child = NewJob(uuid7(), task, call, params, options)
+    policy.stamp(runtime, [child])
+    return child.principal

@@ -14,7 +14,7 @@ end sets off (a batch's counts, dependents, callbacks) is set off as for one job
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -61,11 +61,18 @@ class Bulk:
         self.dialect = jobs.dialect
         self.flows = jobs.flows
 
-    def count(self, conn: Connection, action: str, where: JobFilter) -> int:
-        """How many jobs ``action`` would change now (a dry run)."""
+    def count(self, conn: Connection, action: str, where: JobFilter, keep: Keep = None) -> int:
+        """How many jobs ``action`` would change now (a dry run); with ``keep``, counted a
+        chunk at a time through it."""
         statuses = _among(action, where)
         if not statuses:
             return 0
+        if keep is not None:
+            return sum(
+                len(keep(conn, ids[i : i + BULK_CHUNK]))
+                for ids in _matching_ids(conn, statuses, where)
+                for i in range(0, len(ids), BULK_CHUNK)
+            )
         stmt = sa.select(sa.func.count()).select_from(_matching(where, statuses).subquery())
         return int(conn.execute(stmt).scalar_one())
 
@@ -121,29 +128,14 @@ class Bulk:
         change: Callable[[Connection, list[uuid.UUID]], list[uuid.UUID]] | None = None,
         keep: Keep = None,
     ) -> int:
-        statuses = _among(action, where)
-        live = frozenset(s for s in statuses if s in LIVE)
-        # Ended jobs one status at a time: the index on (terminal_status, job_id) then reads
-        # each chunk in id order, where several statuses at once are read whole and sorted.
-        passes = ([live] if live else []) + [frozenset({s}) for s in sorted(statuses - live)]
         changed = 0
-        for among in passes:
-            after: uuid.UUID | None = None
-            while True:
-                stmt = _matching(where, among)
-                if after is not None:
-                    stmt = stmt.where(job.c.job_id < after)
-                newest = stmt.order_by(job.c.job_id.desc()).limit(BULK_CHUNK * READ_AHEAD)
-                ids: list[uuid.UUID] = list(conn.execute(newest).scalars())
-                if not ids:
-                    break
-                if change is None:
-                    changed += len(self.change_listed(conn, action, ids, keep))
-                else:
-                    for i in range(0, len(ids), BULK_CHUNK):
-                        part = ids[i : i + BULK_CHUNK]
-                        changed += len(change(conn, part if keep is None else keep(conn, part)))
-                after = ids[-1]
+        for ids in _matching_ids(conn, _among(action, where), where):
+            if change is None:
+                changed += len(self.change_listed(conn, action, ids, keep))
+            else:
+                for i in range(0, len(ids), BULK_CHUNK):
+                    part = ids[i : i + BULK_CHUNK]
+                    changed += len(change(conn, part if keep is None else keep(conn, part)))
         return changed
 
     @property
@@ -167,6 +159,29 @@ class Bulk:
 
     def _delete(self, conn: Connection, ids: list[uuid.UUID]) -> list[uuid.UUID]:
         return self.jobs.delete_ended_many(conn, ids)
+
+
+def _matching_ids(
+    conn: Connection, statuses: frozenset[JobStatus], where: JobFilter
+) -> Iterator[list[uuid.UUID]]:
+    """The ids of the jobs matching ``where`` in one of ``statuses``, newest first, a few
+    chunks at a time (keyset by id, so that a job is read once)."""
+    live = frozenset(s for s in statuses if s in LIVE)
+    # Ended jobs one status at a time: the index on (terminal_status, job_id) then reads
+    # each chunk in id order, where several statuses at once are read whole and sorted.
+    passes = ([live] if live else []) + [frozenset({s}) for s in sorted(statuses - live)]
+    for among in passes:
+        after: uuid.UUID | None = None
+        while True:
+            stmt = _matching(where, among)
+            if after is not None:
+                stmt = stmt.where(job.c.job_id < after)
+            newest = stmt.order_by(job.c.job_id.desc()).limit(BULK_CHUNK * READ_AHEAD)
+            ids: list[uuid.UUID] = list(conn.execute(newest).scalars())
+            if not ids:
+                break
+            yield ids
+            after = ids[-1]
 
 
 def _among(action: str, where: JobFilter) -> frozenset[JobStatus]:

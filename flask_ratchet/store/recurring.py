@@ -314,7 +314,11 @@ class Recurring:
         return canceled.rowcount == 1
 
     def run_now(
-        self, conn: Connection, recurring_id: str, keyring: Keyring = NO_KEYS
+        self,
+        conn: Connection,
+        recurring_id: str,
+        keyring: Keyring = NO_KEYS,
+        principal: str | None = None,
     ) -> uuid.UUID | None:
         """Create one extra child of an ACTIVE or PAUSED master, due now, outside its schedule
         (its ``fire_time`` is empty). ``None`` if there is no such master, or if it cannot be
@@ -330,7 +334,9 @@ class Recurring:
         if isinstance(readable, str):
             return None
         _, options, call = readable
-        (inserted,) = self.jobs.insert_jobs(conn, [_sealed_as(_child(row, options), call, keyring)])
+        child = _sealed_as(_child(row, options), call, keyring)
+        child.principal = principal  # whoever asked for it, as for any job they submit
+        (inserted,) = self.jobs.insert_jobs(conn, [child])
         return inserted.job_id
 
     # -- reads ---------------------------------------------------------------------------------

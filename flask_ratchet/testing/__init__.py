@@ -134,7 +134,9 @@ def enqueued_jobs(
     out: list[Job] = []
     cursor: str | None = None
     while True:
-        page = find(runtime, status=status, task=task, queue=queue, limit=500, cursor=cursor)
+        page = find(
+            runtime, status=status, task=task, queue=queue, limit=500, cursor=cursor, scoped=False
+        )
         out.extend(page.items)
         cursor = page.next_cursor
         if cursor is None:

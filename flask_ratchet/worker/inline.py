@@ -118,7 +118,7 @@ class InlineRunner:
                 if done.failure is not None:
                     raise done.failure
                 # An error that is no exception of this process (an unreadable row): the job.
-                ended = get(self.runtime, done.job_id)
+                ended = get(self.runtime, done.job_id, scoped=False)
                 if ended is None:  # deleted meanwhile (a callback of its own)
                     raise JobNotFound(f"job {done.job_id} failed and is gone")
                 raise JobFailed(ended)

@@ -15,7 +15,9 @@ from flask import Flask
 from flask_ratchet import JobStatus
 from flask_ratchet.errors import ConfigError, InvalidOption
 from flask_ratchet.maintenance.recurring import RecurringFirer
+from flask_ratchet.options import JobOptions
 from flask_ratchet.payload import Sealed, Unreadable
+from flask_ratchet.recurring import Misfire, RecurringDefinition
 from flask_ratchet.schema import job, metadata, recurring
 from flask_ratchet.sealing import PREFIX
 from flask_ratchet.testing import run_jobs
@@ -329,3 +331,23 @@ def test_an_encrypted_recurring_master_refuses_params(sealed_app: Flask) -> None
     with pytest.raises(InvalidOption, match="params would be stored in the clear"):
         builder.with_param("owner", MARKER).submit()
     assert count("ratchet_recurring") == 0
+
+
+def test_a_declared_encrypted_master_with_params_is_refused(database_url: str) -> None:
+    app = keyed(database_url, {"old": OLD}, "old", RATCHET_ENCRYPT_ALL=True)
+    definitions = ratchet.recurring_definitions  # shared by every app of this extension
+    definitions["params-in-clear"] = RecurringDefinition(
+        id="params-in-clear",
+        name="params-in-clear",
+        task="tests.apps:not_registered",  # its definition's options, not a task's
+        cron="@every 1h",
+        zone="UTC",
+        payload='{"args":[],"kwargs":{}}',
+        options=JobOptions(params={"owner": MARKER}),
+        misfire=Misfire.FIRE_ONCE,
+    )
+    try:
+        with app.app_context(), pytest.raises(ConfigError, match="params would be stored"):
+            ratchet.register_recurring()
+    finally:
+        del definitions["params-in-clear"]

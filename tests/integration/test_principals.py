@@ -155,3 +155,44 @@ def test_a_principal_that_is_no_text_is_a_clear_error(database_url: str) -> None
         ratchet.enqueue(add, 1, 2).submit()
     with pytest.raises(ConfigError, match="RATCHET_AUTHORIZE must be a callable"):
         create_app(database_url, RATCHET_AUTHORIZE="allow")
+
+
+def test_recurring_jobs_ask_for_create_and_a_run_now_child_is_the_callers(
+    tenants: Flask,
+) -> None:
+    acting["as"] = "mallory@t3"
+    with pytest.raises(JobNotAuthorized):
+        ratchet.schedule_recurring("@every 1h", "UTC", add, 1, 2).submit()
+    assert count("ratchet_recurring") == 0
+    acting["as"] = None
+    master = ratchet.schedule_recurring("@every 1h", "UTC", add, 1, 2).submit()
+    acting["as"] = "mallory@t3"
+    with pytest.raises(JobNotAuthorized):
+        ratchet.run_recurring_now(master.id)
+    assert count("ratchet_job") == 0
+    acting["as"] = "bob@t2"
+    child = ratchet.run_recurring_now(master.id)
+    assert child is not None and ratchet.get_job(child.id).principal == "bob@t2"  # type: ignore[union-attr]
+
+
+def test_a_replacement_keeps_the_principal_and_hidden_batches_logs_and_counts_stay_hidden(
+    tenants: Flask,
+) -> None:
+    (bobs,) = submitted_as("bob@t2", ratchet.enqueue(add, 1, 1).with_tags("t"))
+    new = ratchet.replace(bobs, 0, add, 2, 2).id  # by the app itself
+    assert ratchet.get_job(new).principal == "bob@t2"  # type: ignore[union-attr]
+    acting["as"] = "alice@t1"
+    batch = ratchet.enqueue_batch("alices")
+    batch.add(add, 3, 3)
+    parent = batch.submit().id
+    acting["as"] = "bob@t2"
+    assert ratchet.batch_progress(parent) is None
+    assert ratchet.get_job(new) is not None
+    runner = tenants.test_cli_runner()
+    dry = runner.invoke(args=["ratchet", "jobs", "cancel", "--task", "tests.apps:add", "--dry-run"])
+    assert dry.exit_code == 0 and "1 job would be canceled" in dry.output, dry.output
+    console = Console(tenants.test_client())
+    console.headers["X-User"] = "ops@t2"
+    assert console.get(f"/ratchet/batches/{parent}").status_code == 404
+    console.headers["X-User"] = "ops@t1"
+    assert console.get(f"/ratchet/batches/{parent}").status_code == 200

@@ -12,10 +12,12 @@ STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 JOBS ?= 4
 
 # Debian packages the tests use, installed once: MariaDB's client headers (mysqlclient builds on
-# them) and Chromium with its driver (the console's browser test). The demo needs none.
+# them), Chromium with its driver (the console's browser test) and PgBouncer (the tests start
+# one in front of PostgreSQL). The demo needs none.
 system-deps:
 	@dpkg -s libmariadb-dev >/dev/null 2>&1 || (apt-get update && apt-get install -y libmariadb-dev)
 	@test -x /usr/bin/chromedriver || (apt-get update && apt-get install -y chromium chromium-driver)
+	@test -x /usr/sbin/pgbouncer || (apt-get update && apt-get install -y pgbouncer)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)

@@ -68,6 +68,10 @@ def make_app(url: str) -> Flask:
     app.config["SQLALCHEMY_DATABASE_URI"] = url
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {"pool_size": 5}
     app.config["RATCHET_WAKEUP_URL"] = os.environ.get("BENCH_WAKEUP_URL")
+    if os.environ.get("BENCH_POOLED"):  # through PgBouncer (bench.pgbouncer)
+        app.config["SQLALCHEMY_ENGINE_OPTIONS"]["connect_args"] = {"prepare_threshold": None}
+        app.config["RATCHET_TRANSACTION_POOLING"] = True
+        app.config["RATCHET_LISTEN_URL"] = os.environ.get("BENCH_LISTEN_URL") or None
     if os.environ.get("BENCH_ENCRYPT"):  # every job sealed (bench.compare --encryption)
         app.config["RATCHET_ENCRYPTION_KEYS"] = {"bench": BENCH_KEY}
         app.config["RATCHET_ENCRYPTION_CURRENT_KEY"] = "bench"

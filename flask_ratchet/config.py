@@ -139,6 +139,11 @@ class RatchetConfig:
     #: of due jobs, and waiters of ended ones, at once. ``None``: PostgreSQL's own
     #: ``LISTEN``/``NOTIFY``; SQLite's file; on MariaDB, polling alone.
     wakeup_url: str | None = None
+    #: PostgreSQL behind a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``):
+    #: no session settings, no prepared statements, no ``LISTEN`` but on ``listen_url``.
+    transaction_pooling: bool = False
+    #: A direct PostgreSQL URL (not through the pooler) for ``LISTEN``/``NOTIFY`` wake-ups.
+    listen_url: str | None = None
     #: What the Redis channels' names begin with (``<prefix>:ratchet_wakeup``): the job
     #: databases sharing one Redis need each their own. ``None``: ``ratchet:<database name>``.
     wakeup_prefix: str | None = None
@@ -409,6 +414,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "metrics_port": metrics_address_setting,
     "wakeup_url": _wakeup_url,
     "wakeup_prefix": _optional_str,
+    "transaction_pooling": _bool,
+    "listen_url": _database_url,
     "eager": _bool,
     "eager_raise": _bool,
     **{f"default_{name}": _job_option(name) for name in CONFIGURABLE_DEFAULTS},

@@ -105,6 +105,8 @@ def _engine_arguments(app: Flask, url: sa.URL) -> tuple[sa.URL, dict[str, Any]]:
                 os.makedirs(app.instance_path, exist_ok=True)
                 path = os.path.join(app.instance_path, path)
                 url = url.set(database=f"file:{path}" if uri else path)
+    elif backend == "postgresql" and app.config.get("RATCHET_TRANSACTION_POOLING") is True:
+        options["connect_args"] = {"prepare_threshold": None}  # see store/postgres.py
     elif backend in ("mysql", "mariadb"):
         options["pool_recycle"] = 7200  # servers close idle connections after 8 hours
         if "charset" not in url.query:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from datetime import datetime
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from ..columns import MYSQL_NAMES
@@ -96,7 +97,10 @@ def store_for(engine: Engine, config: RatchetConfig | None = None) -> Store:
     name = engine.dialect.name
     if name == "postgresql":
         check_driver(engine)
-        return Store(PostgresDialect())
+        if config is None or not config.transaction_pooling:
+            return Store(PostgresDialect())
+        listen = None if config.listen_url is None else sa.make_url(config.listen_url)
+        return Store(PostgresDialect(pooled=True, listen_url=listen))
     if name == "sqlite":
         config = config or RatchetConfig()
         return Store(SqliteDialect(synchronous=config.sqlite_synchronous))

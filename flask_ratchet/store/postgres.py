@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..columns import UtcDateTime
-from ..errors import DuplicateBusinessKey
+from ..errors import ConfigError, DuplicateBusinessKey
 from ..schema import business_key
 from ..states import LIVE, JobStatus
 from ..wakeups.channels import PgChannels
@@ -115,9 +115,35 @@ _TRANSIENT = frozenset({"40P01", "40001", "55P03"})
 
 
 class PostgresDialect(Dialect):
-    """The dialect of ``postgresql+psycopg://`` URLs."""
+    """The dialect of ``postgresql+psycopg://`` URLs.
+
+    ``pooled``: the URL is a pooler in transaction mode (PgBouncer's ``pool_mode =
+    transaction``), where consecutive transactions of one client may run on different server
+    sessions. ratchet's own engines then send no session settings (a pooler refuses startup
+    ``options``, and a ``SET`` would leak into other clients' transactions) and prepare no
+    statement (a prepared statement lives in one server session); ``LISTEN`` needs a session
+    of its own, so wake-ups travel over ``listen_url`` (a direct connection), or not at all:
+    workers and waiters poll. The one advisory lock (schema changes) is transaction-level.
+    """
 
     insert = staticmethod(postgresql.insert)
+
+    def __init__(self, *, pooled: bool = False, listen_url: sa.URL | None = None) -> None:
+        self.pooled = pooled
+        self.listen_url = listen_url
+
+    def prepare(self, engine: Engine) -> None:
+        if not self.pooled:
+            return
+        with engine.connect() as conn:  # the app's engine: its statements run there too
+            threshold = getattr(conn.connection.driver_connection, "prepare_threshold", None)
+        if threshold is not None:
+            raise ConfigError(
+                "RATCHET_TRANSACTION_POOLING is set, but the app's engine prepares statements "
+                "(a prepared statement lives in one server session, and the pooler hands each "
+                "transaction to any): set SQLALCHEMY_ENGINE_OPTIONS = "
+                '{"connect_args": {"prepare_threshold": None}}'
+            )
 
     @contextmanager
     def begin(self, engine: Engine) -> Iterator[Connection]:
@@ -139,7 +165,7 @@ class PostgresDialect(Dialect):
             max_overflow=0,
             isolation_level="AUTOCOMMIT",
             # JIT never pays for a claim: it costs more to compile than the claim takes.
-            connect_args=_server_options(engine.url, "synchronous_commit=off", "jit=off"),
+            connect_args=self._session(engine.url, "synchronous_commit=off", "jit=off"),
         )
 
     def worker_engine(self, url: sa.URL, concurrency: int, stalled_after: float) -> Engine:
@@ -148,8 +174,15 @@ class PostgresDialect(Dialect):
             url,
             pool_size=4,
             max_overflow=4,
-            connect_args=_server_options(url, f"idle_in_transaction_session_timeout={idle}"),
+            connect_args=self._session(url, f"idle_in_transaction_session_timeout={idle}"),
         )
+
+    def _session(self, url: sa.URL, *settings: str) -> dict[str, Any]:
+        """``connect_args`` for one of ratchet's own engines: the session ``settings``; behind
+        a transaction pooler none, and no prepared statements (see the class)."""
+        if self.pooled:
+            return {"prepare_threshold": None}
+        return _server_options(url, *settings)
 
     @contextmanager
     def single_statement(self, engine: Engine) -> Iterator[Connection]:
@@ -249,8 +282,10 @@ class PostgresDialect(Dialect):
     def hour_sql(self) -> ColumnElement[datetime]:
         return sa.func.date_trunc("hour", sa.func.now(), type_=UtcDateTime())
 
-    def channels(self, url: sa.URL) -> PgChannels:
-        return PgChannels(url)
+    def channels(self, url: sa.URL) -> PgChannels | None:
+        if not self.pooled:
+            return PgChannels(url)
+        return None if self.listen_url is None else PgChannels(self.listen_url)
 
     def claim_due(
         self,

@@ -256,6 +256,9 @@ def batches() -> str:
             page = reads.batches.list_batches(conn, wanted, size, cursor)
         except ValueError:
             abort(400, "bad cursor")
+        if api.policy.active(runtime):  # the batches whose parent the operator may read
+            shown = set(api.policy.permitted(runtime, conn, "read", [r.id for r in page.items]))
+            page = replace(page, items=[r for r in page.items if r.id in shown])
     return render_template(
         "ratchet/batches.html",
         page=page,
@@ -318,7 +321,14 @@ def dead_letters() -> str:
     """Jobs that failed for good, grouped by task and error, with their alerts."""
     runtime = current_runtime()
     with runtime.connection() as conn:
-        groups = reads.dead_letters.failure_groups(conn)
+        if api.policy.active(runtime):  # the operator's jobs only (grouped in Python)
+
+            def visible(ids: list[uuid.UUID]) -> set[uuid.UUID]:
+                return set(api.policy.permitted(runtime, conn, "read", ids))
+
+            groups = reads.dead_letters.failure_groups_among(conn, visible)
+        else:
+            groups = reads.dead_letters.failure_groups(conn)
     return render_template("ratchet/dlq.html", groups=groups)
 
 

@@ -4,8 +4,10 @@ alerts (kept for ``RATCHET_DLQ_RETENTION_DAYS``, which bounds what this reads)."
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -92,4 +94,41 @@ def _recent_failed_jobs(
     out: dict[tuple[str, str], list[uuid.UUID]] = {}
     for task, error_hash, job_id in rows:
         out.setdefault((task, error_hash), []).append(job_id)
+    return out
+
+
+def failure_groups_among(
+    conn: Connection, visible: Callable[[list[uuid.UUID]], set[uuid.UUID]], limit: int = 100
+) -> list[FailureGroup]:
+    """:func:`failure_groups` of the jobs ``visible`` keeps (an operator's, under a job
+    policy), grouped here: every alert is read (retention bounds them) and the jobs are
+    asked about a thousand at a time."""
+    a = dlq_alert.c
+    rows = conn.execute(
+        sa.select(a.task, a.error_hash, a.error, a.job_id, a.occurrences)
+        .add_columns(a.created_at, a.last_seen_at)
+        .order_by(a.last_seen_at.desc(), a.job_id.desc())
+    ).all()
+    ids = list(dict.fromkeys(r.job_id for r in rows))
+    shown: set[uuid.UUID] = set()
+    for start in range(0, len(ids), 1000):
+        shown |= visible(ids[start : start + 1000])
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for r in rows:
+        if r.job_id in shown:
+            groups.setdefault((r.task, r.error_hash), []).append(r)
+    out = []
+    for (task, _), alerts in list(groups.items())[:limit]:  # newest seen first, as rows came
+        jobs = list(dict.fromkeys(r.job_id for r in alerts))
+        out.append(
+            FailureGroup(
+                task=task,
+                error=max(r.error for r in alerts),
+                jobs=len(jobs),
+                occurrences=sum(int(r.occurrences or 0) for r in alerts),
+                first_seen=aware(min(r.created_at for r in alerts)),
+                last_seen=aware(alerts[0].last_seen_at),
+                recent_jobs=jobs[:5],
+            )
+        )
     return out

@@ -17,7 +17,7 @@ from flask_ratchet import Job, JobNotAuthorized, JobNotFound, JobStatus
 from flask_ratchet.errors import ConfigError
 from tests.apps import add, approve, create_app, db, ratchet
 from tests.integration.helpers import count
-from tests.integration.test_console import Console
+from tests.integration.test_console import Console, add_alert
 from tests.integration.test_flows import work
 
 #: Who the test is acting as, outside a request (inside one: the ``X-User`` header).
@@ -196,3 +196,24 @@ def test_a_replacement_keeps_the_principal_and_hidden_batches_logs_and_counts_st
     assert console.get(f"/ratchet/batches/{parent}").status_code == 404
     console.headers["X-User"] = "ops@t1"
     assert console.get(f"/ratchet/batches/{parent}").status_code == 200
+
+
+def test_the_dead_letters_and_batches_an_operator_sees_are_their_tenants(tenants: Flask) -> None:
+    (mine,) = submitted_as("bob@t2", ratchet.enqueue(add, 1, 1))
+    (theirs,) = submitted_as("alice@t1", ratchet.enqueue(add, 2, 2))
+    add_alert(mine, "tests.apps:add", "bob's card declined")
+    add_alert(theirs, "tests.apps:add", "alice's card declined")
+    acting["as"] = "alice@t1"
+    batch = ratchet.enqueue_batch("alices-batch")
+    batch.add(add, 3, 3)
+    parent = batch.submit().id
+    acting["as"] = None
+    console = Console(tenants.test_client())
+    console.headers["X-User"] = "ops@t2"
+    letters = console.get("/ratchet/dead-letters").text
+    assert "bob&#39;s card declined" in letters and "alice" not in letters
+    assert str(parent) not in console.get("/ratchet/batches").text
+    console.headers["X-User"] = "ops@t1"
+    letters = console.get("/ratchet/dead-letters").text
+    assert "alice&#39;s card declined" in letters and "bob" not in letters
+    assert str(parent) in console.get("/ratchet/batches").text

@@ -1,11 +1,12 @@
 """How long each console page takes with a million jobs in PostgreSQL.
 
-    python -m bench.console_pages [--pg URL] [--jobs 1000000] [--runs 7] [--keep]
+    python -m bench.console_pages [--pg URL] [--jobs 1000000] [--queues 3] [--runs 7] [--keep]
 
 Builds a database ``ratchet_console_bench`` on the server of ``--pg`` (default
 ``$RATCHET_TEST_DATABASE_URL``): ``--jobs`` jobs over the last week (70 % SUCCEEDED, 10 % FAILED,
 5 % CANCELED, 1 % PAUSED, 0.1 % RUNNING on four nodes, the rest PENDING), 20 tasks, three
-queues (a tenth in ``mail``, a fiftieth in ``reports``, the rest ``default``), tags on a
+queues (a tenth in ``mail``, a fiftieth in ``reports``, the rest ``default``; with ``--queues
+N`` over 3, a quarter of all jobs spread over N - 3 more), tags on a
 tenth of them, a business key on each, 60,000 executions in the last hour and a dead-letter alert
 per failed job of the last day; and flows: 2,000 batches over the week (1,999 of 5 children,
 ended, and the newest of 10,000 children, running, with two follow-ups waiting), a chain of 20
@@ -42,7 +43,9 @@ SELECT g,
        CASE WHEN g % 100 < 70 THEN 'SUCCEEDED' WHEN g % 100 < 80 THEN 'FAILED'
             WHEN g % 100 < 85 THEN 'CANCELED' WHEN g % 100 = 85 THEN 'PAUSED'
             WHEN g % 1000 = 999 THEN 'RUNNING' ELSE 'PENDING' END AS status,
-       CASE WHEN g % 10 = 3 THEN 'mail' WHEN g % 50 = 7 THEN 'reports' ELSE 'default' END AS queue
+       CASE WHEN :queues > 3 AND g % 4 = 1 THEN 'q' || lpad((g % (:queues - 3))::text, 5, '0')
+            WHEN g % 10 = 3 THEN 'mail' WHEN g % 50 = 7 THEN 'reports' ELSE 'default'
+       END AS queue
 FROM (SELECT g, now() - (:n - g) * (interval '7 days' / :n) AS t
       FROM generate_series(1, :n) AS g) AS s;
 
@@ -76,11 +79,11 @@ INSERT INTO ratchet_job_tag (job_id, tag)
 SELECT job_id, 'tenant-' || (g % 50) FROM gen WHERE g % 10 = 0;
 
 INSERT INTO ratchet_execution (execution_id, job_id, attempt, node_id, status, started_at,
-  finished_at, duration_ms, queue_wait_ms, error)
+  finished_at, duration_ms, queue_wait_ms, error, queue)
 SELECT gen_random_uuid(), job_id, 1, 'node-' || (g % 4),
        CASE WHEN g % 20 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END,
        now() - (g % 3600) * interval '1 second', now() - (g % 3600) * interval '1 second',
-       12.5, (g % 1000)::float, CASE WHEN g % 20 = 0 THEN 'boom' END
+       12.5, (g % 1000)::float, CASE WHEN g % 20 = 0 THEN 'boom' END, queue
 FROM gen WHERE g > :n - 60000;
 
 INSERT INTO ratchet_dlq_alert (alert_id, job_id, task, error_hash, error, hour, occurrences,
@@ -270,14 +273,15 @@ VALUES (gen_random_uuid(), now(), 'bench', 'admin', 'reset-breaker', 'breaker', 
 """
 
 
-def build(url: str, n: int) -> None:
-    """Fill the (migrated) database at ``url`` with ``n`` jobs, batches, flows and resources."""
+def build(url: str, n: int, queues: int = 3) -> None:
+    """Fill the (migrated) database at ``url`` with ``n`` jobs, batches, flows and resources;
+    with ``queues`` over 3, a quarter of the jobs spread over ``queues - 3`` more queues."""
     engine = sa.create_engine(url)
     started = time.perf_counter()
     with engine.begin() as conn:
         for statement in FILL.split(";\n"):
             if statement.strip():
-                conn.execute(sa.text(statement), {"n": n})
+                conn.execute(sa.text(statement), {"n": n, "queues": queues})
         for statement in FLOWS.split(";\n\n"):
             if statement.strip():
                 conn.execute(sa.text(statement), {"batches": BATCHES})
@@ -428,6 +432,7 @@ def main() -> None:
     parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--jobs", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--queues", type=int, default=3, help="queues the jobs are spread over")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     parser.add_argument("--reuse", action="store_true", help="time a database kept earlier")
     args = parser.parse_args()
@@ -435,7 +440,7 @@ def main() -> None:
     url = server.set(database=DATABASE).render_as_string(hide_password=False)
     admin = sa.create_engine(server, isolation_level="AUTOCOMMIT")
     if not args.reuse:
-        build(fresh_database(args.pg, DATABASE), args.jobs)
+        build(fresh_database(args.pg, DATABASE), args.jobs, args.queues)
     try:
         measure(url, args.runs)
     finally:

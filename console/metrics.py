@@ -46,9 +46,9 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
         "Jobs that failed for good (the dead-letter queue), counted as ratchet_jobs is.",
         (),
     ),
-    "ratchet_queue_pending_jobs": ("PENDING jobs of a queue (counted up to 10,001).", ("queue",)),
+    "ratchet_queue_pending_jobs": ("PENDING jobs of a queue.", ("queue",)),
     "ratchet_queue_due_jobs": (
-        "PENDING jobs of a queue whose time has come (counted up to 10,001).",
+        "PENDING jobs of a queue whose time has come.",
         ("queue",),
     ),
     "ratchet_queue_oldest_due_age_seconds": (

@@ -280,6 +280,9 @@ execution = sa.Table(
     sa.Column("queue_wait_ms", DOUBLE),
     sa.Column("error", LONG_TEXT),
     sa.Column("traceback", LONG_TEXT),
+    # The job's queue, copied: the queues page counts the last hour's runs per queue from
+    # this table alone (NULL in rows written before it was added).
+    sa.Column("queue", QUEUE),
     # The overview's chart counts a bar's runs on the started_at index alone, and its failed
     # runs here (rows are written once, when a run ends: a success never touches this index).
     _index_where(

@@ -2,11 +2,11 @@
 due jobs, oldest due job and pause, the dead letters, the live nodes and the running batches.
 
 One scrape sees every worker and every queue however many processes run, because it reads the
-database, not a process. Every figure is bounded like the console's pages: counts are exact up
-to :data:`~.jobs.COUNT_CAP` (past it, PostgreSQL's estimate for a status, the cap for a queue),
-queue names come from index probes (at most :data:`~.queues.MAX_QUEUES`), the oldest due job is
-one index probe per priority, and running batches are looked for among the newest
-:data:`~.batches.BATCH_WINDOW`.
+database, not a process. A constant number of statements however many queues there are: the
+counts per status are exact up to :data:`~.jobs.COUNT_CAP` (past it, PostgreSQL's estimate),
+the queues' live figures come from one grouped read of the hot table (which holds only live
+jobs), their names from two skip scans (at most :data:`~.queues.MAX_QUEUES`), and running
+batches are looked for among the newest :data:`~.batches.BATCH_WINDOW`.
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ from sqlalchemy.engine import Connection
 from flask_ratchet.schema import batch, job_queue
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.dialect import Dialect
-from flask_ratchet.store.health import oldest_due_age
-from flask_ratchet.store.queues import Queues
+from flask_ratchet.store.queues import LiveFigures, Queues
 
 from .batches import BATCH_WINDOW
 from .jobs import Count
 from .nodes import live
 from .overview import status_counts
-from .queues import capped, live_jobs, queue_names
+from .queues import age, queue_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,17 +59,18 @@ def cluster_figures(
     """The cluster's figures; ``now`` is the database's time, ``live_after`` the seconds since
     its last heartbeat within which a node counts as live."""
     states = queues.states(conn)
+    live = queues.live_figures(conn, now)
     names, truncated = queue_names(conn, queues, states)
     rows = []
     for name in names:
         state = states.get(name)
-        pending = live_jobs(name, JobStatus.PENDING)
+        figures = live.get(name, LiveFigures())
         rows.append(
             QueueFigures(
                 name=name,
-                pending=capped(conn, pending),
-                due=capped(conn, pending.where(job_queue.c.scheduled_time <= now)),
-                oldest_due_age=oldest_due_age(conn, now, name) or 0.0,
+                pending=Count(figures.pending),
+                due=Count(figures.due),
+                oldest_due_age=age(now, figures.oldest_due) or 0.0,
                 paused=bool(state is not None and state.paused),
             )
         )

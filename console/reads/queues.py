@@ -1,8 +1,10 @@
 """The queues page: every queue, its jobs by state, its last hour, and whether it is paused.
 
-Bounded like every console read: the queue names come from index probes (a skip scan of the
-per-queue indexes, at most :data:`MAX_QUEUES`), counts stop at :data:`~.jobs.COUNT_CAP`, and
-the last hour's figures read only the last hour's executions (as the overview's chart does).
+A handful of statements however many queues there are: the queue names come from two skip
+scans of the per-queue indexes (one statement each, at most :data:`MAX_QUEUES` names), the
+live jobs of every queue from one grouped read of the hot table (which holds only live jobs),
+the dead letters from one grouped read of the failed jobs, and the last hour's figures from one
+grouped read of the last hour's executions (as the overview's chart does).
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from flask_ratchet.columns import const
 from flask_ratchet.options import DEFAULT_QUEUE
 from flask_ratchet.schema import execution, job, job_queue
 from flask_ratchet.states import JobStatus
-from flask_ratchet.store.health import oldest_due_age
-from flask_ratchet.store.queues import Queues
+from flask_ratchet.store.queues import LiveFigures, Queues
 
-from .jobs import COUNT_CAP, Count
+from .jobs import Count
 
 #: The most queues the page lists (the first, by name).
 MAX_QUEUES = 200
@@ -62,27 +63,35 @@ class QueuesReport:
 def queues(conn: Connection, store: Queues, now: datetime) -> QueuesReport:
     """Every queue the page lists, with its figures; ``now`` is the database's time."""
     states = store.states(conn)
+    live = store.live_figures(conn, now)
     names, truncated = queue_names(conn, store, states)
     hour = _last_hour(conn, now)
+    dead = _dead_letters(conn)
     rows = []
     for name in names:
         state = states.get(name)
+        figures = live.get(name, LiveFigures())
         ok, failed = hour.get(name, (0, 0))
         rows.append(
             QueueRow(
                 name=name,
                 paused=bool(state is not None and state.paused),
-                pending=capped(conn, live_jobs(name, JobStatus.PENDING)),
-                running=_count(conn, live_jobs(name, JobStatus.RUNNING)),
-                dead_letters=capped(conn, _dead_letters(name)),
+                pending=Count(figures.pending),
+                running=figures.running,
+                dead_letters=Count(dead.get(name, 0)),
                 succeeded_last_hour=ok,
                 failed_last_hour=failed,
-                oldest_due_wait=oldest_due_age(conn, now, name),
+                oldest_due_wait=age(now, figures.oldest_due),
                 changed_at=None if state is None else state.changed_at,
                 changed_by=None if state is None else state.changed_by,
             )
         )
     return QueuesReport(rows, truncated)
+
+
+def age(now: datetime, since: datetime | None) -> float | None:
+    """Seconds from ``since`` to ``now`` (never negative); ``None`` for none."""
+    return None if since is None else max(0.0, (now - since).total_seconds())
 
 
 def queue_names(conn: Connection, store: Queues, states: Collection[str]) -> tuple[list[str], bool]:
@@ -96,39 +105,50 @@ def queue_names(conn: Connection, store: Queues, states: Collection[str]) -> tup
     return ordered[:MAX_QUEUES], len(ordered) > MAX_QUEUES
 
 
-def live_jobs(name: str, status: JobStatus) -> sa.Select[Any]:
-    """Queue ``name``'s hot rows in ``status``, to count."""
-    return sa.select(sa.literal(1)).where(
-        job_queue.c.status == const(status), job_queue.c.queue == name
+def _dead_letters(conn: Connection) -> dict[str, int]:
+    """The FAILED jobs with no hot row (as the dead-letter page counts them), by queue: the
+    FAILED jobs of each queue, from the index of them alone, less those paused since (the only
+    FAILED jobs with a hot row: a retry clears the terminal status), from the hot table alone.
+    """
+    failed = conn.execute(
+        sa.select(job.c.queue, sa.func.count())
+        .where(job.c.terminal_status == const(JobStatus.FAILED))
+        .group_by(job.c.queue)
     )
-
-
-def _dead_letters(name: str) -> sa.Select[Any]:
-    """FAILED jobs of queue ``name`` with no hot row (as the dead-letter page counts them)."""
-    return sa.select(sa.literal(1)).where(
-        job.c.terminal_status == const(JobStatus.FAILED),
-        job.c.queue == name,
-        ~sa.exists().where(job_queue.c.job_id == job.c.job_id),
+    counts = {name: int(n) for name, n in failed}
+    paused = conn.execute(
+        sa.select(job_queue.c.queue, sa.func.count())
+        .where(
+            job_queue.c.status == const(JobStatus.PAUSED),
+            job_queue.c.paused_from_status == const(JobStatus.FAILED),
+        )
+        .group_by(job_queue.c.queue)
     )
-
-
-def _count(conn: Connection, rows: sa.Select[Any]) -> int:
-    return int(conn.execute(sa.select(sa.func.count()).select_from(rows.subquery())).scalar_one())
-
-
-def capped(conn: Connection, rows: sa.Select[Any]) -> Count:
-    """How many ``rows`` there are, counting no further than :data:`COUNT_CAP` + 1."""
-    n = _count(conn, rows.limit(COUNT_CAP + 1))
-    return Count(n) if n <= COUNT_CAP else Count(COUNT_CAP, exact=False)
+    for name, n in paused:
+        counts[name] = counts.get(name, 0) - int(n)
+    return counts
 
 
 def _last_hour(conn: Connection, now: datetime) -> dict[str, tuple[int, int]]:
-    """Attempts that started in the last hour, by queue: (succeeded, failed)."""
+    """Attempts that started in the last hour, by queue: (succeeded, failed). A run's row
+    holds its queue (one read of the hour's runs); the runs written before it did are read
+    through their jobs, in a second read that finds none an hour after the upgrade."""
     failed = sa.case((execution.c.status == JobStatus.FAILED, 1), else_=0)
-    rows = conn.execute(
-        sa.select(job.c.queue, sa.func.count(), sa.func.sum(failed))
+    hour = execution.c.started_at >= now - timedelta(hours=1)
+    figures = sa.select(sa.func.count(), sa.func.sum(failed))
+    own = conn.execute(
+        figures.add_columns(execution.c.queue)
+        .where(hour, execution.c.queue.is_not(None))
+        .group_by(execution.c.queue)
+    ).all()
+    older = conn.execute(
+        figures.add_columns(job.c.queue)
         .select_from(execution.join(job, job.c.job_id == execution.c.job_id))
-        .where(execution.c.started_at >= now - timedelta(hours=1))
+        .where(hour, execution.c.queue.is_(None))
         .group_by(job.c.queue)
-    )
-    return {name: (int(n) - int(bad or 0), int(bad or 0)) for name, n, bad in rows}
+    ).all()
+    out: dict[str, tuple[int, int]] = {}
+    for n, bad, name in [*own, *older]:
+        ok, no = out.get(name, (0, 0))
+        out[name] = (ok + int(n) - int(bad or 0), no + int(bad or 0))
+    return out

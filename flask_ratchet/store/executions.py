@@ -222,6 +222,7 @@ class Executions:
                         "queue_wait_ms": i.queue_wait_ms,
                         "error": i.error,
                         "traceback": i.traceback,
+                        "queue": i.queue,
                     }
                     for i in runs
                 ],

@@ -31,7 +31,7 @@ WITH input AS (
     SELECT * FROM json_to_recordset(CAST(:batch AS json)) AS t(
         job_id uuid, outcome text, result text, error text, traceback text, delay float8,
         execution_id uuid, attempt int, started_at float8, duration_ms float8,
-        queue_wait_ms float8, task text, error_hash text, alert_id uuid)
+        queue_wait_ms float8, task text, error_hash text, alert_id uuid, queue text)
 ), ended AS (
     -- The ids come as a constant array: the planner sees how many there are and hashes the
     -- lookup, whichever index it drives the fence with (statistics of the fence columns go
@@ -66,11 +66,11 @@ WITH input AS (
     SELECT job_id FROM ended UNION ALL SELECT job_id FROM again
 ), history AS (
     INSERT INTO ratchet_execution (execution_id, job_id, attempt, node_id, status, started_at,
-        finished_at, duration_ms, queue_wait_ms, error, traceback)
+        finished_at, duration_ms, queue_wait_ms, error, traceback, queue)
     SELECT i.execution_id, i.job_id, i.attempt, :node,
         CASE WHEN i.outcome = '{Outcome.SUCCEEDED}' THEN 'SUCCEEDED' ELSE 'FAILED' END,
         to_timestamp(i.started_at), to_timestamp(i.started_at + i.duration_ms / 1000),
-        i.duration_ms, i.queue_wait_ms, i.error, i.traceback
+        i.duration_ms, i.queue_wait_ms, i.error, i.traceback, i.queue
     FROM input i JOIN applied a ON a.job_id = i.job_id
     WHERE i.outcome <> '{Outcome.RELEASE}' AND i.started_at IS NOT NULL
 ), lines AS (
@@ -135,6 +135,7 @@ def _row(item: Finished) -> dict[str, Any]:
         "execution_id": str(uuid7()),
         "attempt": item.attempt,
         "task": item.task,
+        "queue": item.queue,
     }
     if item.started_at is not None:
         row["started_at"] = item.started_at.timestamp()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Collection
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -29,23 +30,38 @@ _PAUSED = sa.select(queue_state.c.name).where(queue_state.c.paused)
 #: How old a read of the paused queues a claim may go by (see :meth:`Queues.paused`).
 PAUSED_MAX_AGE = 1.0
 _QUEUE = sa.column("queue", sa.String())
-_AFTER = sa.bindparam("after", type_=sa.String())
 
 
-def _first_after(source: Any, where: ColumnElement[bool]) -> sa.Select[Any]:
-    """The first queue name after ``after`` (queue names are never empty) among the rows of
-    ``source`` where ``where`` holds: one probe of the index ``source`` is read through."""
-    return sa.select(sa.func.min(_QUEUE)).select_from(source).where(where, _QUEUE > _AFTER)
+def _skip_scan(source: Any, where: ColumnElement[bool]) -> sa.Select[Any]:
+    """Every queue name among the rows of ``source`` where ``where`` holds, in order, in one
+    statement: a recursive query whose each step is one probe of the index ``source`` is read
+    through (the next name after the last), however many rows each queue holds."""
+    first = sa.select(sa.func.min(_QUEUE).label("name")).select_from(source).where(where)
+    names = first.cte("queue_names", recursive=True)
+    after = (
+        sa.select(sa.func.min(_QUEUE))
+        .select_from(source)
+        .where(where, _QUEUE > names.c.name)
+        .scalar_subquery()
+    )
+    names = names.union_all(sa.select(after).where(names.c.name.is_not(None)))
+    return sa.select(names.c.name).where(names.c.name.is_not(None))
 
 
-def _skip_scan(conn: Connection, next_after: sa.Select[Any], limit: int | None) -> list[str]:
-    found: list[str] = []
-    while limit is None or len(found) < limit:
-        name = conn.execute(next_after, {"after": found[-1] if found else ""}).scalar()
-        if name is None:
-            break
-        found.append(name)
-    return found
+def _names(conn: Connection, scan: sa.Select[Any], limit: int | None) -> list[str]:
+    return list(conn.execute(scan if limit is None else scan.limit(limit)).scalars())
+
+
+@dataclass(frozen=True, slots=True)
+class LiveFigures:
+    """One queue's live jobs: PENDING (and of them due), RUNNING, PAUSED, and when the oldest
+    due one was due (``None``: none is due)."""
+
+    pending: int = 0
+    due: int = 0
+    running: int = 0
+    paused_jobs: int = 0
+    oldest_due: datetime | None = None
 
 
 class Queues:
@@ -57,11 +73,11 @@ class Queues:
         self._paused: tuple[float, frozenset[str]] = (float("-inf"), frozenset())
         # Through the per-queue indexes by name: SQLite, without statistics, would rather walk
         # another index of the same rows end to end.
-        self._next_live = _first_after(
+        self._live = _skip_scan(
             dialect.indexed(job_queue, "ix_ratchet_job_queue_queue_claim"),
             sa.column("status") == const(JobStatus.PENDING),
         )
-        self._next_named = _first_after(
+        self._named = _skip_scan(
             dialect.indexed(job, "ix_ratchet_job_named_queue"),
             # Written out, so that the partial index's predicate is seen to hold.
             _QUEUE != sa.literal_column(f"'{DEFAULT_QUEUE}'"),
@@ -109,15 +125,16 @@ class Queues:
             self._paused = (float("-inf"), frozenset())
 
     def live(self, conn: Connection, limit: int | None = None) -> list[str]:
-        """The queues that hold PENDING jobs, in order (the first ``limit``): one probe of the
-        per-queue claim index per queue (a skip scan), however many jobs each holds."""
-        return _skip_scan(conn, self._next_live, limit)
+        """The queues that hold PENDING jobs, in order (the first ``limit``): one statement,
+        one probe of the per-queue claim index per queue (a skip scan), however many jobs each
+        holds."""
+        return _names(conn, self._live, limit)
 
     def named(self, conn: Connection, limit: int | None = None) -> list[str]:
         """The queues other than the default that any job names, live or ended (until
         retention archives it), in order (the first ``limit``): a skip scan of the cold
-        table's partial index of those queues."""
-        return _skip_scan(conn, self._next_named, limit)
+        table's partial index of those queues, in one statement."""
+        return _names(conn, self._named, limit)
 
     def claimable(
         self,
@@ -144,16 +161,10 @@ class Queues:
         )
         return {r.name: r for r in conn.execute(stmt)}
 
-    def summaries(self, conn: Connection, now: datetime) -> list[QueueSummary]:
-        """Every known queue, by name, as the console's queues page lists them: the default
-        queue, every queue ever paused or resumed, and every queue a job names (live, or ended
-        until retention archives it); each with its live jobs per status, how many are due,
-        how long the oldest due one has waited, and whether it is paused. ``now`` is the
-        database's time.
-
-        Reads every live job's queue and status (the hot table, which holds only live jobs);
-        ended jobs are not counted, their queues are found by a skip scan (:meth:`named`).
-        """
+    def live_figures(self, conn: Connection, now: datetime) -> dict[str, LiveFigures]:
+        """Every queue that holds live jobs, with its :class:`LiveFigures`, in one grouped
+        statement over the hot table (which holds only live jobs); ``now`` is the database's
+        time."""
         q = job_queue
         pending = q.c.status == JobStatus.PENDING
         due = sa.and_(pending, q.c.scheduled_time <= now)
@@ -167,21 +178,36 @@ class Queues:
                 sa.func.count(sa.case((q.c.status == JobStatus.PAUSED, 1))),
                 sa.func.min(sa.case((due, q.c.scheduled_time))),
             ).group_by(q.c.queue)
-        ).all()
+        )
+        return {
+            name: LiveFigures(n_pending, n_due, running, held, oldest)
+            for name, n_pending, n_due, running, held, oldest in rows
+        }
+
+    def summaries(self, conn: Connection, now: datetime) -> list[QueueSummary]:
+        """Every known queue, by name, as the console's queues page lists them: the default
+        queue, every queue ever paused or resumed, and every queue a job names (live, or ended
+        until retention archives it); each with its live jobs per status, how many are due,
+        how long the oldest due one has waited, and whether it is paused. ``now`` is the
+        database's time.
+
+        Reads every live job's queue and status (:meth:`live_figures`); ended jobs are not
+        counted, their queues are found by a skip scan (:meth:`named`).
+        """
         states = self.states(conn)
         found: dict[str, QueueSummary] = {}
-        for name, n_pending, n_due, running, held, oldest in rows:
+        for name, f in self.live_figures(conn, now).items():
             state = states.get(name)
             found[name] = QueueSummary(
                 name=name,
                 paused=bool(state and state.paused),
-                pending=n_pending,
-                due=n_due,
-                running=running,
-                paused_jobs=held,
+                pending=f.pending,
+                due=f.due,
+                running=f.running,
+                paused_jobs=f.paused_jobs,
                 oldest_due_wait=None
-                if oldest is None
-                else max(0.0, (now - oldest).total_seconds()),
+                if f.oldest_due is None
+                else max(0.0, (now - f.oldest_due).total_seconds()),
             )
         for name in {DEFAULT_QUEUE, *states, *self.named(conn)}:
             if name not in found:

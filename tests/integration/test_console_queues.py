@@ -15,6 +15,7 @@ from flask_ratchet.schema import job, job_queue
 from tests.apps import add, db, ratchet, send_mail
 from tests.integration.helpers import count, job_in
 from tests.integration.test_console import ADMIN, ORIGIN, Console, audit_rows
+from tests.integration.test_console_alarms import statements
 
 
 @pytest.fixture
@@ -138,3 +139,21 @@ def test_hostile_queue_names_in_rows_are_escaped_and_never_crash_a_page(
         assert hostile not in page.text and "<img" not in page.text, url
     # The worker side: the claim hands it out like any other job of every queue.
     assert [c.job_id for c in ratchet.claim_due(10, "n")] == [job_id]
+
+
+def test_the_queues_page_and_metrics_read_the_same_few_statements_for_any_number_of_queues(
+    app: Flask, console: Console
+) -> None:
+    def statements_for(path: str) -> int:
+        with statements(app) as seen:
+            assert console.get(path).status_code == 200
+        return len(seen)
+
+    paused = job_in(JobStatus.FAILED)
+    assert ratchet.pause_job(paused)  # a dead letter paused since: no longer counted
+    ratchet.enqueue(add, 1, 1).with_queue("q-0").submit()
+    few = {path: statements_for(path) for path in ("/ratchet/queues", "/ratchet/metrics")}
+    ratchet.enqueue_many(ratchet.enqueue(add, i, i).with_queue(f"q-{i}") for i in range(1, 40))
+    many = {path: statements_for(path) for path in few}
+    assert many == few, (few, many)
+    assert cells(row_of(console.get("/ratchet/queues").text, "default"))[6] == "0"

@@ -17,7 +17,7 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from flask_ratchet.schema import batch, job_queue
+from flask_ratchet.schema import batch
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.dialect import Dialect
 from flask_ratchet.store.queues import LiveFigures, Queues

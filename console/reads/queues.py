@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection

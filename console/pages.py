@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 from flask_ratchet import api
 from flask_ratchet.cron import DIALECT_LABELS, CronError, dialect, next_fire_times
 from flask_ratchet.flows import waits_for_parent
+from flask_ratchet.job import Job
 from flask_ratchet.paging import Page
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime, current
@@ -161,6 +162,31 @@ def jobs_new() -> str:
     return render_template("ratchet/_jobs_new.html", n=n, cap=NEW_CAP, args=wanted.args)
 
 
+def _why_not_running(
+    runtime: Runtime, conn: Connection, job: Job
+) -> list[reads.job_why.Reason] | None:
+    """For a PENDING job whose time has come (not one held for a parent), what keeps it from
+    running; ``None`` for any other job."""
+    now = runtime.store.now(conn)
+    if job.status != JobStatus.PENDING or job.scheduled_at > now:
+        return None
+    if waits_for_parent(job.scheduled_at):
+        return None
+    task = runtime.registry.get(job.task)
+    return reads.job_why.reasons(
+        conn,
+        runtime.store.dialect,
+        runtime.store.queues,
+        job_id=job.id,
+        queue=job.queue,
+        task=job.task,
+        service=job.task if task is None else task.service_name,
+        resource_name=job.resource,
+        now=now,
+        live_after=live_after(runtime),
+    )
+
+
 def _scoped_flow(
     runtime: Runtime, conn: Connection, flow: reads.batches.JobFlow | None
 ) -> reads.batches.JobFlow | None:
@@ -199,6 +225,7 @@ def job_detail(job_id: str) -> str:
         flow = _scoped_flow(runtime, conn, reads.batches.job_flow(conn, key))
         waits_on = None if flow is None else flow.waits_on
         history = reads.job_detail.job_history(conn, job, extras.executions, waits_on)
+        why = _why_not_running(runtime, conn, job)
     actions = [
         name
         for name, action in (
@@ -214,6 +241,7 @@ def job_detail(job_id: str) -> str:
     return render_template(
         "ratchet/job.html",
         job=job,
+        why=why,
         extras=extras,
         history=history,
         actions=actions,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Collection
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 
@@ -27,8 +28,9 @@ SKEW_WARNING = 1.0
 class Heartbeat(Service):
     """Upserts this node's row every ``interval`` seconds and warns once about clock skew.
 
-    With each beat it publishes the state of this process's circuit breakers (the console
-    shows them) and applies the breaker resets operators asked for since the last beat.
+    With each beat it publishes the queues this process takes and the state of its circuit
+    breakers (the console shows them) and applies the breaker resets operators asked for since
+    the last beat.
     """
 
     def __init__(
@@ -39,6 +41,7 @@ class Heartbeat(Service):
         interval: float,
         stop: threading.Event,
         breakers: Breakers | None = None,
+        queues: Collection[str] | None = None,
     ) -> None:
         super().__init__("ratchet-heartbeat", stop, first=interval)
         self._store = store
@@ -48,6 +51,8 @@ class Heartbeat(Service):
         self.skew_warned = False
         self.beats = 0
         self._breakers = breakers
+        #: The queues it takes (``None``: every queue), published for the job page's "why".
+        self._queues = None if queues is None else sorted(queues)
         self._first_beat: datetime | None = None
         self._applied: dict[str, datetime] = {}  # resets applied, by audit row id
 
@@ -67,11 +72,12 @@ class Heartbeat(Service):
                 skew,
             )
 
-    def _published(self) -> str | None:
-        if self._breakers is None:
-            return None
-        snapshots = self._breakers.snapshots()
-        return json.dumps({"breakers": {k: asdict(v) for k, v in snapshots.items()}})
+    def _published(self) -> str:
+        state: dict[str, object] = {"queues": self._queues}
+        if self._breakers is not None:
+            snapshots = self._breakers.snapshots()
+            state["breakers"] = {k: asdict(v) for k, v in snapshots.items()}
+        return json.dumps(state)
 
     def _apply_resets(self, conn: Connection, db_now: datetime, breakers: Breakers) -> None:
         # Resets asked for before this process started do not concern it: its breakers are new.

@@ -203,6 +203,7 @@ def assemble(app: Flask, settings: WorkerSettings, hooks: WorkerHooks) -> Worker
         config.heartbeat_interval,
         stop_event,
         breakers=executor.breakers,
+        queues=None if settings.queues is None else list(settings.queues),
     )
     recovery = orphan_recovery(config, announcer.put, hooks.recovered)
     maintenance = Maintenance(

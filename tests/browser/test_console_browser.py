@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask
 from selenium import webdriver
 from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
@@ -33,6 +34,7 @@ from selenium.webdriver.support.ui import Select
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from flask_ratchet.recurring import RecurringStatus
+from flask_ratchet.schema import job
 from flask_ratchet.states import JobStatus
 from tests.acceptance.conftest import Workers, wait_until
 from tests.apps import add, create_app, db, ratchet, refuse, report, send_mail
@@ -187,6 +189,7 @@ def test_operator_retries_a_failed_job_in_the_browser(
 
     # Jobs list, filtered to FAILED through the form.
     browser.find_element(By.LINK_TEXT, "Jobs").click()
+    browser.find_element(By.CSS_SELECTOR, "details.filter-panel > summary").click()  # unfold
     Select(browser.find_element(By.NAME, "status")).select_by_value("FAILED")
     browser.find_element(By.CSS_SELECTOR, ".filters button[type=submit]").click()
     wait_until(lambda: "status=FAILED" in browser.current_url, 10, "the filtered list")
@@ -445,3 +448,45 @@ def _attached(element: WebElement) -> bool:
     except StaleElementReferenceException:
         return False
     return True
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_job_list_shows_twenty_jobs_a_line_each_and_fits_a_phone(
+    browser: WebDriver, live: LiveServer
+) -> None:
+    app = live.app
+    with app.app_context():
+        failed = [job_in(JobStatus.FAILED) for _ in range(30)]
+        with ratchet.transaction() as conn:
+            conn.execute(
+                sa.update(job)
+                .where(job.c.job_id.in_(failed))
+                .values(
+                    task="billing.payments.providers:charge_customer_invoice",
+                    terminal_error="requests.exceptions.ConnectionError: HTTPSConnectionPool("
+                    "host='api.payments.example.com', port=443): Max retries exceeded\\n"
+                    "Traceback (most recent call last): ...",
+                )
+            )
+    try:
+        browser.set_window_size(1366, 900)
+        browser.get(f"{live.url}/jobs?status=FAILED")
+        rows = browser.find_elements(By.CSS_SELECTOR, "table.job-list tbody tr")
+        assert len(rows) == 30
+        height = browser.execute_script("return window.innerHeight")
+        visible = [r for r in rows if r.rect["y"] + r.rect["height"] <= height]
+        assert len(visible) >= 20, (len(visible), height)
+        assert {r.rect["height"] for r in rows} == {rows[0].rect["height"]} and rows[0].rect[
+            "height"
+        ] < 32  # one line each, whatever the error's length
+        error = browser.find_element(By.CSS_SELECTOR, "table.job-list td.error")
+        assert error.get_attribute("title").startswith("requests.exceptions.ConnectionError")
+        browser.set_window_size(390, 844)
+        browser.get(f"{live.url}/jobs?status=FAILED")
+        overflow = browser.execute_script(
+            "return document.querySelector('table.job-list').getBoundingClientRect().right"
+            " - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, overflow  # no sideways scrolling on a phone
+    finally:
+        browser.set_window_size(1360, 1000)

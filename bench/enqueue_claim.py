@@ -57,6 +57,12 @@ async def async_noop(i: int) -> None:
     """The ``async def`` twin of :func:`noop` (``bench.worker --task async``)."""
 
 
+@ratchet.task
+def sleep_ms(ms: float) -> None:
+    """A job that waits ``ms`` milliseconds, as one calling a service would (``bench.scale``)."""
+    time.sleep(ms / 1000)
+
+
 #: The key of the encrypted runs: a benchmark's, never a secret.
 BENCH_KEY = "YmVuY2gtYmVuY2gtYmVuY2gtYmVuY2gtYmVuY2gtYmU="
 

@@ -211,6 +211,7 @@ class Worker:
             quotas = self._quotas(free)
             claimed = []
             if free > 0 and quotas != {}:
+                started = time.perf_counter()
                 try:
                     with self.store.single_statement(self.parts.claim_engine) as conn:
                         taken = self.store.jobs.claim_due(
@@ -239,7 +240,7 @@ class Worker:
                     log.exception("claim failed on what it read; polling again later")
                 else:
                     if self.metrics is not None:
-                        self.metrics.polled(claimed)
+                        self.metrics.polled(claimed, time.perf_counter() - started)
                 if claimed:
                     self.executor.submit(claimed)
                     self.claimed.fire(len(claimed))

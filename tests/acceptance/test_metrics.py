@@ -73,6 +73,8 @@ def test_a_workers_metrics_count_what_it_did(app: Flask, workers: Workers) -> No
     assert get("ratchet_worker_capacity") >= 10  # the default concurrency
     assert get("ratchet_worker_running_jobs") == 0
     assert get("ratchet_worker_last_poll_timestamp_seconds") > 1_700_000_000
+    claims = get("ratchet_worker_claim_seconds_count")
+    assert claims >= 3 and get("ratchet_worker_claim_seconds_bucket", le="+Inf") == claims
     assert get("process_cpu_seconds_total") > 0  # the standard process metrics
     # No job id in any label: the series are bounded by tasks and queues.
     assert not any(str(i) in str(key) for key in scrape(port) for i in done)

@@ -115,7 +115,10 @@ def test_the_job_list_filters_by_queue_and_shows_it(console: Console) -> None:
     assert page.status_code == 200
     assert f'href="/ratchet/jobs/{mail}"' in page.text
     assert f'href="/ratchet/jobs/{plain}"' not in page.text
-    assert '<td class="queue"><a href="/ratchet/jobs?queue=mail">mail</a></td>' in page.text
+    assert (
+        '<td class="queue wide-only" title="mail"><a href="/ratchet/jobs?queue=mail">mail</a></td>'
+        in page.text
+    )
     everything = console.get("/ratchet/jobs").text
     assert (
         f'href="/ratchet/jobs/{plain}"' in everything

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from flask import current_app
 
 from flask_ratchet.ids import uuid7
-from flask_ratchet.schema import execution, job, job_queue
+from flask_ratchet.schema import execution, job, job_queue, node
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.types import Finished, Outcome
 from tests.apps import add, ratchet
@@ -211,3 +211,23 @@ def heard(signal: Any) -> Iterator[list[dict[str, Any]]]:
         yield got
     finally:
         signal.disconnect(receive)
+
+
+def add_node(
+    node_id: str, heartbeat_age: timedelta = timedelta(0), info: str | None = None
+) -> None:
+    """A worker's node row, its last heartbeat ``heartbeat_age`` ago, publishing ``info``."""
+    now = datetime.now(UTC)
+    with ratchet.transaction() as conn:
+        conn.execute(
+            sa.insert(node).values(
+                node_id=node_id,
+                host="h",
+                pid=1,
+                version="t",
+                concurrency=4,
+                started_at=now - timedelta(hours=1),
+                last_heartbeat=now - heartbeat_age,
+                info=info,
+            )
+        )

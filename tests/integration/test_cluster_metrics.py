@@ -12,11 +12,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from flask_ratchet.console.metrics import FAMILIES, ClusterCollector
-from flask_ratchet.schema import node
 from flask_ratchet.states import JobStatus
 from tests.apps import add, create_app, db, ratchet
 from tests.flow_tasks import batch_item
-from tests.integration.helpers import job_in
+from tests.integration.helpers import add_node, job_in
 from tests.integration.test_console import READ
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -36,22 +35,6 @@ def scrape(app: Flask, headers: dict[str, str] = READ) -> Samples:
     assert page.status_code == 200, page.text
     assert page.content_type.startswith("text/plain")
     return parse(page.text)
-
-
-def add_node(node_id: str, heartbeat_age: timedelta) -> None:
-    now = datetime.now(UTC)
-    with ratchet.transaction() as conn:
-        conn.execute(
-            sa.insert(node).values(
-                node_id=node_id,
-                host="h",
-                pid=1,
-                version="t",
-                concurrency=4,
-                started_at=now - timedelta(hours=1),
-                last_heartbeat=now - heartbeat_age,
-            )
-        )
 
 
 def test_the_endpoint_is_closed_like_the_rest_of_the_console(app: Flask) -> None:

@@ -16,8 +16,9 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet.breaker import BreakerSnapshot, BreakerState
-from flask_ratchet.schema import job_queue, node, resource_permit
+from flask_ratchet.schema import job_queue, resource_permit
 from tests.apps import add, ratchet
+from tests.integration.helpers import add_node
 from tests.integration.test_console import Console
 
 
@@ -40,20 +41,7 @@ def why(console: Console, job_id: uuid.UUID) -> list[str]:
 
 
 def live_node(node_id: str, **published: Any) -> None:
-    now = datetime.now(UTC)
-    with ratchet.transaction() as conn:
-        conn.execute(
-            sa.insert(node).values(
-                node_id=node_id,
-                host="h",
-                pid=1,
-                version="t",
-                concurrency=4,
-                started_at=now - timedelta(hours=1),
-                last_heartbeat=now,
-                info=json.dumps(published),
-            )
-        )
+    add_node(node_id, info=json.dumps(published))
 
 
 def test_a_due_job_with_nothing_in_its_way_says_so_and_shows_its_queue(console: Console) -> None:

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.sql.elements import ColumnElement
 
 from ..breaker import BREAKER_RESET
-from ..columns import UNREADABLE_ID, UtcDateTime
+from ..columns import UNREADABLE_ID, UtcDateTime, is_mysql
 from ..ids import uuid7
 from ..options import Priority
 from ..schema import (
@@ -90,8 +90,11 @@ class Cluster:
         id SQLite keeps that is not a UUID (written by hand) must not fail the heartbeat that
         reads it, or the node would look dead.
         """
+        # MariaDB keeps the id as 16 bytes: cast to text they are no valid UTF-8, and a driver
+        # decoding them fails (PyMySQL 1.1.0 then loses its place in the connection): as hex.
+        key = sa.func.hex(audit.c.audit_id) if is_mysql(conn.dialect) else audit.c.audit_id
         rows = conn.execute(
-            sa.select(sa.cast(audit.c.audit_id, sa.String).label("audit_id"), audit.c.target)
+            sa.select(sa.cast(key, sa.String).label("audit_id"), audit.c.target)
             .where(audit.c.action == BREAKER_RESET, audit.c.at >= since)
             .order_by(audit.c.at)
         )

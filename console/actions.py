@@ -28,9 +28,8 @@ from werkzeug.wrappers import Response
 
 from flask_ratchet.api import bulk, jobs, recurring
 from flask_ratchet.runtime import Runtime
-from flask_ratchet.states import TERMINAL, Action, JobStatus, sources
 
-from . import filters, pages, reads
+from . import filters, offers, pages, reads
 from .htmx import notice_or_page
 from .pages import current_runtime, job_id_or_404
 from .security import actor
@@ -46,16 +45,9 @@ ALLOWED_FROM = {
     "resume": "PAUSED",
     "delete": "SUCCEEDED, FAILED or CANCELED",
 }
-#: The statuses each action may start from: a bulk action counts and selects only these, so
-#: what the confirmation counts is what the action changes. Delete takes ended jobs (with no
-#: hot row, which the query adds for every ended status).
-SOURCES: dict[str, frozenset[JobStatus]] = {
-    "retry": sources(Action.RETRY),
-    "cancel": sources(Action.CANCEL),
-    "pause": sources(Action.PAUSE),
-    "resume": sources(Action.RESUME),
-    "delete": TERMINAL,
-}
+#: The statuses each action may start from (the pages offer these): a bulk action counts and
+#: selects only these, so what the confirmation counts is what the action changes.
+SOURCES = offers.SOURCES
 PAST = {
     "retry": "retried",
     "cancel": "canceled",

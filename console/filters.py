@@ -26,6 +26,7 @@ from flask_ratchet.errors import InvalidOption
 from flask_ratchet.options import Priority, validate_queue
 from flask_ratchet.states import JobStatus
 
+from .error_pages import BadParameter
 from .present import mentions_secret
 from .reads.jobs import SORTS, JobQuery
 from .security import can_act
@@ -91,13 +92,15 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         value = (values.get(name) or "").strip()
         if value:
             args[name] = value
-    status = one_of("status", args.get("status"), tuple(JobStatus.__members__))
+    status = job_status(args.get("status"))
+    if status is not None:
+        args["status"] = status  # as the form's list names it: "failed" is FAILED
     sort = one_of("sort", args.get("sort"), SORTS) or "newest"
     for name in ("task", "tag", "business_key", "principal", "node", "recurring"):
         if len(args.get(name, "")) > MAX_TEXT:
-            abort(400, f"{name} is longer than {MAX_TEXT} characters")
+            refuse(name, f"{name} is longer than {MAX_TEXT} characters")
     if len(args.get("q", "")) > MAX_SEARCH:
-        abort(400, f"q is longer than {MAX_SEARCH} characters")
+        refuse("q", f"q is longer than {MAX_SEARCH} characters")
     _check_search(args.get("q"))
     query = JobQuery(
         status=JobStatus(status) if status else None,
@@ -142,7 +145,7 @@ def _check_search(q: str | None) -> None:
     if not can_search_arguments():
         abort(403, "argument text search needs the admin role; search by job id instead")
     if mentions_secret(q):
-        abort(400, "q names a secret-looking key: argument search cannot look into masked values")
+        refuse("q", "q names a secret-looking key: argument search cannot look into masked values")
 
 
 def queue_name(value: str | None) -> str | None:
@@ -152,7 +155,7 @@ def queue_name(value: str | None) -> str | None:
     try:
         return validate_queue(value)
     except InvalidOption as exc:
-        abort(400, str(exc))
+        refuse("queue", str(exc))
 
 
 def _priority(value: str | None) -> int | None:
@@ -163,7 +166,7 @@ def _priority(value: str | None) -> int | None:
         return int(Priority[value.upper()])
     if WHOLE_NUMBER.fullmatch(value) and int(value) in {int(p) for p in Priority}:
         return int(value)
-    abort(400, "priority must be 0-4 or LOWEST, LOW, NORMAL, HIGH, CRITICAL")
+    refuse("priority", "priority must be 0-4 or LOWEST, LOW, NORMAL, HIGH, CRITICAL")
 
 
 def refuse_nul_characters(values: MultiDict[str, str]) -> None:
@@ -175,7 +178,21 @@ def refuse_nul_characters(values: MultiDict[str, str]) -> None:
     for name, value in values.items(multi=True):
         if "\x00" in name or "\x00" in value:
             shown = name[:MAX_NAME_SHOWN].replace("\x00", "\\x00")
-            abort(400, f"{shown} must not contain a NUL character")
+            refuse(shown, f"{shown} must not contain a NUL character")
+
+
+def refuse(name: str, message: str) -> NoReturn:
+    """400 with ``message``, naming the parameter ``name`` for the error page's form."""
+    raise BadParameter(name, message)
+
+
+def job_status(value: str | None) -> str | None:
+    """The ``status`` filter as a status's name, in any case (``status=failed``: the dead
+    letters' FAILED), or None when absent; 400 naming the statuses otherwise."""
+    text = (value or "").strip()
+    if text.isascii():  # ASCII only: "\u017f".upper() is "S"
+        text = text.upper()
+    return one_of("status", text, tuple(JobStatus.__members__))
 
 
 def one_of(name: str, value: str | None, choices: tuple[str, ...]) -> str | None:
@@ -185,7 +202,7 @@ def one_of(name: str, value: str | None, choices: tuple[str, ...]) -> str | None
     if not value:
         return None
     if value not in choices:
-        abort(400, f"{name} must be one of {', '.join(choices)}")
+        refuse(name, f"{name} must be one of {', '.join(choices)}")
     return value
 
 
@@ -194,7 +211,7 @@ def whole_number(name: str, value: str, low: int, high: int) -> int:
     ASCII digits; 400 otherwise."""
     text = value.strip()
     if WHOLE_NUMBER.fullmatch(text) is None or not low <= int(text) <= high:
-        abort(400, f"{name} must be a whole number from {low} to {high}")
+        refuse(name, f"{name} must be a whole number from {low} to {high}")
     return int(text)
 
 
@@ -206,7 +223,7 @@ def spelled_number(name: str, value: str) -> int | float | str:
     """
     text = value.strip()
     if len(text) > MAX_NUMBER_TEXT:
-        abort(400, f"{name} must be a number of at most {MAX_NUMBER_TEXT} characters")
+        refuse(name, f"{name} must be a number of at most {MAX_NUMBER_TEXT} characters")
     if SIGNED_WHOLE_NUMBER.fullmatch(text):
         return int(text)
     if DECIMAL_NUMBER.fullmatch(text) or text.lower() in NOT_A_NUMBER:
@@ -234,11 +251,11 @@ def when(name: str, value: str | None) -> datetime | None:
     try:
         return parsed.astimezone(UTC)
     except OverflowError:
-        abort(400, f"{name} must fall between 0001-01-01 and 9999-12-31 in UTC")
+        refuse(name, f"{name} must fall between 0001-01-01 and 9999-12-31 in UTC")
 
 
 def _bad_date(name: str) -> NoReturn:
-    abort(400, f"{name} must be a date and time like 2026-01-31T14:00")
+    refuse(name, f"{name} must be a date and time like 2026-01-31T14:00")
 
 
 def job_id(value: str) -> uuid.UUID | None:
@@ -251,7 +268,7 @@ def page_size(value: str | None) -> int:
     if not value:
         return DEFAULT_PAGE_SIZE
     if WHOLE_NUMBER.fullmatch(value) is None or int(value) not in PAGE_SIZES:
-        abort(400, f"size must be one of {', '.join(map(str, PAGE_SIZES))}")
+        refuse("size", f"size must be one of {', '.join(map(str, PAGE_SIZES))}")
     return int(value)
 
 
@@ -260,5 +277,5 @@ def checked_cursor(value: str | None) -> str | None:
     belongs to its list), None if absent; 400 otherwise."""
     cursor = value or None
     if cursor is not None and CURSOR.fullmatch(cursor) is None:
-        abort(400, "bad cursor")
+        refuse("cursor", "bad cursor")
     return cursor

@@ -21,11 +21,12 @@ from flask_ratchet.job import Job
 from flask_ratchet.paging import Page
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime, current
-from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
+from flask_ratchet.states import TERMINAL, JobStatus
 
-from . import filters, reads
+from . import filters, offers, present, reads
 from .htmx import refreshes_a_region
 from .present import chart
+from .reads import archive
 
 #: A job list's "new jobs" banner counts no further than this.
 NEW_CAP = 999
@@ -111,7 +112,7 @@ def jobs() -> str:
         try:
             page = reads.jobs.list_jobs(conn, wanted.query, wanted.size, wanted.cursor, floor=floor)
         except ValueError:
-            abort(400, "bad cursor")
+            filters.refuse("cursor", "bad cursor")
         if api.policy.active(runtime):  # only the jobs the operator may see (a short page)
             shown = set(api.policy.permitted(runtime, conn, "read", [r.id for r in page.items]))
             page = replace(page, items=[r for r in page.items if r.id in shown])
@@ -123,6 +124,11 @@ def jobs() -> str:
         args=wanted.args,
         newest=newest,
         filtered=bool(filters.filter_args(wanted.args)),
+        # Buttons for what applies to a job on screen; a filter's, to what its status allows.
+        offered=offers.offered(row.status for row in page.items),
+        offered_on_filter=offers.offered(
+            list(JobStatus) if wanted.query.status is None else [wanted.query.status]
+        ),
         search_window=reads.jobs.SEARCH_WINDOW,
         can_search=filters.can_search_arguments(),
         statuses=list(JobStatus),
@@ -219,25 +225,14 @@ def job_detail(job_id: str) -> str:
     runtime = current_runtime()
     job = api.jobs.get(runtime, key, decrypt=False)  # the console holds no keys
     if job is None:
-        abort(404)
+        abort(404, _missing_job(runtime, key))
     with runtime.connection() as conn:
         extras = reads.job_detail.job_extras(conn, key)
         flow = _scoped_flow(runtime, conn, reads.batches.job_flow(conn, key))
         waits_on = None if flow is None else flow.waits_on
         history = reads.job_detail.job_history(conn, job, extras.executions, waits_on)
         why = _why_not_running(runtime, conn, job)
-    actions = [
-        name
-        for name, action in (
-            ("retry", Action.RETRY),
-            ("pause", Action.PAUSE),
-            ("resume", Action.RESUME),
-            ("cancel", Action.CANCEL),
-        )
-        if isinstance(job.status, JobStatus) and allowed(action, job.status)
-    ]
-    if job.is_terminal:
-        actions.append("delete")
+    actions = offers.offered([job.status])
     return render_template(
         "ratchet/job.html",
         job=job,
@@ -255,6 +250,21 @@ def job_detail(job_id: str) -> str:
         },
         not_due=waits_for_parent(job.scheduled_at),
     )
+
+
+def _missing_job(runtime: Runtime, key: uuid.UUID) -> str:
+    """What a 404 for a job id says: archived (and when), or not found, naming the retention
+    that archives ended jobs either way."""
+    days = runtime.config.retention_days
+    kept = f"RATCHET_RETENTION_DAYS ({days:g} day{'' if days == 1 else 's'})"
+    with runtime.connection() as conn:
+        archived = archive.archived_at(conn, key)
+    if archived is not None:
+        return (
+            f"Job {key} was archived at {present.when(archived)} UTC: ended jobs are moved "
+            f"out of the job tables {kept} after they end."
+        )
+    return f"Job {key} was not found; ended jobs are archived after {kept}."
 
 
 def _flow_live(flow: reads.batches.JobFlow | None) -> bool:
@@ -283,7 +293,7 @@ def batches() -> str:
         try:
             page = reads.batches.list_batches(conn, wanted, size, cursor)
         except ValueError:
-            abort(400, "bad cursor")
+            filters.refuse("cursor", "bad cursor")
         if api.policy.active(runtime):  # the batches whose parent the operator may read
             shown = set(api.policy.permitted(runtime, conn, "read", [r.id for r in page.items]))
             page = replace(page, items=[r for r in page.items if r.id in shown])
@@ -304,7 +314,7 @@ def batches() -> str:
 def batch_detail(batch_id: str) -> str:
     """One batch: progress, metrics, follow-ups, and its children (keyset pages, by status)."""
     key = job_id_or_404(batch_id)
-    wanted = filters.one_of("status", request.args.get("status"), tuple(JobStatus.__members__))
+    wanted = filters.job_status(request.args.get("status"))
     size = filters.page_size(request.args.get("size"))
     cursor = filters.checked_cursor(request.args.get("cursor"))
     runtime = current_runtime()
@@ -319,7 +329,7 @@ def batch_detail(batch_id: str) -> str:
                 conn, key, JobStatus(wanted) if wanted else None, size, cursor
             )
         except ValueError:
-            abort(400, "bad cursor")
+            filters.refuse("cursor", "bad cursor")
     return render_template(
         "ratchet/batch.html",
         b=found,
@@ -430,6 +440,23 @@ def recurring_cancel() -> str:
     if master is None:
         abort(404)
     return render_template("ratchet/recurring_cancel.html", master=master)
+
+
+def database_now() -> datetime:
+    """The database's clock, read once per request: how long ago a time on the page was is
+    counted from it, as every age the console shows (a web server's clock may differ)."""
+    if "ratchet_now" not in g:
+        runtime = current_runtime()
+        with runtime.connection() as conn:
+            g.ratchet_now = runtime.store.now(conn)
+    now: datetime = g.ratchet_now
+    return now
+
+
+def ago(value: datetime) -> str:
+    """``3 min ago``, ``in 4 min``: ``value`` from the database's clock (the ``ratchet_ago``
+    filter of the ``_when.html`` macro)."""
+    return present.relative(value, database_now())
 
 
 def list_url(args: dict[str, str], **changes: str | None) -> str:

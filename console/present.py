@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -97,6 +97,34 @@ def duration(seconds: float | None) -> str:
 def when(value: datetime | None) -> str:
     """``2026-11-26 02:15:07`` (UTC); an em dash for None."""
     return NONE if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def iso(value: datetime) -> str:
+    """``2026-11-26T02:15:07+00:00``: an instant for a ``<time datetime>`` attribute (a stored
+    time without a zone is UTC, as every time ratchet writes)."""
+    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+    return aware.astimezone(UTC).isoformat(timespec="seconds")
+
+
+def relative(value: datetime, now: datetime) -> str:
+    """``3 min ago``, ``in 4 min``, ``just now``: how far ``value`` is from ``now`` (the
+    database's clock, not the web server's), in its largest whole unit: ``s`` under a minute,
+    ``min`` under an hour, ``h`` under two days, ``d`` beyond."""
+    if (value.tzinfo is None) != (now.tzinfo is None):
+        value, now = value.replace(tzinfo=UTC), now.replace(tzinfo=UTC)
+    seconds = (value - now).total_seconds()
+    gap = abs(seconds)
+    if gap < 1:
+        return "just now"
+    if gap < 60:
+        amount = f"{int(gap)} s"
+    elif gap < 3600:
+        amount = f"{int(gap // 60)} min"
+    elif gap < 48 * 3600:
+        amount = f"{int(gap // 3600)} h"
+    else:
+        amount = f"{int(gap // 86400)} d"
+    return f"in {amount}" if seconds > 0 else f"{amount} ago"
 
 
 def count(value: Count) -> str:

@@ -95,7 +95,7 @@ def _schema_ready() -> Response | None:
     return None
 
 
-def _guard_unrouted() -> None:
+def _guard_unrouted() -> Response | None:
     """The same wall for a URL under the console's prefix that matches no route, or no route
     for its method.
 
@@ -108,7 +108,16 @@ def _guard_unrouted() -> None:
     app's own routes under the prefix, if any, are its own business.
     """
     if request.url_rule is None and security.is_console_path():
-        _guard()
+        # The blueprint's error handlers and template helpers do not apply to a URL it does
+        # not route: the page is drawn here, in the console's layout, with its helpers.
+        try:
+            _guard()
+        except HTTPException as refused:
+            return error_pages.page(refused, **_template_globals())
+        routing = request.routing_exception
+        if isinstance(routing, HTTPException) and (routing.code or 500) >= 400:  # not a redirect
+            return error_pages.page(routing, **_template_globals())
+    return None
 
 
 def _exempt_when_registered(state: BlueprintSetupState) -> None:
@@ -188,6 +197,8 @@ def register(bp: Blueprint) -> None:
         "seconds",
     ):
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
+    bp.add_app_template_filter(present.iso, "ratchet_iso")
+    bp.add_app_template_filter(pages.ago, "ratchet_ago")
 
     bp.add_url_rule("/", "overview", pages.overview)
     bp.add_url_rule("/alarms", "alarms", pages.alarms)

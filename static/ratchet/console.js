@@ -4,7 +4,9 @@
       without this script they wrap under the brand and stay usable.
    2. Tells a screen reader which alarms were raised or cleared: the strip under the header
       redraws itself every few seconds, so it is not a live region itself (it would be read out
-      at every redraw); #alarm-news is, and gets a sentence only when the set of alarms changes. */
+      at every redraw); #alarm-news is, and gets a sentence only when the set of alarms changes.
+   3. Makes a table box that scrolls sideways (a wide table on a phone) reachable from the
+      keyboard: a tab stop, named after the heading above it; one that fits is left alone. */
 (function () {
   "use strict";
   var bar = document.querySelector("header.bar");
@@ -53,6 +55,38 @@
     }
     before = now;
   }
-  document.addEventListener("DOMContentLoaded", announce);
-  document.addEventListener("htmx:afterSettle", announce);
+  function heading(box) {
+    for (var at = box.previousElementSibling; at; at = at.previousElementSibling) {
+      if (/^H[1-3]$/.test(at.tagName)) {
+        return at.textContent.trim();
+      }
+    }
+    return document.title.split(" \u00b7 ")[0];
+  }
+
+  function scrollers() {
+    var boxes = document.querySelectorAll(".table-wrap");
+    for (var i = 0; i < boxes.length; i++) {
+      var box = boxes[i];
+      if (box.scrollWidth > box.clientWidth) {
+        box.setAttribute("tabindex", "0");
+        box.setAttribute("role", "region");
+        box.setAttribute("aria-label", heading(box) + " (scrolls sideways)");
+      } else if (box.getAttribute("role") === "region") {
+        box.removeAttribute("tabindex");
+        box.removeAttribute("role");
+        box.removeAttribute("aria-label");
+      }
+    }
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    announce();
+    scrollers();
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    announce();
+    scrollers();
+  });
+  window.addEventListener("resize", scrollers);
 })();

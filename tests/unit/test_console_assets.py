@@ -179,3 +179,30 @@ def test_a_days_chart_has_half_hour_bars_and_short_labels() -> None:
     assert present.chart(buckets[:1], WINDOWS["24h"]).ticks[-1].label == "1"
     big = [Bucket(start, 30, 1_500_000, 0)]
     assert [t.label for t in present.chart(big, WINDOWS["24h"]).ticks][-2:] == ["1M", "1.5M"]
+
+
+@pytest.mark.parametrize(
+    ("offset", "shown"),
+    [
+        (timedelta(0), "just now"),
+        (timedelta(milliseconds=-400), "just now"),
+        (timedelta(seconds=-12), "12 s ago"),
+        (timedelta(minutes=-3, seconds=-59), "3 min ago"),
+        (timedelta(minutes=4, seconds=10), "in 4 min"),
+        (timedelta(hours=-47), "47 h ago"),
+        (timedelta(days=-9), "9 d ago"),
+        (timedelta(days=400), "in 400 d"),
+    ],
+)
+def test_a_time_shows_how_far_it_is_from_the_database_clock(offset: timedelta, shown: str) -> None:
+    now = datetime(2026, 11, 26, 2, 15, 7, tzinfo=UTC)
+    assert present.relative(now + offset, now) == shown
+    # A stored time without a zone is UTC.
+    assert present.relative((now + offset).replace(tzinfo=None), now) == shown
+
+
+def test_a_time_element_holds_the_instant_in_utc() -> None:
+    assert (
+        present.iso(datetime(2026, 1, 2, 3, 4, 5, 678, tzinfo=UTC)) == "2026-01-02T03:04:05+00:00"
+    )
+    assert present.iso(datetime(2026, 1, 2, 3, 4, 5)) == "2026-01-02T03:04:05+00:00"

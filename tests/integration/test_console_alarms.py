@@ -262,7 +262,7 @@ def test_the_strip_refreshes_from_its_own_url(app: Flask) -> None:
     assert 'hx-trigger="every 5s, ratchet-changed from:body"' in page
     ratchet.pause_queue("reports")
     strip = console.get("/ratchet/alarms")
-    assert strip.status_code == 200 and "<html" not in strip.text and "<main>" not in strip.text
+    assert strip.status_code == 200 and "<html" not in strip.text and "<main" not in strip.text
     assert set(alarm_items(strip.text)) == {"paused"}
     assert app.test_client().get("/ratchet/alarms").status_code == 403  # behind the wall too
 

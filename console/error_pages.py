@@ -24,6 +24,8 @@ from .htmx import fragment, is_htmx
 MAX_FIELDS_SHOWN = 20
 #: The longest parameter name or value the form shows again.
 MAX_SHOWN = 300
+#: The longest ``Referer`` a refused form's page links back to.
+MAX_REFERRER = 2000
 
 
 class BadParameter(BadRequest):
@@ -59,6 +61,7 @@ def page(error: HTTPException, **context: Any) -> Response:
         message=error.description or error.name,
         parameter=parameter,
         form_fields=_fields_again(parameter),
+        back=_form_page(error),
         **context,
     )
     response = Response(body, error.code or 500, mimetype="text/html")
@@ -79,6 +82,17 @@ def _fields_again(parameter: str | None) -> list[tuple[str, str]]:
         if "\x00" not in name and "\x00" not in value
     ]
     return fields[:MAX_FIELDS_SHOWN]
+
+
+def _form_page(error: HTTPException) -> str | None:
+    """The console page a refused form was sent from (its ``Referer``, sent for this site
+    only), to link back to; None for anything but a 400 on a POST, or another site's page."""
+    if error.code != 400 or request.method != "POST" or not g.get("ratchet_role"):
+        return None
+    referrer = request.referrer or ""
+    if not referrer.startswith(request.host_url) or len(referrer) > MAX_REFERRER:
+        return None
+    return referrer
 
 
 def database_unavailable(error: OperationalError) -> Response:

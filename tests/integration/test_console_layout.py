@@ -209,3 +209,29 @@ def test_htmx_errors_stay_a_notice(console: Console) -> None:
     page = console.get("/ratchet/jobs?priority=urgent", headers={"HX-Request": "true"})
     assert page.status_code == 400
     assert page.text.strip().startswith('<div class="notice warn" role="alert">400: priority')
+
+
+def test_a_refused_form_names_its_field_and_links_back_to_its_page(console: Console) -> None:
+    form_page = "http://localhost/ratchet/resources/limit?name=api"
+    with console.client.application.app_context():
+        page = console.client.post(
+            "/ratchet/resources/limit",
+            headers=ADMIN | ORIGIN | {"Referer": form_page},
+            data={"csrf_token": console.token, "name": "api", "retry_delay": "x" * 50},
+        )
+    assert page.status_code == 400
+    assert "<title>400 Bad Request · Ratchet</title>" in page.text
+    assert "retry_delay must be a number of at most 40 characters" in page.text
+    assert (
+        '<a href="http://localhost/ratchet/resources/limit?name=api">Back to the form</a>: '
+        "correct <b>retry delay</b>" in page.text
+    )
+    # Another site's page is not linked to.
+    with console.client.application.app_context():
+        page = console.client.post(
+            "/ratchet/resources/limit",
+            headers=ADMIN | ORIGIN | {"Referer": "http://elsewhere.example/"},
+            data={"csrf_token": console.token, "name": "api", "retry_delay": "x" * 50},
+        )
+    assert page.status_code == 400 and "elsewhere" not in page.text
+    assert "Go back, correct <b>retry delay</b>" in page.text

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
+import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -162,7 +165,7 @@ def test_a_stalled_workers_late_completion_changes_nothing(
     stalled = workers.start(**config)
     # Running its code, not only claimed: the job logs a line as it starts.
     wait_until(lambda: "waiting for" in workers.output(stalled), what="the first run to start")
-    stalled.send_signal(signal.SIGSTOP)  # no heartbeats, no completions: as if partitioned
+    freeze(stalled, workers.url)  # no heartbeats, no completions: as if partitioned
     healthy = workers.start(**config)
     wait_until(lambda: job(job_id).attempts == 2, what="recovery to hand the job on")
     flag.touch()
@@ -172,6 +175,31 @@ def test_a_stalled_workers_late_completion_changes_nothing(
     wait_until(lambda: "discarded" in workers.output(stalled), what="the late result's discard")
     assert job(job_id).result == healthy.pid  # the stalled worker's result was discarded
     assert job(job_id).status == JobStatus.SUCCEEDED
+
+
+def freeze(proc: subprocess.Popen[bytes], url: str) -> None:
+    """Stop ``proc`` (SIGSTOP) at a moment it holds no lock of the database.
+
+    A process frozen inside a SQLite write transaction (its heartbeat's, say) keeps the whole
+    file locked, and every other worker's writes fail with "database is locked": a frozen
+    process on one host, not a partition. On SQLite it is thawed and stopped again until a
+    write can begin; a server's row locks are not taken by a worker that only waits."""
+    path = sa.make_url(url).database if url.startswith("sqlite") else None
+    for _ in range(200):
+        proc.send_signal(signal.SIGSTOP)
+        if path is None:
+            return
+        probe = sqlite3.connect(path, timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            proc.send_signal(signal.SIGCONT)
+            time.sleep(0.01)
+        finally:
+            probe.close()
+    raise AssertionError("the worker held the SQLite file's lock at every try")
 
 
 def test_sigterm_drains(app: Flask, workers: Workers) -> None:

@@ -4,7 +4,9 @@ A :class:`Service` is a daemon thread that calls :meth:`Service.run_once` until 
 set, sleeping between passes as long as the pass said. A pass that raises is logged and the loop
 goes on (a database error as a warning, anything else with its traceback: most likely a row
 holding what ratchet never writes), for these threads keep a node alive: its heartbeat, orphan
-recovery, recurring jobs, timeouts.
+recovery, recurring jobs, timeouts. A :class:`QueueService` is one fed by other threads: the
+worker's completer (outcomes to write) and announcer (events to send); its passes wait on its
+queue.
 
 A :class:`Signal` counts what happened (a pass, a claim, outcomes written) and lets a test wait
 for it instead of polling: ``assert worker.started.wait_for(1, timeout=30)``.
@@ -13,11 +15,15 @@ for it instead of polling: ``assert worker.started.wait_for(1, timeout=30)``.
 from __future__ import annotations
 
 import logging
+import queue
 import threading
+from typing import Generic, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
 log = logging.getLogger("flask_ratchet.worker")
+
+T = TypeVar("T")
 
 
 class Signal:
@@ -89,6 +95,9 @@ class Service(threading.Thread):
             log.exception("%s: pass failed on what it read; next in %.1fs", self.name, pause)
         return pause
 
+    def finish(self) -> None:
+        """What is left to do once the loop has ended (nothing, unless a service says)."""
+
     def run(self) -> None:
         if self._first > 0 and self._sleep.wait(self._first):
             return
@@ -99,3 +108,61 @@ class Service(threading.Thread):
                 delay = self.failed(exc)
             self.passed.fire()
             self._sleep.wait(delay)
+        self.finish()
+
+
+class QueueService(Service, Generic[T]):
+    """A service fed by other threads: ``put`` from any thread; each pass waits for the first
+    item and handles it with whatever else came meanwhile. ``stop`` handles what was put before
+    it, then ends the thread.
+
+    Its passes wait on the queue, not on a timer: a pass returns no pause.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, threading.Event())
+        self._queue: queue.SimpleQueue[T | None] = queue.SimpleQueue()
+
+    def put(self, item: T) -> None:
+        """Hand ``item`` over."""
+        self._queue.put(item)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Handle everything put so far, then end the thread (waiting at most ``timeout``)."""
+        self._stop_event.set()
+        self._queue.put(None)  # wakes a pass waiting for its first item
+        self.join(timeout)
+
+    def handle(self, first: T) -> None:
+        """One pass's work, ``first`` being the item it waited for."""
+        raise NotImplementedError
+
+    def run_once(self) -> float:
+        first = self._queue.get()
+        if first is not None:
+            self.handle(first)
+        return 0.0
+
+    def take(self, timeout: float) -> T | None:
+        """The next item put, waiting at most ``timeout`` seconds; ``None`` when none came, or
+        when ``stop`` was called (its marker stays for the loop to see)."""
+        try:
+            item = self._queue.get(timeout=max(0.0, timeout))
+        except queue.Empty:
+            return None
+        if item is None:
+            self._queue.put(None)
+        return item
+
+    def finish(self) -> None:
+        # What was put before ``stop`` and after the last pass began.
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None:
+                try:
+                    self.handle(item)
+                except Exception as exc:
+                    self.failed(exc)

@@ -3,8 +3,6 @@ slow signal receiver or callback never holds up the writing of outcomes."""
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -12,30 +10,21 @@ from flask import Flask
 
 from ..facts import Event
 from ..runtime import Runtime, announce
+from ..services import QueueService
 
 
-class Announcer(threading.Thread):
-    """Sends events in the order they were committed. ``put`` from any thread."""
+class Announcer(QueueService[list[Event]]):
+    """Sends events in the order they were committed. ``put`` from any thread; ``stop`` sends
+    what is queued, then ends."""
 
     def __init__(self, app: Flask, wake: Callable[[], None]) -> None:
-        super().__init__(name="ratchet-announcer", daemon=True)
+        super().__init__("ratchet-announcer")
         self._app = app
         self._wake = wake
-        self._queue: queue.SimpleQueue[list[Event] | None] = queue.SimpleQueue()
 
-    def put(self, items: list[Event]) -> None:
-        """Queue a committed transaction's events."""
-        self._queue.put(items)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Send what is queued, then end."""
-        self._queue.put(None)
-        self.join(timeout)
-
-    def run(self) -> None:
+    def handle(self, first: list[Event]) -> None:
         with self._app.app_context():
-            while (items := self._queue.get()) is not None:
-                announce(self._app, items, self._wake)
+            announce(self._app, first, self._wake)
 
 
 def predicate_evaluator(app: Flask) -> Callable[[str, Any], bool]:

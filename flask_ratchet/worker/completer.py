@@ -9,7 +9,6 @@ start) runs them again.
 from __future__ import annotations
 
 import logging
-import queue
 import threading
 import time
 import uuid
@@ -32,6 +31,7 @@ from sqlalchemy.exc import (
 from .. import events, facts, payload
 from ..facts import Event
 from ..retry import first_line
+from ..services import QueueService
 from ..store import Store
 from ..store.types import Evaluator, Finished, Outcome, no_predicates
 from .logs import FAILED_ATTEMPT, job_fields
@@ -39,8 +39,9 @@ from .logs import FAILED_ATTEMPT, job_fields
 log = logging.getLogger("flask_ratchet.worker")
 
 
-class Completer(threading.Thread):
-    """The thread that writes outcomes. ``put`` from any thread; ``stop`` flushes and joins."""
+class Completer(QueueService[Finished]):
+    """The thread that writes outcomes. ``put`` from any thread; ``stop`` flushes and joins.
+    Each batch written (or given up) is a pass: :attr:`passed` fires."""
 
     def __init__(
         self,
@@ -57,7 +58,7 @@ class Completer(threading.Thread):
         give_up_after: float | None = None,
         on_counted: Callable[[list[Finished], set[uuid.UUID]], None] | None = None,
     ) -> None:
-        super().__init__(name="ratchet-completer", daemon=True)
+        super().__init__("ratchet-completer")
         self._store = store
         self._engine = engine
         self._node_id = node_id
@@ -73,8 +74,6 @@ class Completer(threading.Thread):
         self._on_counted = on_counted
         self._backlog = 0
         self._count_lock = threading.Lock()
-        self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
-        self._stopping = threading.Event()
         self.written = 0
         self.discarded = 0
         #: The jobs whose outcomes are handed over and not yet written (or given up).
@@ -84,7 +83,7 @@ class Completer(threading.Thread):
         with self._count_lock:
             self._backlog += 1
             self._unwritten[item.job_id] += 1
-        self._queue.put(item)
+        super().put(item)
 
     def unwritten(self) -> set[uuid.UUID]:
         """The jobs whose outcomes are handed over and not yet written (or given up)."""
@@ -100,34 +99,18 @@ class Completer(threading.Thread):
         """Whether outcomes are waiting to be written."""
         return self._backlog > 0
 
-    def stop(self, timeout: float = 30.0) -> None:
-        """Write everything queued so far, then end the thread."""
-        self._stopping.set()
-        self._queue.put(None)
-        self.join(timeout)
-
-    def run(self) -> None:
-        while True:
-            first = self._queue.get()
-            if first is None:
-                if self._queue.empty():
-                    return
-                continue
-            batch = [first]
-            # Wait for company only if other jobs are under way: a lone outcome (a quiet
-            # worker, the step of a chain) is written at once.
-            wait = self._max_wait if self._more_coming() else 0.0
-            deadline = time.monotonic() + wait
-            while len(batch) < self._max_batch:
-                try:
-                    item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    break
-                if item is None:
-                    self._queue.put(None)  # keep the stop marker for the outer loop
-                    break
-                batch.append(item)
-            self._write(batch)
+    def handle(self, first: Finished) -> None:
+        batch = [first]
+        # Wait for company only if other jobs are under way: a lone outcome (a quiet worker,
+        # the step of a chain) is written at once.
+        wait = self._max_wait if self._more_coming() else 0.0
+        deadline = time.monotonic() + wait
+        while len(batch) < self._max_batch:
+            item = self.take(deadline - time.monotonic())
+            if item is None:
+                break
+            batch.append(item)
+        self._write(batch)
 
     def write(self, batch: list[Finished]) -> None:
         """Write ``batch`` in the calling thread, as the thread writes what is ``put``."""
@@ -178,7 +161,7 @@ class Completer(threading.Thread):
                         continue
                     self._write_refused(batch, exc, evaluate)
                     return
-                if self._stopping.is_set() and delay > 5:
+                if self._stop_event.is_set() and delay > 5:
                     log.exception(
                         "could not write %d outcomes before stopping; the jobs stay RUNNING and "
                         "will be recovered",

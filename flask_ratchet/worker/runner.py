@@ -363,7 +363,7 @@ class Worker:
             log.warning("drain timeout: releasing %d unfinished jobs to PENDING", len(left))
             self._release(left)
         self.completer.stop()
-        self.announcer.stop()
+        self.announcer.stop(10)
         self.stop_event.set()
         if self.recurring is not None:
             self.recurring.join(5)  # it stopped firing when the drain began

@@ -9,7 +9,7 @@ import threading
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from flask_ratchet.services import Service, Signal
+from flask_ratchet.services import QueueService, Service, Signal
 
 
 class Flaky(Service):
@@ -62,3 +62,45 @@ def test_a_service_waits_its_first_pause_and_ends_if_stopped_meanwhile() -> None
     stop.set()
     service.join(5)
     assert not service.is_alive() and service.passed.count == 0
+
+
+class Collector(QueueService[int]):
+    """Handles what it is given in passes, each taking what else came within 50 ms; fails on
+    a 13."""
+
+    after_error = 0.0
+
+    def __init__(self) -> None:
+        super().__init__("test-collector")
+        self.passes: list[list[int]] = []
+
+    def handle(self, first: int) -> None:
+        batch = [first]
+        while (item := self.take(0.05)) is not None:
+            batch.append(item)
+        if 13 in batch:
+            raise ValueError("unlucky")
+        self.passes.append(batch)
+
+
+def test_a_queue_service_handles_what_it_is_given_in_passes_and_survives_a_failed_one() -> None:
+    service = Collector()
+    service.start()
+    for item in (1, 2, 3):
+        service.put(item)
+    assert service.passed.wait_for(1, timeout=10)
+    service.put(13)
+    assert service.passed.wait_for(2, timeout=10)
+    service.put(4)
+    assert service.passed.wait_for(3, timeout=10)
+    assert service.passes == [[1, 2, 3], [4]]
+
+
+def test_stopping_a_queue_service_handles_everything_put_before() -> None:
+    service = Collector()
+    for item in range(5):
+        service.put(item)  # before the thread starts: the first pass, or what ``stop`` leaves
+    service.start()
+    service.stop(10)
+    assert not service.is_alive()
+    assert [i for batch in service.passes for i in batch] == [0, 1, 2, 3, 4]

@@ -51,7 +51,7 @@ JOB_ID = re.compile(
     r"|[0-9a-fA-F]{32}"
 )
 #: A keyset cursor as the store makes them: ``<kind>.<id>``, or ``p.<priority>.<id>``.
-CURSOR = re.compile(r"[a-z](?:\.[0-9]{1,3})?\.[0-9a-fA-F-]{32,36}")
+CURSOR = re.compile(r"[a-z](?:\.[0-9]{1,20})?\.[0-9a-fA-F-]{32,36}")
 #: The longest date text: ``0001-01-01T00:00:00.000000+00:00:00.000000`` and a little more.
 MAX_DATE_TEXT = 48
 #: The longest parameter name a message repeats.
@@ -193,6 +193,15 @@ def job_status(value: str | None) -> str | None:
     if text.isascii():  # ASCII only: "\u017f".upper() is "S"
         text = text.upper()
     return one_of("status", text, tuple(JobStatus.__members__))
+
+
+def text(name: str, value: str | None, longest: int) -> str | None:
+    """``value`` (of the parameter ``name``) stripped, or None when absent or blank; 400 when it
+    is longer than ``longest`` characters (what the column holds)."""
+    value = (value or "").strip()
+    if len(value) > longest:
+        refuse(name, f"{name} must be at most {longest} characters")
+    return value or None
 
 
 def one_of(name: str, value: str | None, choices: tuple[str, ...]) -> str | None:

@@ -22,6 +22,7 @@ from flask_ratchet.errors import SchemaNotReady
 
 from . import (
     actions,
+    audit_page,
     error_pages,
     filters,
     metrics,
@@ -207,6 +208,7 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/jobs/<job_id>", "job", pages.job_detail)
     bp.add_url_rule("/dead-letters", "dead_letters", pages.dead_letters)
     bp.add_url_rule("/nodes", "nodes", pages.nodes)
+    bp.add_url_rule("/audit", "audit", audit_page.audit)
     bp.add_url_rule("/metrics", "metrics", metrics.metrics)
     bp.add_url_rule("/queues", "queues", queue_pages.queues)
     bp.add_url_rule("/recurring", "recurring", pages.recurring)

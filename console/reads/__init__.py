@@ -10,6 +10,7 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.dead_letters`   jobs that failed for good, grouped by task and error
 :mod:`.resources`      resource limits, permits, waiting jobs, circuit breakers
 :mod:`.nodes`          worker nodes
+:mod:`.audit`          the audit page: every console action, in keyset pages
 =====================  =====================================================================
 
 Queue health is the library's (``store.health``); recurring masters are read through
@@ -20,6 +21,7 @@ library's operations (:mod:`flask_ratchet.api`). The pages use these modules by 
 
 from . import (
     alarms,
+    audit,
     batches,
     cluster,
     dead_letters,
@@ -34,6 +36,7 @@ from . import (
 
 __all__ = [
     "alarms",
+    "audit",
     "batches",
     "cluster",
     "dead_letters",

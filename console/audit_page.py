@@ -1,0 +1,36 @@
+"""The audit page (GET, read only): every action taken from the console, in keyset pages."""
+
+from __future__ import annotations
+
+from flask import render_template, request
+
+from . import filters, reads
+from .pages import current_runtime
+
+
+def audit() -> str:
+    """Audit rows, newest first, of one operator and one action when asked."""
+    actor = filters.text("actor", request.args.get("actor"), 255)
+    action = filters.text("action", request.args.get("action"), 32)
+    size = filters.page_size(request.args.get("size"))
+    cursor = filters.checked_cursor(request.args.get("cursor"))
+    runtime = current_runtime()
+    with runtime.connection() as conn:
+        try:
+            page = reads.audit.audit_rows(
+                conn, actor=actor, action=action, limit=size, after=cursor
+            )
+        except ValueError:
+            filters.refuse("cursor", "bad cursor")
+    return render_template(
+        "ratchet/audit.html",
+        page=page,
+        args={
+            k: v
+            for k, v in {"actor": actor, "action": action, "size": str(size)}.items()
+            if v and (k != "size" or size != filters.DEFAULT_PAGE_SIZE)
+        },
+        cursor=cursor,
+        size=size,
+        sizes=filters.PAGE_SIZES,
+    )

@@ -214,7 +214,11 @@ class Worker:
             if free > 0 and quotas != {}:
                 started = time.perf_counter()
                 try:
-                    with self.store.single_statement(self.parts.claim_engine) as conn:
+                    with (
+                        self.parts.claim_deadline.bound() as watch,
+                        self.store.single_statement(self.parts.claim_engine) as conn,
+                    ):
+                        watch(conn)
                         taken = self.store.jobs.claim_due(
                             conn,
                             free,

@@ -21,9 +21,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from typing import Any, Self
 
 from sqlalchemy.engine import Connection
 
@@ -35,7 +33,10 @@ MARGIN = 5.0
 
 
 class ClaimDeadline:
-    """Bounds the claim in progress to ``timeout`` (and :data:`MARGIN`) seconds."""
+    """Bounds the claim in progress to ``timeout`` (and :data:`MARGIN`) seconds: a context
+    around each claim (from its start: it is due within the bound), told the claim's
+    connection with :meth:`watch` as soon as there is one. A class, not a generator's
+    context: it costs the claim a few microseconds."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
@@ -47,21 +48,19 @@ class ClaimDeadline:
         #: Claims whose connection was cut.
         self.cuts = 0
 
-    @contextmanager
-    def bound(self) -> Iterator[Watch]:
-        """Around one claim: from here on it is due within the bound. Hand the claim's
-        connection to what this yields as soon as there is one."""
+    def __enter__(self) -> Self:
         with self._lock:
             self._due = time.monotonic() + self.timeout + MARGIN
-        try:
-            yield Watch(self)
-        finally:
-            with self._lock:
-                fd, self._fd, self._due = self._fd, None, None
-                if fd is not None:
-                    os.close(fd)
+        return self
 
-    def _watch(self, conn: Connection) -> None:
+    def __exit__(self, *_: object) -> None:
+        with self._lock:
+            fd, self._fd, self._due = self._fd, None, None
+            if fd is not None:
+                os.close(fd)
+
+    def watch(self, conn: Connection) -> None:
+        """The claim in progress runs on ``conn``."""
         fd = socket_of(conn.connection.driver_connection)
         if fd is None:
             return
@@ -93,16 +92,6 @@ class ClaimDeadline:
             self.timeout,
         )
         return True
-
-
-class Watch:
-    """What :meth:`ClaimDeadline.bound` yields: call it with the claim's connection."""
-
-    def __init__(self, deadline: ClaimDeadline) -> None:
-        self._deadline = deadline
-
-    def __call__(self, conn: Connection) -> None:
-        self._deadline._watch(conn)
 
 
 def socket_of(driver_connection: Any) -> int | None:

@@ -215,10 +215,10 @@ class Worker:
                 started = time.perf_counter()
                 try:
                     with (
-                        self.parts.claim_deadline.bound() as watch,
+                        self.parts.claim_deadline as deadline,
                         self.store.single_statement(self.parts.claim_engine) as conn,
                     ):
-                        watch(conn)
+                        deadline.watch(conn)
                         taken = self.store.jobs.claim_due(
                             conn,
                             free,

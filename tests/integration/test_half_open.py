@@ -99,8 +99,8 @@ def test_a_listener_that_delivers_is_checked_and_kept(
 
 def claim(store: Store, claims: sa.Engine, deadline: ClaimDeadline) -> list[Any]:
     """One claim as the worker's poller makes it, bounded by ``deadline``."""
-    with deadline.bound() as watch, store.single_statement(claims) as conn:
-        watch(conn)
+    with deadline, store.single_statement(claims) as conn:
+        deadline.watch(conn)
         return store.jobs.claim_due(conn, 10, "node-a", 15)
 
 

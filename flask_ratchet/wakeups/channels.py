@@ -16,7 +16,7 @@ thread that uses them (a sender's, a listener's) and closed by it.
 
 from __future__ import annotations
 
-import select
+import selectors
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -178,13 +178,11 @@ def _ready(fd: int, deadline: float, timeout: float, *, write: bool = False) -> 
     ``OperationalError``."""
     import psycopg
 
-    left = deadline - time.monotonic()
-    ready = (
-        select.select([], [fd], [], max(0.0, left))
-        if write
-        else select.select([fd], [], [], max(0.0, left))
-    )
-    if not any(ready):
+    # A selector, not select(): a descriptor past 1023 is fine.
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_WRITE if write else selectors.EVENT_READ)
+        ready = selector.select(max(0.0, deadline - time.monotonic()))
+    if not ready:
         raise psycopg.OperationalError(
             f"the server did not answer a check within {timeout:g}s (a network or a proxy "
             "that stopped forwarding)"

@@ -23,7 +23,7 @@ def test_a_worker_whose_connections_stop_delivering_goes_on(pg_url: str, tmp_pat
     with proxy_to(pg_url) as proxy, app.app_context():
         pool = Workers(proxy.url(pg_url), tmp_path)
         try:
-            proc = pool.start(RATCHET_CLAIM_TIMEOUT=1)
+            proc = pool.start(RATCHET_CLAIM_TIMEOUT=2)
             wait_until(lambda: proxy.opened(LISTENER) == 1, what="the worker to listen")
 
             # The listener goes deaf: jobs are still picked up (the worker polls), and the
@@ -31,7 +31,7 @@ def test_a_worker_whose_connections_stop_delivering_goes_on(pg_url: str, tmp_pat
             assert proxy.blackhole(LISTENER) == 1
             job_id = ratchet.enqueue_now(record_run, 1).id
             wait_until(lambda: status(job_id) == JobStatus.SUCCEEDED, what="a polled pickup")
-            wait_until(lambda: proxy.opened(LISTENER) == 2, what="a new listening connection")
+            wait_until(lambda: proxy.opened(LISTENER) >= 2, what="a new listening connection")
             assert "wake-up connection lost (the server did not answer a check within 5s" in (
                 pool.output(proc)
             )
@@ -42,7 +42,7 @@ def test_a_worker_whose_connections_stop_delivering_goes_on(pg_url: str, tmp_pat
             job_id = ratchet.enqueue_now(record_run, 2).id
             wait_until(lambda: status(job_id) == JobStatus.SUCCEEDED, what="a claim on a new one")
             assert proxy.opened(CLAIMS) == 2
-            assert "a claim had no answer 5s after RATCHET_CLAIM_TIMEOUT (1s)" in pool.output(proc)
+            assert "a claim had no answer 5s after RATCHET_CLAIM_TIMEOUT (2s)" in pool.output(proc)
             assert proc.poll() is None
         finally:
             pool.stop_all()

@@ -37,7 +37,7 @@ def test_a_listener_that_stopped_delivering_is_replaced(
 ) -> None:
     # Quick checks, for the test: the bounds are what they are for, not when.
     monkeypatch.setattr(hub_module, "CHECK_AFTER", 0.5)
-    monkeypatch.setattr(hub_module, "CHECK_TIMEOUT", 0.5)
+    monkeypatch.setattr(hub_module, "CHECK_TIMEOUT", 2.0)  # a loaded machine answers in time
     woken = threading.Semaphore(0)
     stop = threading.Event()
     hub = Hub(PgChannels(sa.make_url(pg_proxy.url(pg_url))))
@@ -50,7 +50,7 @@ def test_a_listener_that_stopped_delivering_is_replaced(
         # Half-open: nothing comes through any more, and nothing says so.
         assert pg_proxy.blackhole(b"LISTEN") == 1
         wait_until(lambda: hub.reconnects >= 1, timeout=60, what="the listener's check to fail")
-        wait_until(lambda: pg_proxy.opened(b"LISTEN") == 2, timeout=60, what="a new listener")
+        wait_until(lambda: pg_proxy.opened(b"LISTEN") >= 2, timeout=60, what="a new listener")
         wait_until(lambda: hub.listening, timeout=60, what="the new listener to listen")
 
         # The new connection hears: a NOTIFY sent directly to the database wakes the worker.
@@ -127,7 +127,7 @@ def test_the_server_ends_a_claim_that_runs_past_the_claim_timeout(app: Flask, di
     if dialect == "sqlite":
         pytest.skip("no server: a claim waits for SQLite's lock for its busy timeout")
     store = ratchet.runtime.store
-    claims = store.claim_engine(db.engine, timeout=0.5)
+    claims = store.claim_engine(db.engine, timeout=2)  # each statement's time on a busy machine
     try:
         with db.engine.connect() as holder:
             if dialect == "postgresql":
@@ -156,12 +156,13 @@ def test_a_claim_whose_answer_never_comes_is_cut_by_the_worker(
     which the worker's watchdog enforces, cuts the connection; the next claim uses a new one."""
     if dialect == "sqlite":
         pytest.skip("no network between a worker and its SQLite file")
-    monkeypatch.setattr(deadline_module, "MARGIN", 0.3)
+    monkeypatch.setattr(deadline_module, "MARGIN", 0.5)
     store = ratchet.runtime.store
     url = db.engine.url.render_as_string(hide_password=False)
     with proxy_to(url) as proxy:
-        claims = store.claim_engine(sa.create_engine(proxy.url(url)), timeout=0.2)
-        deadline = ClaimDeadline(0.2)
+        # Two seconds: a claim on a busy machine (five statements on MariaDB) is not cut.
+        claims = store.claim_engine(sa.create_engine(proxy.url(url)), timeout=2)
+        deadline = ClaimDeadline(2)
         stop = threading.Event()
 
         def watchdog() -> None:

@@ -76,6 +76,11 @@ class RatchetConfig:
     #: Polling delay once the worker has been idle for ``deep_idle_after``.
     deep_idle_interval: float = 60.0
     deep_idle_after: float = 300.0
+    #: The longest a worker's claim may take: the server ends a claim statement running longer
+    #: (PostgreSQL's ``statement_timeout``, MariaDB's ``max_statement_time``), and a claim
+    #: whose answer has not come :data:`~flask_ratchet.worker.deadline.MARGIN` seconds later
+    #: (a network or a proxy that stopped forwarding) has its connection closed by the worker.
+    claim_timeout: float = 30.0
     #: Executor threads per worker process.
     concurrency: int = 10
     #: The queues a worker takes, each with the most of its threads that queue's jobs may use
@@ -207,6 +212,13 @@ def _seconds(key: str, value: Any) -> float:
             f"{MAX_DURATION.days} days, got {value!r}"
         )
     return float(value)
+
+
+def _seconds_at_most(key: str, value: Any, longest: float) -> float:
+    seconds = _seconds(key, value)
+    if seconds > longest:
+        raise ConfigError(f"{key} must be at most {longest:g} seconds, got {value!r}")
+    return seconds
 
 
 def _job_option(option: str) -> Callable[[str, Any], Any]:
@@ -370,6 +382,9 @@ def _sqlite_synchronous(key: str, value: Any) -> str | None:
     return value  # type: ignore[no-any-return]
 
 
+#: The longest claim timeout: a day (PostgreSQL's ``statement_timeout`` holds under 25).
+CLAIM_TIMEOUT_MAX = 86_400.0
+
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "database_url": _database_url,
     "allowed_modules": _module_list,
@@ -382,6 +397,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "priority_boost_minutes": _non_negative_int,
     "auto_create": _optional_bool,
     "poll_interval": _seconds,
+    "claim_timeout": lambda key, value: _seconds_at_most(key, value, CLAIM_TIMEOUT_MAX),
     "poll_max_interval": _seconds,
     "burst_interval": _seconds,
     "deep_idle_interval": _seconds,

@@ -76,9 +76,9 @@ class Store:
         """The engine :meth:`single_statement` runs on (see :meth:`.Dialect.statement_engine`)."""
         return self.dialect.statement_engine(engine)
 
-    def claim_engine(self, engine: Engine) -> Engine:
+    def claim_engine(self, engine: Engine, timeout: float | None = None) -> Engine:
         """The engine a worker claims with (see :meth:`.Dialect.claim_engine`)."""
-        return self.dialect.claim_engine(engine)
+        return self.dialect.claim_engine(engine, timeout)
 
     def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
         """A connection for work that is one atomic write (the claim, a submission)."""

@@ -277,13 +277,23 @@ class Cluster:
         return self.next_due_and_now(conn)[0]
 
     def next_due_and_now(
-        self, conn: Connection, queues: Sequence[str] | None = None
+        self,
+        conn: Connection,
+        queues: Sequence[str] | None = None,
+        refused: Collection[str] = (),
     ) -> tuple[datetime | None, datetime]:
         """:meth:`next_due` and the database's time, in one round trip; of the jobs of
-        ``queues`` only, if given (one probe per queue and level)."""
+        ``queues`` only, if given (one probe per queue and level), and of tasks other than the
+        ``refused`` ones (a look at each due job's cold row: only while a worker leaves those
+        to others, which a ``--burst`` worker asks once before it ends)."""
         of_queue: list[tuple[ColumnElement[bool], ...]] = (
             [()] if queues is None else [(job_queue.c.queue == name,) for name in queues]
         )
+        if refused:
+            not_refused = ~sa.exists().where(
+                job.c.job_id == job_queue.c.job_id, job.c.task.in_(sorted(refused))
+            )
+            of_queue = [(*where, not_refused) for where in of_queue]
         firsts = [
             sa.select(job_queue.c.scheduled_time)
             .where(job_queue.c.status == JobStatus.PENDING, *where, job_queue.c.priority == int(p))

@@ -119,21 +119,16 @@ class MySQLDialect(Dialect):
                 holder.execute(sa.text("SELECT RELEASE_LOCK(:name)"), {"name": SCHEMA_LOCK})
                 holder.rollback()
 
-    def claim_engine(self, engine: Engine) -> Engine:
-        return self._read_committed_engine(engine.url, pool_size=1, max_overflow=0)
+    def claim_engine(self, engine: Engine, timeout: float | None = None) -> Engine:
+        claims = self._read_committed_engine(engine.url, pool_size=1, max_overflow=0)
+        if timeout is not None:
+            _on_connect(claims, f"SET SESSION max_statement_time = {timeout:.6f}")
+        return claims
 
     def worker_engine(self, url: sa.URL, concurrency: int, stalled_after: float) -> Engine:
         engine = self._read_committed_engine(url, pool_size=4, max_overflow=4)
         limit = f"SET SESSION idle_transaction_timeout = {max(1, math.ceil(stalled_after))}"
-
-        @sa.event.listens_for(engine, "connect")
-        def end_stalled_transactions(dbapi_connection: Any, _record: Any) -> None:
-            cursor = dbapi_connection.cursor()
-            try:
-                cursor.execute(limit)
-            finally:
-                cursor.close()
-
+        _on_connect(engine, limit)
         return engine
 
     def _read_committed_engine(self, url: sa.URL, **pool: int) -> Engine:
@@ -294,3 +289,15 @@ class _Proposed:
         if isinstance(value, ClauseElement):
             return value
         return sa.literal(value, self._table.c[name].type)
+
+
+def _on_connect(engine: Engine, setting: str) -> None:
+    """Run ``setting`` (a ``SET SESSION``) on each new connection of ``engine``."""
+
+    @sa.event.listens_for(engine, "connect")
+    def set_session(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(setting)
+        finally:
+            cursor.close()

@@ -114,6 +114,22 @@ _COLD_ENDS = sa.text(
 _TRANSIENT = frozenset({"40P01", "40001", "55P03"})
 
 
+#: libpq options of a worker's own connections: a connection that died without a word (a NAT
+#: or a load balancer dropping its flow, a server host gone) is noticed while it idles in the
+#: pool (keepalives) and while a statement's bytes go unacknowledged (``tcp_user_timeout``), in
+#: about half a minute; a connection attempt gives up after ``connect_timeout``. None of them
+#: notices a proxy that keeps the socket open and forwards nothing (its own kernel answers):
+#: a worker bounds its claims itself (``worker/deadline.py``).
+ENGINE_TCP: dict[str, int] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 30_000,
+}
+
+
 class PostgresDialect(Dialect):
     """The dialect of ``postgresql+psycopg://`` URLs.
 
@@ -154,18 +170,21 @@ class PostgresDialect(Dialect):
         # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
         return engine.execution_options(isolation_level="AUTOCOMMIT")
 
-    def claim_engine(self, engine: Engine) -> Engine:
+    def claim_engine(self, engine: Engine, timeout: float | None = None) -> Engine:
         # Claims commit without waiting for the WAL flush (a disk flush per claim saved). A
         # claim lost in a server crash only leaves its jobs PENDING, as if never claimed: the
         # claiming worker's outcomes are fenced and change nothing, and the jobs run again, as
         # after a worker crash. Completions and submissions stay synchronous.
+        # JIT never pays for a claim: it costs more to compile than the claim takes.
+        settings = ["synchronous_commit=off", "jit=off"]
+        if timeout is not None:
+            settings.append(f"statement_timeout={max(1, round(timeout * 1000))}")
         return sa.create_engine(
             engine.url,
             pool_size=1,
             max_overflow=0,
             isolation_level="AUTOCOMMIT",
-            # JIT never pays for a claim: it costs more to compile than the claim takes.
-            connect_args=self._session(engine.url, "synchronous_commit=off", "jit=off"),
+            connect_args=self._session(engine.url, *settings),
         )
 
     def worker_engine(self, url: sa.URL, concurrency: int, stalled_after: float) -> Engine:
@@ -179,10 +198,11 @@ class PostgresDialect(Dialect):
 
     def _session(self, url: sa.URL, *settings: str) -> dict[str, Any]:
         """``connect_args`` for one of ratchet's own engines: the session ``settings``; behind
-        a transaction pooler none, and no prepared statements (see the class)."""
+        a transaction pooler none, and no prepared statements (see the class). Either way the
+        client's TCP settings (:data:`ENGINE_TCP`), which the server never sees."""
         if self.pooled:
-            return {"prepare_threshold": None}
-        return _server_options(url, *settings)
+            return {"prepare_threshold": None, **ENGINE_TCP}
+        return {**_server_options(url, *settings), **ENGINE_TCP}
 
     @contextmanager
     def single_statement(self, engine: Engine) -> Iterator[Connection]:

@@ -16,6 +16,8 @@ thread that uses them (a sender's, a listener's) and closed by it.
 
 from __future__ import annotations
 
+import selectors
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import sqlalchemy as sa
@@ -59,6 +61,12 @@ class Subscription(Protocol):
     def heard(self, timeout: float) -> set[str]:
         """Wait until a notice comes, or ``timeout`` seconds; return the channels notices came
         on (none: empty). It returns as soon as one has come: the listener acts on it at once."""
+        ...
+
+    def check(self, timeout: float) -> set[str]:
+        """Make sure the connection still delivers: a round trip to the server, answered
+        within ``timeout`` seconds, or the channel's error is raised. Return the channels
+        notices came on meanwhile."""
         ...
 
     def close(self) -> None: ...
@@ -136,8 +144,49 @@ class PgSubscription:
         # Back at the first notice (with any that came in the same packet), not at the timeout.
         return {n.channel for n in self._conn.notifies(timeout=timeout, stop_after=1)}
 
+    def check(self, timeout: float) -> set[str]:
+        # A listening connection only ever reads: one that a proxy or a middlebox keeps open
+        # while forwarding nothing would wait for ever, unnoticed by the kernel's keepalives
+        # (the proxy's own kernel answers them). A SELECT 1, sent and awaited through libpq's
+        # non-blocking calls (psycopg has no deadline on a statement), finds it out.
+        import psycopg
+
+        pgconn = self._conn.pgconn
+        deadline = time.monotonic() + timeout
+        heard = set()
+        with self._conn.lock:
+            pgconn.send_query(b"SELECT 1")
+            while pgconn.flush():  # 1: more to send, once the socket takes it
+                _ready(pgconn.socket, deadline, timeout, write=True)
+            pgconn.consume_input()
+            while pgconn.is_busy():
+                _ready(pgconn.socket, deadline, timeout)
+                pgconn.consume_input()
+            while (result := pgconn.get_result()) is not None:
+                if result.error_message:
+                    raise psycopg.OperationalError(result.error_message.decode(errors="replace"))
+            while (notice := pgconn.notifies()) is not None:
+                heard.add(notice.relname.decode())
+        return heard
+
     def close(self) -> None:
         self._conn.close()
+
+
+def _ready(fd: int, deadline: float, timeout: float, *, write: bool = False) -> None:
+    """Wait until ``fd`` can be read (or written); past ``deadline``, raise psycopg's
+    ``OperationalError``."""
+    import psycopg
+
+    # A selector, not select(): a descriptor past 1023 is fine.
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_WRITE if write else selectors.EVENT_READ)
+        ready = selector.select(max(0.0, deadline - time.monotonic()))
+    if not ready:
+        raise psycopg.OperationalError(
+            f"the server did not answer a check within {timeout:g}s (a network or a proxy "
+            "that stopped forwarding)"
+        )
 
 
 # -- Redis ----------------------------------------------------------------------------------------
@@ -213,6 +262,11 @@ class RedisSubscription:
                 found.add(self._names[message["channel"]])
             wait = 0.0
         return found
+
+    def check(self, timeout: float) -> set[str]:
+        # The client PINGs an idle subscription itself (REDIS_HEALTH_CHECK), and every wait
+        # for an answer ends after REDIS_TIMEOUT: nothing more to do.
+        return set()
 
     def close(self) -> None:
         self._pubsub.close()

@@ -15,7 +15,12 @@ closes it :data:`IDLE_CLOSE` seconds after the last one left.
   the next wait; a try that fails, or hangs past :data:`LISTEN_TIMEOUT`, is made again only after
   :data:`RETRY_AFTER`, and meanwhile waiters read their jobs once a second.
 
-Keepalives (and Redis's health checks) notice a connection that died without a word.
+Keepalives (and Redis's health checks) notice a connection that died without a word. A
+connection that stays open and delivers nothing (a proxy or a load balancer that stopped
+forwarding, its own kernel answering the keepalives) is found out by a check: after
+:data:`CHECK_AFTER` seconds without a notice, a round trip to the server that must be answered
+within :data:`CHECK_TIMEOUT`; if it is not, the connection is closed and made again, as a lost one
+is (a warning says so). Workers never depend on it to find work: they poll all along.
 """
 
 from __future__ import annotations
@@ -40,6 +45,11 @@ LISTEN_TIMEOUT = 5.0
 RETRY_AFTER = 5.0
 #: How often the hub's thread looks whether listeners are left, in seconds.
 CHECK_EVERY = 0.5
+#: Seconds without a notice after which the listening connection is checked, and seconds the
+#: server has to answer the check: a connection that stopped delivering is replaced within
+#: their sum (and a reconnection's pause).
+CHECK_AFTER = 10.0
+CHECK_TIMEOUT = 5.0
 #: A worker's pauses between reconnections: the first, and the longest (it doubles).
 RECONNECT_FIRST = 0.5
 RECONNECT_LONGEST = 30.0
@@ -207,8 +217,14 @@ class Hub:
                 self._cond.notify_all()
             self._wake_workers()  # notices sent while it was away are lost: look now
             idle_since: float | None = None
+            quiet_since = time.monotonic()
             while True:
                 heard = subscription.heard(CHECK_EVERY)
+                if heard:
+                    quiet_since = time.monotonic()
+                elif time.monotonic() - quiet_since >= CHECK_AFTER:
+                    heard = subscription.check(CHECK_TIMEOUT)  # raises if it does not answer
+                    quiet_since = time.monotonic()
                 if WAKEUP in heard:
                     self._wake_workers()
                 with self._cond:

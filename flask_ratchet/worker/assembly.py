@@ -24,6 +24,7 @@ from ..store.types import Finished, NodeInfo
 from ..wakeups.notices import WakeListener
 from .announcer import Announcer, predicate_evaluator
 from .completer import Completer
+from .deadline import ClaimDeadline
 from .executor import Executor
 from .metrics import WorkerMetrics
 from .supervision import Supervision
@@ -113,6 +114,8 @@ class WorkerParts:
     #: The worker's own engine: jobs using ``db.session`` never compete with it.
     engine: Engine
     claim_engine: Engine
+    #: The bound on each claim, which the watchdog enforces.
+    claim_deadline: ClaimDeadline
     supervision: Supervision
     announcer: Announcer
     completer: Completer
@@ -149,7 +152,8 @@ def assemble(app: Flask, settings: WorkerSettings, hooks: WorkerHooks) -> Worker
         wakeups = runtime.wakeups
         tell_ended = runtime.ended_notifier()
     engine = store.dialect.worker_engine(url, settings.concurrency, config.orphan_grace)
-    claim_engine = store.claim_engine(engine)
+    claim_engine = store.claim_engine(engine, config.claim_timeout)
+    claim_deadline = ClaimDeadline(config.claim_timeout)
     for made in (engine, claim_engine):
         fresh_pool_after_fork(made)  # a job may fork (multiprocessing, subprocess helpers)
     stop_event = threading.Event()
@@ -217,13 +221,16 @@ def assemble(app: Flask, settings: WorkerSettings, hooks: WorkerHooks) -> Worker
         store=store,
         engine=engine,
         claim_engine=claim_engine,
+        claim_deadline=claim_deadline,
         supervision=supervision,
         announcer=announcer,
         completer=completer,
         executor=executor,
         heartbeat=heartbeat,
         maintenance=maintenance,
-        watchdog=Watchdog(executor, store, engine, settings.node_id, stop_event),
+        watchdog=Watchdog(
+            executor, store, engine, settings.node_id, stop_event, claims=claim_deadline
+        ),
         listener=wakeups.listener(hooks.wake, stop_event),
         metrics=metrics,
         tell_ended=tell_ended,

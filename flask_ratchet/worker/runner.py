@@ -31,6 +31,7 @@ from ..services import Signal
 from ..store.types import Finished, Outcome
 from ..worker_options import describe_queues
 from .assembly import WorkerOptions, WorkerSettings, assemble
+from .burst import burst_ends
 from .polling import PollingStrategy
 from .runs import Run
 
@@ -213,7 +214,11 @@ class Worker:
             if free > 0 and quotas != {}:
                 started = time.perf_counter()
                 try:
-                    with self.store.single_statement(self.parts.claim_engine) as conn:
+                    with (
+                        self.parts.claim_deadline as deadline,
+                        self.store.single_statement(self.parts.claim_engine) as conn,
+                    ):
+                        deadline.watch(conn)
                         taken = self.store.jobs.claim_due(
                             conn,
                             free,
@@ -292,14 +297,14 @@ class Worker:
                 quotas[name] = quota
         return quotas
 
-    def _until_next_due(self) -> float:
+    def _until_next_due(self, refused: list[str] | None = None) -> float:
         """Seconds until the earliest pending job this worker may claim is due (the poller
         never sleeps past it). Paused queues are left out: their due jobs must not keep the
-        poller from sleeping."""
+        poller from sleeping; and so are the jobs of the ``refused`` tasks, if given."""
         try:
             with self.engine.connect() as conn:
                 queues = self.store.queues.claimable(conn, self.queues)
-                due, now = self.store.cluster.next_due_and_now(conn, queues)
+                due, now = self.store.cluster.next_due_and_now(conn, queues, refused or ())
         except SQLAlchemyError:
             return self.config.poll_interval
         except Exception:
@@ -310,12 +315,18 @@ class Worker:
         return float("inf") if due is None else max(0.0, float((due - now).total_seconds()))
 
     def _nothing_left(self) -> bool:
-        """Burst mode is done: nothing running, nothing to write, nothing due."""
-        return (
-            not self.executor.in_flight()
-            and not self.completer.pending()
-            and self._until_next_due() > 0
-        )
+        """Burst mode is done: nothing running, nothing to write, nothing due that this worker
+        can run. Jobs it hands back (their task unknown to it) do not count, nor do those of
+        paused queues and of queues it does not take: they wait for another worker, or an
+        operator; the line it logs says which are left."""
+        if self.executor.in_flight() or self.completer.pending():
+            return False
+        until = self._until_next_due(self.supervision.refusing())
+        if until <= 0:
+            return False
+        handed_back = self.supervision.handed_back()
+        log.info(burst_ends(self.store, self.engine, self.queues, handed_back, until))
+        return True
 
     def _free(self) -> int:
         """Jobs to claim now. Outcomes waiting to be written beyond one capacity's worth count

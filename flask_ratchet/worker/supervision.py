@@ -35,6 +35,8 @@ log = logging.getLogger("flask_ratchet.worker")
 #: How long a worker leaves the jobs of a task it refused (it does not know it) to other workers
 #: before it claims them again, at most (a quarter of the grace if that is less).
 REFUSAL_WINDOW = 60.0
+#: The most jobs of one task a worker remembers handing back (it only reports how many).
+COUNTED = 1000
 
 
 class Supervision:
@@ -64,6 +66,10 @@ class Supervision:
         #: Tasks this worker handed jobs of back, not knowing them: until when it claims none.
         self._refused: dict[str, float] = {}
         self._refused_lock = threading.Lock()
+        #: The jobs handed back so far, by task (the first :data:`COUNTED` of each): what a
+        #: ``--burst`` worker says when it ends. Ids, not a count: a job handed back again (a
+        #: claim that read the refusals just before they changed) is one job.
+        self._handed_back: dict[str, set[uuid.UUID]] = {}
 
     def report_progress(self, job_id: uuid.UUID, progress: dict[str, Any]) -> None:
         try:
@@ -87,6 +93,9 @@ class Supervision:
         if refused.handed_back:
             with self._refused_lock:
                 self._refused[claimed.task] = time.monotonic() + min(REFUSAL_WINDOW, grace / 4)
+                ids = self._handed_back.setdefault(claimed.task, set())
+                if len(ids) < COUNTED:
+                    ids.add(claimed.job_id)
             log.warning(
                 "job %s (%s) handed back without spending an attempt, for a worker that knows "
                 "its task: %s (it goes to the dead-letter queue if none runs it within %gs)",
@@ -120,6 +129,12 @@ class Supervision:
             for task in [t for t, until in self._refused.items() if until <= now]:
                 del self._refused[task]
             return list(self._refused)
+
+    def handed_back(self) -> dict[str, int]:
+        """How many jobs of each task this worker has handed back, not knowing it (at most
+        :data:`COUNTED`)."""
+        with self._refused_lock:
+            return {task: len(ids) for task, ids in self._handed_back.items()}
 
     def result_of(self, job_id: uuid.UUID) -> Any:
         with self.engine.connect() as conn:

@@ -1,5 +1,6 @@
 """The worker's watchdog: jobs past their timeout are stopped, and so are jobs canceled while
-running (read from the database every :data:`CANCEL_SWEEP_EVERY` seconds)."""
+running (read from the database every :data:`CANCEL_SWEEP_EVERY` seconds); a claim past its
+bound has its connection cut (:mod:`.deadline`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..services import Service
+from .deadline import ClaimDeadline
 from .executor import Executor
 from .logs import claimed_fields
 
@@ -37,8 +39,11 @@ class Watchdog(Service):
         engine: Engine,
         node_id: str,
         stop: threading.Event,
+        *,
+        claims: ClaimDeadline | None = None,
     ) -> None:
         super().__init__("ratchet-watchdog", stop)
+        self._claims = claims
         self._executor = executor
         self._store = store
         self._engine = engine
@@ -46,6 +51,8 @@ class Watchdog(Service):
         self._next_sweep = time.monotonic()
 
     def run_once(self) -> float:
+        if self._claims is not None:
+            self._claims.enforce(time.monotonic())
         for run in self._executor.expire(time.monotonic()):
             log.warning(
                 "job %s (%s) timed out after %ss",

@@ -89,7 +89,9 @@ def worker_metric_rows() -> Iterator[Row]:
     from flask_ratchet.worker.metrics import WorkerMetrics
 
     made = WorkerMetrics(lambda: 0.0, lambda: 0.0, lambda: 0.0)
-    found = [m for m in vars(made).values() if isinstance(m, prom.MetricWrapperBase)]
+    # Every metric registered on the worker's registry (some are kept by no attribute).
+    registered = made.registry._collector_to_names
+    found = [m for m in registered if isinstance(m, prom.MetricWrapperBase)]
     for metric in sorted(found, key=lambda m: m._name):
         name = metric._name + ("_total" if metric._type == "counter" else "")
         labels = ", ".join(metric._labelnames)
@@ -184,7 +186,49 @@ def _aliased(app: Sphinx, env: Any, node: Any, contnode: nodes.Node) -> nodes.No
     return intersphinx.missing_reference(app, env, retry, contnode)
 
 
+class StateDiagram(SphinxDirective):
+    """The job lifecycle drawn by Graphviz from ``flask_ratchet.states.TRANSITIONS``: every
+    allowed transition is an edge named after its action."""
+
+    has_content = False
+
+    def run(self) -> list[nodes.Node]:
+        from sphinx.ext.graphviz import graphviz
+
+        from flask_ratchet.states import TRANSITIONS, Action, JobStatus
+
+        edges: dict[tuple[str, str], list[str]] = {}
+        for action, moves in TRANSITIONS.items():
+            for source, target in moves.items():
+                if action is Action.RESUME:
+                    # PAUSED -> PAUSED in the table: a resume goes back to where it paused from.
+                    for back in (JobStatus.PENDING, JobStatus.FAILED):
+                        edges.setdefault((source, back), []).append("resume")
+                    continue
+                edges.setdefault((source, target), []).append(action.value.replace("_", " "))
+        final = {JobStatus.SUCCEEDED, JobStatus.CANCELED}
+        lines = [
+            "digraph lifecycle {",
+            '  graph [rankdir=LR, fontname="sans-serif", nodesep=0.4, ranksep=0.9];',
+            '  node [shape=box, style="rounded,filled", fillcolor="#eef2f7", '
+            'fontname="sans-serif"];',
+            '  edge [fontname="sans-serif", fontsize=10];',
+        ]
+        for status in JobStatus:
+            extra = ', peripheries=2, fillcolor="#e4f2e4"' if status in final else ""
+            lines.append(f'  {status.value} [label="{status.value}"{extra}];')
+        for (source, target), names in sorted(edges.items()):
+            lines.append(f'  {source.value} -> {target.value} [label="{", ".join(names)}"];')
+        lines.append("}")
+        node = graphviz()
+        node["code"] = "\n".join(lines)
+        node["options"] = {"docname": self.env.docname}
+        node["alt"] = "The job lifecycle: statuses and the actions that move a job between them"
+        return [node]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_directive("ratchet-states", StateDiagram)
     app.connect("missing-reference", _aliased)
     app.add_directive("ratchet-config", ConfigTable)
     app.add_directive("ratchet-events", EventTable)

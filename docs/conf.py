@@ -70,5 +70,4 @@ graphviz_output_format = "svg"
 # pages, and MyST support; the Pallets theme is tied to the Pallets projects' own branding.
 html_theme = "furo"
 html_title = f"flask-ratchet {release}"
-html_static_path = ["_static"]
 html_last_updated_fmt = None

@@ -1,8 +1,9 @@
 """Reference tables generated from the code, so that they cannot drift from it.
 
 ``ratchet-config``
-    Every ``RATCHET_*`` key: the fields of :class:`flask_ratchet.config.RatchetConfig` (the one
-    table ``init_app`` reads), each with its type, default and ``#:`` comment.
+    Every ``RATCHET_*`` key (a ``confval`` each): the fields of
+    :class:`flask_ratchet.config.RatchetConfig` (the one table ``init_app`` reads), each with
+    its type, default and ``#:`` comment.
 ``ratchet-events``
     Every signal of :mod:`flask_ratchet.events` (``events.SIGNALS``) with its ``#:`` comment.
 ``ratchet-metrics``
@@ -17,6 +18,7 @@ is defined.
 from __future__ import annotations
 
 import enum
+import importlib.util
 from collections.abc import Callable, Iterator
 from dataclasses import MISSING, Field, dataclass, fields
 from typing import Any, ClassVar
@@ -106,13 +108,21 @@ def cluster_metric_rows() -> Iterator[Row]:
         yield Row(name, "gauge", ", ".join(labels), doc)
 
 
-def _table(header: tuple[str, ...], rows: list[tuple[str, ...]], widths: str) -> list[str]:
-    out = [".. list-table::", "   :header-rows: 1", f"   :widths: {widths}", ""]
-    for line in [header, *rows]:
-        first, *rest = line
-        out.append(f"   * - {first}")
-        out.extend(f"     - {cell}" for cell in rest)
-    return out
+#: The modules the generated parts read: a page that uses them is rebuilt when one changes.
+SOURCES = (
+    "flask_ratchet.config",
+    "flask_ratchet.events",
+    "flask_ratchet.worker.metrics",
+    "flask_ratchet.console.metrics",
+    "flask_ratchet.states",
+)
+
+
+def _note_sources(directive: SphinxDirective) -> None:
+    for module in SOURCES:
+        spec = importlib.util.find_spec(module)
+        if spec is not None and spec.origin:
+            directive.env.note_dependency(spec.origin)
 
 
 class _Generated(SphinxDirective):
@@ -122,17 +132,21 @@ class _Generated(SphinxDirective):
         raise NotImplementedError
 
     def run(self) -> list[nodes.Node]:
+        _note_sources(self)
         node = nodes.container()
         self.state.nested_parse(StringList(self.lines(), "<generated>"), self.content_offset, node)
         return node.children
 
 
 class ConfigTable(_Generated):
-    """The table of every ``RATCHET_*`` key."""
+    """Every ``RATCHET_*`` key, each a ``confval`` (``:confval:`RATCHET_EAGER```)."""
 
     def lines(self) -> list[str]:
-        rows = [(f"``{r.name}``", r.kind, r.default, r.meaning) for r in config_rows()]
-        return _table(("key", "type", "default", "meaning"), rows, "24 18 12 46")
+        out = []
+        for row in config_rows():
+            out += [f".. confval:: {row.name}", f"   :type: {row.kind}"]
+            out += [f"   :default: {row.default}", "", f"   {row.meaning}", ""]
+        return out
 
 
 class EventTable(_Generated):
@@ -148,7 +162,7 @@ class EventTable(_Generated):
 
 
 class MetricTable(_Generated):
-    """The table of a worker's or the cluster's metrics."""
+    """A worker's or the cluster's metrics, one entry each."""
 
     option_spec: ClassVar[dict[str, Callable[[str], Any]]] = {
         "source": lambda arg: directives.choice(arg, ("worker", "cluster"))
@@ -157,8 +171,11 @@ class MetricTable(_Generated):
     def lines(self) -> list[str]:
         source = self.options.get("source", "worker")
         made = worker_metric_rows() if source == "worker" else cluster_metric_rows()
-        rows = [(f"``{r.name}``", r.kind, r.default, r.meaning) for r in made]
-        return _table(("metric", "type", "labels", "what"), rows, "30 10 12 48")
+        out = []
+        for row in made:
+            labels = f", labels: {row.default}" if row.default else ""
+            out += [f".. describe:: {row.name}", "", f"   *{row.kind}{labels}*. {row.meaning}", ""]
+        return out
 
 
 #: Where a class lives (its ``__module__``, which autodoc writes) to where its project documents it.
@@ -194,6 +211,8 @@ class StateDiagram(SphinxDirective):
 
     def run(self) -> list[nodes.Node]:
         from sphinx.ext.graphviz import graphviz
+
+        _note_sources(self)
 
         from flask_ratchet.states import TRANSITIONS, Action, JobStatus
 

@@ -9,6 +9,7 @@ package, or is a fragment of a file such as alembic's ``env.py``) starts with
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 import types
 from pathlib import Path
@@ -72,3 +73,15 @@ def test_every_python_block_is_one_the_tests_find() -> None:
         text = page.read_text()
         for other in ("```py\n", "```python3", "code-block:: python", "{code-block} python"):
             assert other not in text, f"{page}: write {other!r} as ```python"
+
+
+def test_the_console_guide_shows_a_screenshot_of_every_page() -> None:
+    """docs/screenshots.py takes them from the demo; each is committed and shown."""
+    spec = importlib.util.spec_from_file_location("screenshots", ROOT / "docs" / "screenshots.py")
+    assert spec is not None and spec.loader is not None
+    screenshots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(screenshots)
+    guide = (ROOT / "docs" / "guides" / "console.md").read_text()
+    for name in [*screenshots.PAGES, "job"]:
+        assert (screenshots.OUT / f"{name}.png").is_file(), "run python docs/screenshots.py"
+        assert f"../_static/screenshots/{name}.png" in guide, f"the console guide lacks {name}"

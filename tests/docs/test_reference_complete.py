@@ -125,3 +125,22 @@ def test_every_metric_is_in_the_reference(site: Path) -> None:
 def test_the_readme_links_to_pages_that_exist() -> None:
     for target in re.findall(r"\]\(([^)#:]+)\)", README.read_text()):
         assert (ROOT / target).exists(), f"the README links to {target}, which does not exist"
+
+
+def test_every_metric_and_event_the_guides_list_exists() -> None:
+    """The observability guide's tables (a row per metric or event, with what it means) name
+    only metrics and events that exist, so a renamed one cannot linger there."""
+    from prometheus_client import generate_latest
+
+    from flask_ratchet.worker.metrics import WorkerMetrics
+
+    scraped = generate_latest(WorkerMetrics(lambda: 0, lambda: 0, lambda: 0).registry).decode()
+    metrics = {*re.findall(r"^# TYPE (ratchet_\w+) ", scraped, re.M), *FAMILIES}
+    signals = {name for name, s in vars(events).items() if s in events.SIGNALS.values()}
+    guide = (DOCS / "guides" / "observability.md").read_text()
+    for row in re.findall(r"^\| (`[^|]*)\|", guide, re.M):
+        for name in re.findall(r"`(\w+)`", row):
+            if name.startswith("ratchet_"):
+                assert name in metrics, f"the observability guide lists {name}: no such metric"
+            elif name.startswith(("job", "batch_", "chain_", "branch_")):
+                assert name in signals, f"the observability guide lists {name}: no such event"

@@ -6,18 +6,20 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 
-.PHONY: setup setup-test system-deps lint test test-fast test-lowest demo bench bench-peers clean
+.PHONY: setup setup-test system-deps lint docs test test-fast test-lowest demo bench bench-peers clean
 
 # Test processes: the suite runs in parallel, each process on databases of its own.
 JOBS ?= 4
 
 # Debian packages the tests use, installed once: MariaDB's client headers (mysqlclient builds on
 # them), Chromium with its driver (the console's browser test) and PgBouncer (the tests start
-# one in front of PostgreSQL). The demo needs none.
+# one in front of PostgreSQL) and Graphviz (the docs draw their diagrams with dot). The demo
+# needs none.
 system-deps:
 	@dpkg -s libmariadb-dev >/dev/null 2>&1 || (apt-get update && apt-get install -y libmariadb-dev)
 	@test -x /usr/bin/chromedriver || (apt-get update && apt-get install -y chromium chromium-driver)
 	@test -x /usr/sbin/pgbouncer || (apt-get update && apt-get install -y pgbouncer)
+	@test -x /usr/bin/dot || (apt-get update && apt-get install -y graphviz)
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -39,7 +41,12 @@ lint: setup
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/codespell
 
-test: lint setup-test
+# The documentation site, into docs/_build/html: any warning fails it, a broken cross-reference
+# included (-n). Offline: intersphinx reads docs/_inventories/.
+docs: setup system-deps
+	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
+
+test: lint docs setup-test
 	$(PY) -m pytest -n $(JOBS) --dist worksteal --durations=15
 
 # The suite without the tests marked slow (worker processes, many rows): for a quick answer
@@ -72,4 +79,4 @@ bench-peers: setup
 	$(PY) -m bench.compare
 
 clean:
-	rm -rf $(VENV) $(LOWEST) build dist *.egg-info instance
+	rm -rf $(VENV) $(LOWEST) build dist *.egg-info instance docs/_build

@@ -39,6 +39,7 @@ from .recurring import Misfire, RecurringJob, RecurringStatus
 from .retry import Retry
 from .states import JobStatus
 
+#: This version of flask-ratchet.
 __version__ = "0.1.0.dev0"
 
 __all__ = [

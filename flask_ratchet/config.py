@@ -75,6 +75,7 @@ class RatchetConfig:
     burst_interval: float = 0.5
     #: Polling delay once the worker has been idle for ``deep_idle_after``.
     deep_idle_interval: float = 60.0
+    #: Idle time after which a worker polls at ``deep_idle_interval``.
     deep_idle_after: float = 300.0
     #: The longest a worker's claim may take: the server ends a claim statement running longer
     #: (PostgreSQL's ``statement_timeout``, MariaDB's ``max_statement_time``), and a claim
@@ -125,10 +126,13 @@ class RatchetConfig:
     recurring_misfire_threshold: float = 60.0
     #: Resource limits every worker writes to the database when it starts, by resource name.
     resources: dict[str, ResourceLimit] = field(default_factory=dict)
-    #: Payload encryption (:mod:`flask_ratchet.sealing`): key ids to 32-byte keys (never
-    #: shown), the id new writes use, and whether every job's payload is encrypted.
+    #: Payload encryption keys: key ids to 32 random bytes in base64 (``{"2026-11": "…"}``),
+    #: never shown; needs ``flask-ratchet[encryption]`` (AES-256-GCM).
     encryption_keys: dict[str, bytes] = field(default_factory=dict, repr=False)
+    #: The key id new encrypted jobs are sealed with; required with keys.
     encryption_current_key: str | None = None
+    #: Encrypt every job's arguments, params and result, not only those of ``encrypt=True``
+    #: tasks and ``with_encrypted_payload()`` jobs.
     encrypt_all: bool = False
     #: ``() -> str | None``: who is asking, written into each job submitted (``Job.principal``).
     principal: Callable[[], Any] | None = None
@@ -157,13 +161,20 @@ class RatchetConfig:
     eager: bool = False
     #: In eager mode, raise a job's final error to whoever committed it (else only record it).
     eager_raise: bool = True
-    #: The options of every job whose task and builder do not set them (``RATCHET_DEFAULT_*``).
-    #: A task's own ``@ratchet.task(max_retries=…)`` and a builder's ``with_max_retries`` win.
+    # The options of every job whose task and builder do not set them (``RATCHET_DEFAULT_*``).
+    # A task's own ``@ratchet.task(max_retries=…)`` and a builder's ``with_max_retries`` win.
+    #: Retries of a job whose task and builder set none (``0``: Celery's habit, no retry
+    #: unless told).
     default_max_retries: int = STANDARD_OPTIONS.max_retries
+    #: Backoff of such a job: ``NONE``, ``FIXED``, ``EXPONENTIAL``, ``JITTER`` (or a ``Backoff``).
     default_backoff: Backoff = STANDARD_OPTIONS.backoff
+    #: Backoff base of such a job (seconds or a ``timedelta``).
     default_backoff_base: float = STANDARD_OPTIONS.backoff_base
+    #: Timeout of such a job (seconds or a ``timedelta``); ``None``: none.
     default_timeout: float | None = STANDARD_OPTIONS.timeout
+    #: Queue of such a job that ``RATCHET_ROUTES`` does not place either.
     default_queue: str = STANDARD_OPTIONS.queue
+    #: Priority of such a job, a ``Priority`` or 0-4.
     default_priority: Priority = STANDARD_OPTIONS.priority
     #: The ``default_*`` values as one :class:`~flask_ratchet.options.JobOptions` (no key of its
     #: own): what a job starts from before its task's options and its builder's.

@@ -72,7 +72,7 @@ def database_for(
 class OwnDatabase:
     """The engine ratchet uses for one app that set ``RATCHET_DATABASE_URL``, made once, at
     ``init_app`` (an engine opens no connection until it is used; a forked web worker gets an
-    empty pool of its own, :mod:`flask_ratchet.forks`)."""
+    empty pool of its own, ``flask_ratchet.forks``)."""
 
     def __init__(self, app: Flask, url: str) -> None:
         made, options = _engine_arguments(app, sa.make_url(url))

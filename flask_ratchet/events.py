@@ -9,7 +9,7 @@ Connect a receiver as with Flask's signals; the sender is the Flask app and ever
     def page_someone(app, job_id, task, error, **extra): ...
 
 Each is sent once the transaction that did what it tells of has committed (see
-:mod:`flask_ratchet.facts`), so a receiver never hears of a change that was rolled back. A worker
+``flask_ratchet.facts``), so a receiver never hears of a change that was rolled back. A worker
 sends them from a thread of its own (a slow receiver does not hold up job completion); a web
 process sends them in the thread that committed. A receiver that raises is logged and changes
 nothing.

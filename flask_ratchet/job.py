@@ -39,7 +39,7 @@ class Progress:
 def decode_progress(text: str) -> Progress:
     """A stored progress column as a :class:`Progress`.
 
-    :raises UnreadableJob: unless it is the JSON object ratchet writes there.
+    :raises ~flask_ratchet.errors.UnreadableJob: unless it is the JSON object ratchet writes there.
     """
     stored = decode_stored("progress", text, dict)
     done, total, message = stored.get("done"), stored.get("total"), stored.get("message")
@@ -128,7 +128,8 @@ class Job:
         submitted in its place (``ratchet.replace``) runs with. Its deadline is
         :attr:`expires_at`, a time, not an option counted from a due time.
 
-        :raises UnreadableJob: naming the column, if one holds what ratchet never writes.
+        :raises ~flask_ratchet.errors.UnreadableJob: naming the column, if one holds what
+            ratchet never writes.
         """
         for column, value in (
             ("priority", self.priority),

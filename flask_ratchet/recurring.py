@@ -181,7 +181,8 @@ def decode_misfire(text: str) -> Misfire:
 
 @dataclass(frozen=True, slots=True)
 class RecurringJob:
-    """A read-only snapshot of one master, as :meth:`Ratchet.list_recurring` returns it.
+    """A read-only snapshot of one master, as :meth:`~flask_ratchet.Ratchet.list_recurring`
+    returns it.
 
     Stored values are read defensively, as in :class:`~flask_ratchet.job.Job`: a ``status``,
     ``misfire``, ``options`` or ``payload`` column (``args`` and ``kwargs``) that does not hold

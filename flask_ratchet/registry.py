@@ -37,9 +37,9 @@ class Task:
     """A function that may run as a job, under a stable name, with its default options.
 
     ``service`` names the circuit breaker the task shares with others (default: its own name);
-    ``circuit_breaker`` gives it one (see :mod:`flask_ratchet.breaker`). ``explicit`` names the
+    ``circuit_breaker`` gives it one (see ``flask_ratchet.breaker``). ``explicit`` names the
     options the task's decorator set: the others come from the app's ``RATCHET_DEFAULT_*``
-    (:meth:`options_over`). ``retry`` holds its retry rules (``retry_on``, ``dont_retry_on``,
+    (``options_over``). ``retry`` holds its retry rules (``retry_on``, ``dont_retry_on``,
     ``max_backoff``, ``jitter``): code, kept here in every process that imports the task, never
     in a job's row.
     """

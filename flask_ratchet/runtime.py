@@ -85,7 +85,7 @@ class Runtime:
     registered by (shared by every app that object is registered on); the rest is this app's.
     ``db`` is the app's Flask-SQLAlchemy, whose session operations join, or ratchet's own
     database (``RATCHET_DATABASE_URL``), which has no session: there each operation commits by
-    itself, unless it runs inside :meth:`transaction`.
+    itself, unless it runs inside ``transaction()``.
     """
 
     def __init__(

@@ -283,7 +283,7 @@ class RecurringJobBuilder(OptionsBuilder):
     def submit(self) -> RecurringJob:
         """Create or update the master (joining the current transaction, like a job) and
         return it. The same definition again changes nothing (see
-        :meth:`flask_ratchet.store.recurring.Recurring.register`)."""
+        ``flask_ratchet.store.recurring.Recurring.register``)."""
         definition = self.build()
         _may_create(self._runtime, definition.task, definition.payload, definition.options)
         store, keyring = self._runtime.store.recurring, self._runtime.keyring

@@ -1,6 +1,7 @@
-"""The README's worked port of a Celery app runs as written, on every database: its code block is
-``shop.py``, run by the real CLIs in subprocesses (an upgrade, requests, a burst worker); and its
-pytest-flask example is a real project's test suite, run by pytest beside pytest-flask."""
+"""The Celery guide's worked port of a Celery app runs as written, on every database: its
+code block is ``shop.py``, run by the real CLIs in subprocesses (an upgrade, requests, a burst
+worker); and its pytest-flask example is a real project's test suite, run by pytest beside
+pytest-flask."""
 
 from __future__ import annotations
 
@@ -11,27 +12,14 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from tests.acceptance.test_sample_app_tests import pytest_in
-from tests.integration.test_readme_app import python_in
+from tests.docs.pages import DOCS, section_blocks
+from tests.integration.test_docs_apps import python_in
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def readme_blocks(section: str) -> list[str]:
-    """The python code blocks of one README section (from its heading to the next one)."""
-    text = (ROOT / "README.md").read_text()
-    start = text.index(section)
-    end = text.index("\n## ", start + len(section))
-    rest = text[start + len(section) : end]
-    following = rest.find("\n### ")
-    body = rest if following < 0 else rest[:following]
-    blocks = []
-    for part in body.split("```python\n")[1:]:
-        blocks.append(part.split("```", 1)[0])
-    return blocks
+PAGE = DOCS / "guides" / "coming-from-celery.md"
 
 
 def shop_py() -> str:
-    celery, ported = readme_blocks("### A worked port")
+    celery, ported = section_blocks(PAGE, "## A worked port")
     assert "celery.conf.task_routes" in celery  # the first block is the app before the port
     return ported
 
@@ -79,7 +67,7 @@ def test_the_worked_port_runs_as_written(empty_engine: sa.Engine, tmp_path: Path
 
 
 def test_the_pytest_flask_example_passes(database_url: str, tmp_path: Path) -> None:
-    conftest, tests = readme_blocks("### pytest and pytest-flask")
+    conftest, tests = section_blocks(PAGE, "## pytest and pytest-flask")
     project = tmp_path / "project"
     project.mkdir()
     (project / "shop.py").write_text(shop_py())

@@ -1,30 +1,21 @@
-"""The README's "Adding flask-ratchet to an existing app" runs as written, on SQLite and
-PostgreSQL: its code block is the app, and the commands are the real CLIs in subprocesses."""
+"""The apps the docs show run as written, on every database: the existing-app guide's and the
+README's quick start are apps whose commands are the real CLIs in subprocesses; the console's
+access rule and the metrics token grant what they say."""
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
-import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-ROOT = Path(__file__).resolve().parents[2]
-SECTION = "## Adding flask-ratchet to an existing app"
+from tests.docs.pages import DOCS, README, section_block
 
-
-def readme_block(section: str) -> str:
-    """The first python code block after ``section`` in the README."""
-    text = (ROOT / "README.md").read_text()
-    after = text[text.index(section) :]
-    block = re.search(r"```python\n(.*?)```", after, re.S)
-    assert block is not None, f"no python block under {section!r}"
-    return block.group(1)
+GUIDES = DOCS / "guides"
 
 
 def python_in(folder: Path, engine: sa.Engine) -> Callable[..., str]:
@@ -51,7 +42,8 @@ def python_in(folder: Path, engine: sa.Engine) -> Callable[..., str]:
 
 
 def test_the_existing_app_section_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
-    (tmp_path / "myapp.py").write_text(readme_block(SECTION))
+    block = section_block(GUIDES / "existing-apps.md", "# Adding flask-ratchet to an existing app")
+    (tmp_path / "myapp.py").write_text(block)
     run = python_in(tmp_path, empty_engine)
     flask = ["-m", "flask", "--app", "myapp"]
     run(*flask, "ratchet", "db", "upgrade")
@@ -74,7 +66,7 @@ def test_the_existing_app_section_runs_as_written(empty_engine: sa.Engine, tmp_p
 def test_the_quick_start_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
     """Its app on this test's database (the block names a SQLite file): a sign-up's user and job
     appear together, and a worker runs the job."""
-    block = readme_block("## Quick start")
+    block = section_block(README, "## Quick start")
     assert '"sqlite:///app.db"' in block
     (tmp_path / "quickstart.py").write_text(
         "import os\n" + block.replace('"sqlite:///app.db"', 'os.environ["DATABASE_URL"]')
@@ -101,7 +93,7 @@ def test_the_quick_start_runs_as_written(empty_engine: sa.Engine, tmp_path: Path
 
 
 def test_the_access_example_grants_the_roles_it_says(tmp_path: Path) -> None:
-    """The Access block, run in an app of its own with a stand-in for Flask-Login's
+    """The console guide's Access block, run in an app of its own with a stand-in for Flask-Login's
     ``current_user``."""
     from types import SimpleNamespace
 
@@ -113,7 +105,8 @@ def test_the_access_example_grants_the_roles_it_says(tmp_path: Path) -> None:
     app = Flask(__name__)
     app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{tmp_path / 'access.db'}"
     user = SimpleNamespace(is_authenticated=False, email="ops@example.com", is_admin=False)
-    exec(readme_block("### Access"), {"app": app, "g": g, "current_user": user})
+    access = section_block(GUIDES / "console.md", "## Access")
+    exec(access, {"app": app, "g": g, "current_user": user})
     SQLAlchemy(app)
     Ratchet(app)
     client = app.test_client()
@@ -131,8 +124,9 @@ def test_the_access_example_grants_the_roles_it_says(tmp_path: Path) -> None:
 def test_the_metrics_token_example_grants_prometheus_read_and_no_more(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The Cluster metrics block: the token reads /ratchet/metrics, nothing else; a person is
-    judged by the app's own rule (here a stand-in for Flask-Login's ``current_user``)."""
+    """The observability guide's Cluster metrics block: the token reads /ratchet/metrics,
+    nothing else; a person is judged by the app's own rule (here a stand-in for Flask-Login's
+    ``current_user``)."""
     from types import SimpleNamespace
 
     from flask import Flask
@@ -144,8 +138,7 @@ def test_the_metrics_token_example_grants_prometheus_read_and_no_more(
     # Flask-Login's anonymous user has none of the app's own attributes (no ``is_admin``).
     user = SimpleNamespace(is_authenticated=False)
     scope: dict[str, object] = {"current_user": user}
-    # Indented in the README: the block is inside a list item.
-    exec(textwrap.dedent(readme_block("- **Cluster metrics.**")), scope)
+    exec(section_block(GUIDES / "observability.md", "## Cluster metrics"), scope)
     app = Flask(__name__)
     app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{tmp_path / 'metrics.db'}"
     app.config["RATCHET_CONSOLE_AUTH"] = scope["console_role"]

@@ -79,7 +79,7 @@ class RatchetConfig:
     deep_idle_after: float = 300.0
     #: The longest a worker's claim may take: the server ends a claim statement running longer
     #: (PostgreSQL's ``statement_timeout``, MariaDB's ``max_statement_time``), and a claim
-    #: whose answer has not come :data:`~flask_ratchet.worker.deadline.MARGIN` seconds later
+    #: whose answer has not come 5 seconds later
     #: (a network or a proxy that stopped forwarding) has its connection closed by the worker.
     claim_timeout: float = 30.0
     #: Executor threads per worker process.

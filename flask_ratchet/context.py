@@ -10,6 +10,7 @@ import contextvars
 import functools
 import inspect
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -159,6 +160,10 @@ class JobContext:
     # A plain flag, not an Event: nothing waits on it, and an Event per job is costly.
     _stopped: bool = field(default=False, repr=False)
     _lines: list[LogLine] = field(default_factory=list, repr=False)
+    #: Lines kept for storage this attempt, flushed ones included (the limit counts them all).
+    _kept: int = field(default=0, repr=False)
+    # The job's thread records lines while the worker's watchdog takes them for an early write.
+    _lines_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _dropped: int = field(default=0, repr=False)
     _log_bytes: int = field(default=0, repr=False)
     _last_check: float = field(default=0.0, repr=False)
@@ -279,32 +284,45 @@ class JobContext:
     def record(self, record: logging.LogRecord) -> None:
         """Keep one log line for storage: cut, with its secrets masked like an error's, while
         the attempt's log is within its limits; after that only counted."""
-        if self._dropped or len(self._lines) >= MAX_LOG_LINES:
-            self._dropped += 1
-            return
-        message = sanitize(record.getMessage(), MAX_LOG_LINE)
-        size = len(message.encode())
-        if self._log_bytes + size > MAX_LOG_BYTES - _DROPPED_NOTE_ROOM:
-            # Every later line is dropped too, so what is kept is the log's unbroken start.
-            self._dropped += 1
-            return
-        self._log_bytes += size
-        self._lines.append(
-            LogLine(datetime.fromtimestamp(record.created, UTC), record.levelname, message)
-        )
-
-    def take_lines(self) -> list[LogLine]:
-        """The lines logged so far (and a note of any dropped), emptying the buffer."""
-        lines, self._lines = self._lines, []
-        if self._dropped:
-            note = (
-                f"{self._dropped} more log lines were dropped (an attempt keeps at most "
-                f"{MAX_LOG_LINES} lines and {MAX_LOG_BYTES // 1024} KiB of log text)"
+        with self._lines_lock:
+            if self._dropped or self._kept >= MAX_LOG_LINES:
+                self._dropped += 1
+                return
+            message = sanitize(record.getMessage(), MAX_LOG_LINE)
+            size = len(message.encode())
+            if self._log_bytes + size > MAX_LOG_BYTES - _DROPPED_NOTE_ROOM:
+                # Every later line is dropped too, so what is kept is the log's unbroken start.
+                self._dropped += 1
+                return
+            self._log_bytes += size
+            self._kept += 1
+            self._lines.append(
+                LogLine(datetime.fromtimestamp(record.created, UTC), record.levelname, message)
             )
-            lines.append(LogLine(datetime.now(UTC), "WARNING", note))
-            self._dropped = 0
-        self._log_bytes = 0
-        return lines
+
+    def take_lines(self, *, final: bool = True) -> list[LogLine]:
+        """The lines logged since the last take, emptying the buffer. ``final`` (the attempt
+        has ended): with a note of any lines dropped, and the limits start again for the next
+        attempt; otherwise (an early write of a running attempt's lines) the limits go on."""
+        with self._lines_lock:
+            lines, self._lines = self._lines, []
+            if not final:
+                return lines
+            if self._dropped:
+                note = (
+                    f"{self._dropped} more log lines were dropped (an attempt keeps at most "
+                    f"{MAX_LOG_LINES} lines and {MAX_LOG_BYTES // 1024} KiB of log text)"
+                )
+                lines.append(LogLine(datetime.now(UTC), "WARNING", note))
+                self._dropped = 0
+            self._log_bytes = 0
+            self._kept = 0
+            return lines
+
+    def give_back_lines(self, lines: list[LogLine]) -> None:
+        """Put back, before any logged since, the ``lines`` an early write could not store."""
+        with self._lines_lock:
+            self._lines[:0] = lines
 
     @contextmanager
     def bound(self) -> Iterator[JobContext]:

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..columns import aware
+from ..context import LogLine
 from ..ids import uuid7
 from ..refusals import dead_letter_reason, read_refusals, with_refusal, write_refusals
 from ..schema import business_key, dlq_alert, execution, job_log, job_queue
@@ -227,22 +228,29 @@ class Executions:
                     for i in runs
                 ],
             )
+        self.add_logs(conn, [(i.job_id, i.attempt, i.logs) for i in done])
+        for item in done:
+            if item.outcome == Outcome.FAILED:
+                self._alert(conn, item)
+
+    def add_logs(
+        self, conn: Connection, attempts: Sequence[tuple[uuid.UUID, int, Sequence[LogLine]]]
+    ) -> None:
+        """Store log lines, each of a job's attempt: at the attempt's end with its outcome, and
+        while it runs (the worker writes a running attempt's lines every few seconds)."""
         lines = [
             {
-                "job_id": i.job_id,
-                "attempt": i.attempt,
+                "job_id": job_id,
+                "attempt": attempt,
                 "logged_at": line.logged_at,
                 "level": line.level,
                 "message": line.message,
             }
-            for i in done
-            for line in i.logs
+            for job_id, attempt, logged in attempts
+            for line in logged
         ]
         if lines:
             conn.execute(sa.insert(job_log), lines)
-        for item in done:
-            if item.outcome == Outcome.FAILED:
-                self._alert(conn, item)
 
     def _alert(self, conn: Connection, item: Finished) -> None:
         dead_letter_alert(self.dialect, conn, item.job_id, item.task, item.error)
@@ -288,7 +296,9 @@ def job_logs(conn: Connection, job_id: uuid.UUID, limit: int) -> list[Any]:
         conn.execute(
             sa.select(job_log)
             .where(job_log.c.job_id == job_id)
-            .order_by(job_log.c.log_id)
+            # By attempt and time: a running attempt's lines are written every few seconds,
+            # and a write of its last ones with the outcome may commit before the one before.
+            .order_by(job_log.c.attempt, job_log.c.logged_at, job_log.c.log_id)
             .limit(limit)
         )
     )

@@ -5,14 +5,24 @@ from __future__ import annotations
 
 import json
 import signal
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from flask import Flask
 
+from flask_ratchet import JobStatus
 from flask_ratchet.schema import job_log
 from tests.acceptance.conftest import Workers, wait_until
-from tests.apps import db, fail_until, logs_secrets, ratchet, record_run, refuse
+from tests.apps import (
+    db,
+    fail_until,
+    logs_secrets,
+    ratchet,
+    record_run,
+    refuse,
+    wait_for_file,
+)
 
 
 def ended(*job_ids: object) -> bool:
@@ -86,3 +96,26 @@ def test_the_workers_lines_mask_what_jobs_log(app: Flask, workers: Workers, form
             "connecting to postgresql://shop:***@db/prod with token=***",
             "retrying postgresql://shop:***@db/prod, password=***",
         ]
+
+
+def test_a_running_jobs_log_lines_are_stored_while_it_runs(
+    app: Flask, workers: Workers, tmp_path: Path
+) -> None:
+    flag = tmp_path / "go"
+    job_id = ratchet.enqueue(wait_for_file, str(flag)).submit().id
+
+    def stored() -> list[tuple[int, str]]:
+        with db.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(job_log.c.attempt, job_log.c.message).where(job_log.c.job_id == job_id)
+            ).all()
+        return [(r.attempt, r.message) for r in rows]
+
+    workers.start()
+    # The line the job logged as it began is there while it still runs (it waits for the flag).
+    wait_until(lambda: stored(), what="the running job's first line")
+    assert ratchet.get_job(job_id).status == JobStatus.RUNNING  # type: ignore[union-attr]
+    flag.touch()
+    wait_until(lambda: ended(job_id), what="the job to end")
+    # Written once: the early write took it, the outcome's write did not repeat it.
+    assert stored() == [(1, f"waiting for {flag}")]

@@ -71,3 +71,32 @@ def test_the_budget_is_per_attempt() -> None:
     ctx.record(record)
     assert first[-1].message.endswith("KiB of log text)")
     assert [line.message for line in ctx.take_lines()] == ["y" * 1500]
+
+
+def test_lines_written_while_the_attempt_runs_count_towards_its_limits() -> None:
+    ctx = JobContext(job_id=uuid.uuid4(), task="t", attempt=1, params={})
+    handler = CaptureHandler()
+    logger = ctx.logger.logger
+    logger.addHandler(handler)
+    early: list[LogLine] = []
+    try:
+        with ctx.bound():
+            for i in range(MAX_LOG_LINES + 5):
+                ctx.logger.warning("line %d", i)
+                if i % 100 == 99:  # the worker's early writes, every few seconds
+                    early += ctx.take_lines(final=False)
+            unstored = ctx.take_lines(final=False)
+            ctx.give_back_lines(unstored)  # the database did not take them: kept, in order
+            ctx.logger.warning("after")
+    finally:
+        logger.removeHandler(handler)
+    last = ctx.take_lines()
+    kept = [line.message for line in [*early, *last]]
+    assert kept[:-1] == [f"line {i}" for i in range(MAX_LOG_LINES)]
+    assert kept[-1].startswith("6 more log lines were dropped")  # five, and "after"
+    # The next attempt starts with its limits afresh.
+    with ctx.bound():
+        logger.addHandler(handler)
+        ctx.logger.warning("next attempt")
+        logger.removeHandler(handler)
+    assert [line.message for line in ctx.take_lines()] == ["next attempt"]

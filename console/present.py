@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -32,8 +33,23 @@ from .reads.resources import WAITING_CAP, Waiting
 # The masking rules (MASK, masked, mentions_secret, secret_key, imported above) live in the
 # library, which shows stored values outside the console too.
 
-#: Stored free text (an error, a traceback, a log line) with its secrets masked.
-masked_text = stored_text_masked
+#: Characters that change how text around them reads without being seen: bidirectional
+#: embeddings, overrides and isolates (a "\u202e" turns ``exe.txt`` into ``txt.exe``), marks,
+#: and zero-width spaces and joiners. Shown as their ``\uXXXX`` escapes wherever the console
+#: shows text a job or a task wrote.
+INVISIBLE = re.compile("[\u061c\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
+
+
+def visible(text: str) -> str:
+    """``text`` with its invisible and direction-changing characters shown as escapes."""
+    return INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def masked_text(text: object) -> str:
+    """Stored free text (an error, a traceback, a log line) as the console shows it: secrets
+    masked, invisible characters shown."""
+    return visible(stored_text_masked(text))
+
 
 #: What an absent value shows.
 NONE = "\N{EM DASH}"
@@ -48,8 +64,12 @@ def pretty_json(value: Any) -> str:
     if isinstance(value, Sealed):  # the console holds no keys: it never shows the clear text
         return f"{value.reason}: the console does not decrypt"
     if isinstance(value, Unreadable):
-        return f"{value.reason}; as stored:\n{sanitize(value.text, limit=UNREADABLE_SHOWN)}"
-    return json.dumps(masked(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)
+        return visible(
+            f"{value.reason}; as stored:\n{sanitize(value.text, limit=UNREADABLE_SHOWN)}"
+        )
+    return visible(
+        json.dumps(masked(value), indent=2, ensure_ascii=False, sort_keys=True, default=str)
+    )
 
 
 #: How much of an unreadable stored value a page shows (characters).
@@ -147,7 +167,7 @@ def first_line(text: str | None, limit: int = 120) -> str:
     if not text:
         return ""
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return visible(line if len(line) <= limit else line[: limit - 1] + "…")
 
 
 @dataclass(frozen=True, slots=True)

@@ -196,6 +196,7 @@ def register(bp: Blueprint) -> None:
         "waiting",
         "percent",
         "seconds",
+        "visible",
     ):
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
     bp.add_app_template_filter(present.iso, "ratchet_iso")

@@ -69,6 +69,7 @@ FILTER_NAMES = (
     "created_before",
     "q",
     "recurring",
+    "fingerprint",
     "sort",
 )
 
@@ -93,7 +94,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
             args[name] = value
     status = one_of("status", args.get("status"), tuple(JobStatus.__members__))
     sort = one_of("sort", args.get("sort"), SORTS) or "newest"
-    for name in ("task", "tag", "business_key", "principal", "node", "recurring"):
+    for name in ("task", "tag", "business_key", "principal", "node", "recurring", "fingerprint"):
         if len(args.get(name, "")) > MAX_TEXT:
             abort(400, f"{name} is longer than {MAX_TEXT} characters")
     if len(args.get("q", "")) > MAX_SEARCH:
@@ -112,6 +113,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         created_before=when("created_before", args.get("created_before")),
         search=args.get("q"),
         recurring_id=args.get("recurring"),
+        fingerprint=args.get("fingerprint"),
         sort=sort,
     )
     size = page_size(values.get("size"))

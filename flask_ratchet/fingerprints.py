@@ -23,8 +23,9 @@ MAX_FINGERPRINT = 255
 #: Only this much of a message is read: stored errors are cut to 2,000 characters already
 #: (:data:`flask_ratchet.retry.MAX_ERROR`), and a fingerprint keeps far less.
 MAX_INPUT = 4000
-#: What a message without any text (an exception raised without one) is stored as.
-NO_MESSAGE = ""
+#: What a failure without an error text is stored as: never empty, so that a group's filter
+#: (a form field, whose blank value means "any") always names it.
+NO_MESSAGE = "(no message)"
 
 # Each pattern with the placeholder it leaves, applied in this order: a later pattern never
 # sees what an earlier one replaced (placeholders hold no digits and no quotes).
@@ -79,16 +80,15 @@ RULES: tuple[tuple[re.Pattern[str], str], ...] = (
 
 def fingerprint(error: str | None) -> str:
     """``error`` with its variable parts replaced by placeholders, whitespace collapsed, cut to
-    :data:`MAX_FINGERPRINT` characters.
+    :data:`MAX_FINGERPRINT` characters; :data:`NO_MESSAGE` if nothing is left.
 
-    >>> fingerprint("KeyError: 'user-8812' missing after 3 attempts (job 0190f0a0-0000-7000-8000-000000000001)")
-    "KeyError: '{s}' missing after {n} attempts (job {uuid})"
+    >>> fingerprint("KeyError: 'user-8812' gone, job 0190f0a0-0000-7000-8000-0000000000a1")
+    "KeyError: '{s}' gone, job {uuid}"
     >>> fingerprint("OSError: connect to 10.0.0.7:5432 failed for ops@example.com")
     'OSError: connect to {ip} failed for {email}'
     """
-    if not error:
-        return NO_MESSAGE
-    text = _SPACE.sub(" ", error[:MAX_INPUT]).strip()
+    text = _SPACE.sub(" ", (error or "")[:MAX_INPUT]).strip()
     for pattern, placeholder in RULES:
         text = pattern.sub(placeholder, text)
-    return text[:MAX_FINGERPRINT]
+    # Without trailing space, as a form field's value is read back (stripped).
+    return text[:MAX_FINGERPRINT].rstrip() or NO_MESSAGE

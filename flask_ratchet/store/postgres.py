@@ -244,7 +244,12 @@ class PostgresDialect(Dialect):
                 {
                     name: [row[f"b_{name}"] for row in part]
                     for name in (
-                        "job_id", "status", "result", "error", "fingerprint", "attempts",
+                        "job_id",
+                        "status",
+                        "result",
+                        "error",
+                        "fingerprint",
+                        "attempts",
                         "progress",
                     )
                 },

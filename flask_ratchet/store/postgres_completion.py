@@ -59,7 +59,8 @@ WITH input AS (
     -- SUCCEEDED and FAILED are also the names of the statuses these outcomes lead to.
     UPDATE ratchet_job j
     SET terminal_status = i.outcome, result = i.result, terminal_error = i.error,
-        fingerprint = i.fingerprint, attempts = e.attempts, progress = e.progress, finished_at = now()
+        fingerprint = i.fingerprint, attempts = e.attempts, progress = e.progress,
+        finished_at = now()
     FROM ended e JOIN input i ON i.job_id = e.job_id
     WHERE j.job_id = e.job_id
 ), freed AS (

@@ -26,7 +26,8 @@ from flask_ratchet.fingerprints import MAX_FINGERPRINT, MAX_INPUT, NO_MESSAGE, R
         ("KeyError: JOB 0190F0A0-0000-7000-8000-00000000000A", "KeyError: JOB {uuid}"),
         ("RuntimeError: at 0x7f3a2b1c", "RuntimeError: at {hex}"),
         (
-            "RuntimeError: sha 3f786850e387550fdab836ed7e6dc881de23001b object 507f1f77bcf86cd799439011",
+            "RuntimeError: sha 3f786850e387550fdab836ed7e6dc881de23001b"
+            " object 507f1f77bcf86cd799439011",
             "RuntimeError: sha {hex} object {hex}",
         ),
         ("RuntimeError: 0190f0a000007000800000000000000a", "RuntimeError: {hex}"),
@@ -76,7 +77,14 @@ def test_messages_that_differ_only_in_their_ids_share_a_fingerprint() -> None:
 
 
 def test_no_message() -> None:
-    assert fingerprint(None) == fingerprint("") == NO_MESSAGE
+    assert fingerprint(None) == fingerprint("") == fingerprint(" \n ") == NO_MESSAGE != ""
+
+
+def test_a_cut_leaves_no_trailing_space() -> None:
+    """A form field is read back stripped: a group's fingerprint must survive the trip."""
+    for pad in range(1, 6):
+        cut = fingerprint("x" * (MAX_FINGERPRINT - pad) + " word " * 10)
+        assert cut == cut.strip() and len(cut) <= MAX_FINGERPRINT
 
 
 def test_a_long_message_is_cut_to_the_bound() -> None:

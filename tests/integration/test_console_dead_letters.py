@@ -89,8 +89,12 @@ def test_retrying_a_group_retries_exactly_its_jobs(console: Console) -> None:
     assert link is not None
     confirm = console.get(html.unescape(link.group(1)))
     assert confirm.status_code == 200 and "<strong>7</strong> jobs match" in confirm.text
-    done = console.post("/ratchet/jobs/bulk", confirmed_form(confirm))
+    form = confirmed_form(confirm)
+    assert form["next"] == "/ratchet/dead-letters"  # where "back" leads
+    assert 'href="/ratchet/dead-letters">Cancel</a>' in confirm.text
+    done = console.post("/ratchet/jobs/bulk", form)
     assert "7 of 7 jobs retried" in done.text
+    assert 'href="/ratchet/dead-letters">Back</a>' in done.text
     assert statuses(group) == {JobStatus.PENDING}
     assert statuses(same_task + other_task) == {JobStatus.FAILED}
     assert fingerprints(group) == [None] * 7  # no longer a dead letter
@@ -146,6 +150,18 @@ def test_the_library_filters_by_fingerprint(app: Flask) -> None:
     assert statuses(group) == {JobStatus.PENDING} and statuses(other) == {JobStatus.FAILED}
     with pytest.raises(ValueError, match="fingerprint must be a text"):
         ratchet.retry_jobs(fingerprint=3)  # type: ignore[typeddict-item]
+
+
+def test_the_cli_retries_a_group(app: Flask) -> None:
+    group = dead_letters([f"TimeoutError: after {n}s" for n in (1, 2, 3)])
+    other = dead_letters(["TimeoutError: never"])
+    runner = app.test_cli_runner()
+    args = ["ratchet", "jobs", "retry", "--task", ADD, "--fingerprint", "TimeoutError: after {n}s"]
+    counted = runner.invoke(args=[*args, "--dry-run"])
+    assert counted.exit_code == 0 and "3 jobs would be retried" in counted.output
+    done = runner.invoke(args=args)
+    assert done.exit_code == 0 and "3 jobs retried" in done.output, done.output
+    assert statuses(group) == {JobStatus.PENDING} and statuses(other) == {JobStatus.FAILED}
 
 
 def test_a_job_failed_again_after_a_retry_is_fingerprinted_again(app: Flask) -> None:

@@ -135,7 +135,7 @@ def test_dead_letters_are_grouped_paged_and_retried_a_group_at_a_time(
     _shoot(browser, shots, "03-confirm")
     button.click()
     wait_until(
-        lambda: "92 of 92 jobs retried" in browser.find_element(By.TAG_NAME, "main").text,
+        lambda: "92 of 92 jobs retried" in text_of(browser, "main"),  # "" while it loads
         10,
         "the notice",
     )

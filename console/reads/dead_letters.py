@@ -84,7 +84,10 @@ def failure_groups(conn: Connection, limit: int = GROUPS_PER_PAGE, offset: int =
     ).group_by(job.c.task, job.c.fingerprint)
     total = conn.execute(sa.select(sa.func.count()).select_from(grouped.subquery())).scalar_one()
     rows = conn.execute(
-        grouped.order_by(jobs.desc(), last.desc(), job.c.task, job.c.fingerprint)
+        # Ties in a fixed order on every database (where NULLs sort differs), for stable pages.
+        grouped.order_by(
+            jobs.desc(), last.desc(), job.c.task, job.c.fingerprint.is_(None), job.c.fingerprint
+        )
         .limit(limit)
         .offset(offset)
     ).all()
@@ -144,7 +147,8 @@ def failure_groups_among(
     def order(item: tuple[tuple[str, str | None], list[Any]]) -> tuple[Any, ...]:
         (task, fingerprint), found = item
         last = spans[(task, fingerprint)][1]
-        return (-len(found), -last.timestamp() if last else 0.0, task, fingerprint or "")
+        stamp = -last.timestamp() if last else 0.0
+        return (-len(found), stamp, task, fingerprint is None, fingerprint or "")
 
     ordered = sorted(members.items(), key=order)[offset : offset + limit]
     errors = _errors(conn, [r.job_id for _, found in ordered for r in found[:SAMPLES]])

@@ -189,3 +189,20 @@ def test_a_paused_dead_letter_leaves_its_group_and_comes_back(console: Console) 
     assert cards(console.get("/ratchet/dead-letters").text) == [
         (ADD, "ValueError: order {n} not found", 3)
     ]
+
+
+def test_jobs_failed_without_a_fingerprint_are_one_group_without_actions(
+    console: Console,
+) -> None:
+    """A version without fingerprints may still fail jobs while this one runs (a rolling
+    deploy): those are one group of their task, which offers no action that could reach
+    more than its jobs."""
+    older = dead_letters(["ValueError: order 1 not found", "ValueError: order 2 not found"])
+    with ratchet.transaction() as conn:
+        conn.execute(sa.update(job).where(job.c.job_id == older[0]).values(fingerprint=None))
+    page = console.get("/ratchet/dead-letters")
+    assert cards(page.text) == [
+        (ADD, "ValueError: order {n} not found", 1),
+        (ADD, "(failed before fingerprints were stored)", 1),
+    ]
+    assert page.text.count("Retry 1…") == 1 and "all FAILED jobs of this task" in page.text

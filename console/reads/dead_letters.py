@@ -82,15 +82,23 @@ def failure_groups(conn: Connection, limit: int = GROUPS_PER_PAGE, offset: int =
         sa.func.min(job.c.finished_at).label("first_seen"),
         last,
     ).group_by(job.c.task, job.c.fingerprint)
-    total = conn.execute(sa.select(sa.func.count()).select_from(grouped.subquery())).scalar_one()
+    # The number of groups rides along each row (a window over the groups): the FAILED jobs
+    # are read and grouped once, not once more to count the groups.
     rows = conn.execute(
+        grouped.add_columns(sa.func.count().over().label("total"))
         # Ties in a fixed order on every database (where NULLs sort differs), for stable pages.
-        grouped.order_by(
+        .order_by(
             jobs.desc(), last.desc(), job.c.task, job.c.fingerprint.is_(None), job.c.fingerprint
         )
         .limit(limit)
         .offset(offset)
     ).all()
+    if rows:
+        total = rows[0].total
+    else:  # no group, or a page past the last: counted on its own
+        total = conn.execute(
+            sa.select(sa.func.count()).select_from(grouped.subquery())
+        ).scalar_one()
     groups = [
         FailureGroup(
             task=r.task,

@@ -51,7 +51,7 @@ FROM (SELECT g, now() - (:n - g) * (interval '7 days' / :n) AS t
 
 INSERT INTO ratchet_job (job_id, task, queue, job_type, priority, payload, params, max_retries,
   backoff, backoff_base, resource_name, business_key, created_at, first_due_at, terminal_status,
-  terminal_error, attempts, finished_at)
+  terminal_error, fingerprint, attempts, finished_at)
 SELECT job_id, 'app.tasks:task_' || (g % 20), queue, 'SINGLE', g % 5,
        '{"args": [' || g || ', "user-' || g || '@example.com"], "kwargs": {}}', NULL, 3,
        'EXPONENTIAL', 10,
@@ -60,6 +60,7 @@ SELECT job_id, 'app.tasks:task_' || (g % 20), queue, 'SINGLE', g % 5,
        'order-' || g, created_at, created_at,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED', 'CANCELED') THEN status END,
        CASE WHEN status = 'FAILED' THEN 'ConnectionError: upstream ' || (g % 7) || ' refused' END,
+       CASE WHEN status = 'FAILED' THEN 'ConnectionError: upstream {n} refused' END,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED') THEN 1 ELSE 0 END,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED', 'CANCELED') THEN created_at END
 FROM gen;
@@ -114,13 +115,14 @@ FROM (SELECT b, CASE WHEN b = :batches THEN now() - interval '1 hour'
       FROM generate_series(1, :batches) AS b) AS s;
 
 INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, max_retries, backoff,
-  backoff_base, created_at, first_due_at, terminal_status, terminal_error, result, attempts,
-  finished_at, follow_up)
+  backoff_base, created_at, first_due_at, terminal_status, terminal_error, fingerprint, result,
+  attempts, finished_at, follow_up)
 SELECT batch_id, 'flask_ratchet:batch', 'BATCH', 2, '{"args": [], "kwargs": {}}', 0,
        'EXPONENTIAL', 10, created_at,
        CASE WHEN big THEN '9999-12-31T00:00:00+00'::timestamptz ELSE created_at END,
        CASE WHEN big THEN NULL WHEN b % 10 = 0 THEN 'FAILED' ELSE 'SUCCEEDED' END,
        CASE WHEN NOT big AND b % 10 = 0 THEN '1 of 5 children failed' END,
+       CASE WHEN NOT big AND b % 10 = 0 THEN '{n} of {n} children failed' END,
        CASE WHEN NOT big THEN '{"total": 5}' END, 0,
        CASE WHEN NOT big THEN created_at + interval '1 minute' END, true
 FROM bgen;
@@ -148,12 +150,13 @@ SELECT g.batch_id, c, pg_temp.uuid7(g.created_at + c * interval '10 milliseconds
 FROM bgen AS g, generate_series(1, CASE WHEN g.big THEN 10000 ELSE 5 END) AS c;
 
 INSERT INTO ratchet_job (job_id, task, job_type, priority, payload, max_retries, backoff,
-  backoff_base, created_at, first_due_at, terminal_status, terminal_error, attempts, finished_at,
-  batch_id, follow_up)
+  backoff_base, created_at, first_due_at, terminal_status, terminal_error, fingerprint, attempts,
+  finished_at, batch_id, follow_up)
 SELECT job_id, 'app.tasks:import_row', 'BATCH_CHILD', 2,
        '{"args": [' || c || '], "kwargs": {}}', 3, 'EXPONENTIAL', 10, created_at, created_at,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED') THEN status END,
        CASE WHEN status = 'FAILED' THEN 'ValueError: row ' || c || ' is malformed' END,
+       CASE WHEN status = 'FAILED' THEN 'ValueError: row {n} is malformed' END,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED') THEN 1 ELSE 0 END,
        CASE WHEN status IN ('SUCCEEDED', 'FAILED') THEN created_at + interval '1 second' END,
        batch_id, true
@@ -344,6 +347,11 @@ def pages(url: str) -> list[tuple[str, str]]:
         ("job detail", f"/ratchet/jobs/{failed}"),
         ("job detail (newest)", f"/ratchet/jobs/{newest}"),
         ("dead letters", "/ratchet/dead-letters"),
+        (
+            "dead letters, retry a group (confirmation)",
+            "/ratchet/jobs/bulk?action=retry&status=FAILED&task=app.tasks:task_3"
+            "&fingerprint=ConnectionError:+upstream+{n}+refused",
+        ),
         ("nodes", "/ratchet/nodes"),
         ("queues", "/ratchet/queues"),
         ("cluster metrics (Prometheus)", "/ratchet/metrics"),

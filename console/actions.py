@@ -141,11 +141,15 @@ def _answer(outcome: ActionResult, back: str, location: str | None = None) -> Re
 
 def _back(default: str) -> str:
     """Where "back" leads: a console path from the form, never another site."""
-    wanted = request.form.get("next", "")
+    return _console_path(request.form.get("next", "")) or default
+
+
+def _console_path(wanted: str) -> str | None:
+    """``wanted`` if it is a path of this console, else ``None`` (never another site)."""
     root = url_for("ratchet_console.overview")
     if wanted.startswith(root) and not wanted.startswith("//") and "\\" not in wanted:
         return wanted
-    return default
+    return None
 
 
 def one(job_id: str, action: str) -> Response | str:
@@ -181,12 +185,18 @@ def selected() -> Response | str:
     return _answer(outcome, _back(url_for("ratchet_console.jobs")))
 
 
-def _confirm_page(name: str, wanted: filters.ListRequest, grew_from: int | None = None) -> str:
+def _confirm_page(
+    name: str,
+    wanted: filters.ListRequest,
+    grew_from: int | None = None,
+    back: str | None = None,
+) -> str:
     """The confirmation: how many jobs the action would change, and a snapshot of them.
 
     The form carries the newest matching id (``bound``; ids are UUIDv7, so later jobs have
     greater ids) and the count shown: the action then never reaches a job that arrived after
-    this page, and asks again if more jobs came to match meanwhile.
+    this page, and asks again if more jobs came to match meanwhile. ``back``: the console page
+    the action was asked from (the dead letters), where "back" and "cancel" lead.
     """
     runtime = current_runtime()
     among = SOURCES[name]
@@ -206,13 +216,15 @@ def _confirm_page(name: str, wanted: filters.ListRequest, grew_from: int | None 
         allowed_from=ALLOWED_FROM[name],
         past=PAST[name],
         grew_from=grew_from,
+        back=back,
     )
 
 
 def confirm_filter() -> str:
     """GET …/jobs/bulk: how many jobs an action on this filter would touch; asks to confirm."""
     name = _action_name(request.args.get("action"))
-    return _confirm_page(name, filters.parse(request.args))
+    back = _console_path(request.args.get("next", ""))
+    return _confirm_page(name, filters.parse(request.args), back=back)
 
 
 def on_filter() -> tuple[str, int] | Response | str:
@@ -236,7 +248,9 @@ def on_filter() -> tuple[str, int] | Response | str:
         )
         if n > confirmed:
             # Jobs confirmed as not matching match now: the operator decides again.
-            return _confirm_page(name, wanted, grew_from=min(confirmed, BULK_CAP)), 409
+            back = _console_path(request.form.get("next", ""))
+            grew = min(confirmed, BULK_CAP)
+            return _confirm_page(name, wanted, grew_from=grew, back=back), 409
         ids = reads.jobs.matching_ids(
             conn, wanted.query, BULK_CAP, among=among, upto=bound, floor=floor
         )

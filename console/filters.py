@@ -70,6 +70,7 @@ FILTER_NAMES = (
     "created_before",
     "q",
     "recurring",
+    "fingerprint",
     "sort",
 )
 
@@ -96,7 +97,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
     if status is not None:
         args["status"] = status  # as the form's list names it: "failed" is FAILED
     sort = one_of("sort", args.get("sort"), SORTS) or "newest"
-    for name in ("task", "tag", "business_key", "principal", "node", "recurring"):
+    for name in ("task", "tag", "business_key", "principal", "node", "recurring", "fingerprint"):
         if len(args.get(name, "")) > MAX_TEXT:
             refuse(name, f"{name} is longer than {MAX_TEXT} characters")
     if len(args.get("q", "")) > MAX_SEARCH:
@@ -115,6 +116,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         created_before=when("created_before", args.get("created_before")),
         search=args.get("q"),
         recurring_id=args.get("recurring"),
+        fingerprint=args.get("fingerprint"),
         sort=sort,
     )
     size = page_size(values.get("size"))

@@ -32,6 +32,8 @@ from .reads import archive
 NEW_CAP = 999
 #: How many upcoming fire times the recurring page shows per master.
 UPCOMING = 3
+#: The last page number a paged list takes (a bound for the offset it reads from).
+MAX_PAGE = 100_000
 
 
 def current_runtime() -> Runtime:
@@ -356,7 +358,11 @@ def _page_args(size: int, **values: str | None) -> dict[str, str]:
 
 
 def dead_letters() -> str:
-    """Jobs that failed for good, grouped by task and error, with their alerts."""
+    """FAILED jobs grouped by task and fingerprint, the largest groups first, a hundred groups
+    a page (``?page=2``)."""
+    number = filters.whole_number("page", request.args.get("page") or "1", 1, MAX_PAGE)
+    per_page = reads.dead_letters.GROUPS_PER_PAGE
+    start = (number - 1) * per_page
     runtime = current_runtime()
     with runtime.connection() as conn:
         if api.policy.active(runtime):  # the operator's jobs only (grouped in Python)
@@ -364,10 +370,21 @@ def dead_letters() -> str:
             def visible(ids: list[uuid.UUID]) -> set[uuid.UUID]:
                 return set(api.policy.permitted(runtime, conn, "read", ids))
 
-            groups = reads.dead_letters.failure_groups_among(conn, visible)
+            found = reads.dead_letters.failure_groups_among(conn, visible, per_page, start)
         else:
-            groups = reads.dead_letters.failure_groups(conn)
-    return render_template("ratchet/dlq.html", groups=groups)
+            found = reads.dead_letters.failure_groups(conn, per_page, start)
+    more = found.total > start + len(found.groups)
+    return render_template(
+        "ratchet/dlq.html",
+        found=found,
+        first=url_for("ratchet_console.dead_letters") if number > 1 else None,
+        previous=(
+            url_for("ratchet_console.dead_letters", page=number - 1 if number > 2 else None)
+            if number > 1
+            else None
+        ),
+        next=url_for("ratchet_console.dead_letters", page=number + 1) if more else None,
+    )
 
 
 def nodes() -> str:

@@ -143,6 +143,12 @@ _FILTERS = [
     click.option("--business-key", default=None, help="Only the job with this business key."),
     click.option("--batch", default=None, help="Only the children of this batch (its id)."),
     click.option("--principal", default=None, help="Only jobs this principal submitted."),
+    click.option(
+        "--fingerprint",
+        default=None,
+        help="Only the FAILED jobs of this dead-letter group (its fingerprint, as the console "
+        "shows it; with --task).",
+    ),
     *(
         click.option(
             f"--{name.replace('_', '-')}",

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from .columns import DOUBLE, LONG_TEXT, MYSQL_NAMES, StoredUuid, UtcDateTime, is_mysql
+from .fingerprints import MAX_FINGERPRINT
 from .options import DEFAULT_QUEUE, QUEUE_MAX_LENGTH, Priority
 from .states import JobStatus
 
@@ -122,6 +123,9 @@ job = sa.Table(
     # Survivors of the hot row, written at the terminal transition.
     sa.Column("terminal_status", STATUS),
     sa.Column("terminal_error", LONG_TEXT),
+    # A FAILED job's error with what varies between jobs replaced (see fingerprints.py): its
+    # dead-letter group, with its task. NULL for every other status.
+    sa.Column("fingerprint", sa.String(MAX_FINGERPRINT)),
     sa.Column("result", LONG_TEXT),  # JSON
     sa.Column("attempts", sa.Integer, nullable=False),
     sa.Column("finished_at", UtcDateTime),
@@ -161,6 +165,15 @@ job = sa.Table(
     _index_where(
         "ix_ratchet_job_failed_task_job_id",
         "task",
+        "job_id",
+        where=f"terminal_status = '{JobStatus.FAILED}'",
+    ),
+    # The dead letters grouped by task and fingerprint (the console's page), and one group's
+    # jobs newest first (what retrying or deleting that group counts and takes).
+    _index_where(
+        "ix_ratchet_job_failed_fingerprint",
+        "task",
+        "fingerprint",
         "job_id",
         where=f"terminal_status = '{JobStatus.FAILED}'",
     ),

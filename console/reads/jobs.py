@@ -57,6 +57,8 @@ class JobQuery:
     search: str | None = None
     #: The id of the recurring master whose children to list.
     recurring_id: str | None = None
+    #: The FAILED jobs of one dead-letter group, with ``task`` (see :mod:`.dead_letters`).
+    fingerprint: str | None = None
     sort: str = "newest"
 
 
@@ -170,6 +172,7 @@ def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Se
         created_before=q.created_before,
         queue=q.queue,
         principal=q.principal,
+        fingerprint=q.fingerprint,
     )
     if q.priority is not None:
         stmt = stmt.where(job.c.priority == const(q.priority))

@@ -252,6 +252,9 @@ class JobFilters(TypedDict, total=False):
     ended_before: datetime | None
     #: The jobs this principal submitted (``Job.principal``).
     principal: str | None
+    #: The FAILED jobs of one dead-letter group: their error's fingerprint
+    #: (:func:`flask_ratchet.fingerprints.fingerprint`), as the console shows it.
+    fingerprint: str | None
 
 
 _TIMES = ("created_after", "created_before", "ended_after", "ended_before")
@@ -283,6 +286,9 @@ def job_filter(runtime: Runtime, **filters: Unpack[JobFilters]) -> JobFilter:
     principal = filters.get("principal")
     if principal is not None and not isinstance(principal, str):
         raise ValueError(f"principal must be a text, got {principal!r}")
+    fingerprint = filters.get("fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise ValueError(f"fingerprint must be a text, got {fingerprint!r}")
     task_name = (
         task
         if task is None or isinstance(task, str)
@@ -301,6 +307,7 @@ def job_filter(runtime: Runtime, **filters: Unpack[JobFilters]) -> JobFilter:
         filters.get("ended_after"),
         filters.get("ended_before"),
         principal,
+        fingerprint,
     )
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection, Row
 from sqlalchemy.sql import Select
 
 from .. import payload
+from ..columns import const
 from ..job import Job, decode_progress
 from ..options import Backoff, Priority
 from ..paging import JOB_CURSOR, Page, cursor_id
@@ -155,6 +156,7 @@ def narrowed_by(stmt: S, where: JobFilter) -> S:
         ended_after=where.ended_after,
         ended_before=where.ended_before,
         principal=where.principal,
+        fingerprint=where.fingerprint,
     )
 
 
@@ -171,6 +173,7 @@ def narrowed(
     ended_after: datetime | None = None,
     ended_before: datetime | None = None,
     principal: str | None = None,
+    fingerprint: str | None = None,
 ) -> S:
     """``stmt`` (over ``ratchet_job``) narrowed by the filters ``find_jobs`` and the console's
     job list share; ``None`` means any."""
@@ -196,6 +199,12 @@ def narrowed(
         stmt = stmt.where(job.c.finished_at < ended_before)
     if principal is not None:
         stmt = stmt.where(job.c.principal == principal)
+    if fingerprint is not None:
+        # Only FAILED jobs have one: saying so lets the (task, fingerprint, job_id) index of
+        # FAILED jobs find them.
+        stmt = stmt.where(
+            job.c.fingerprint == fingerprint, job.c.terminal_status == const(JobStatus.FAILED)
+        )
     return stmt
 
 

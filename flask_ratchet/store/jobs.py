@@ -247,7 +247,12 @@ class Jobs:
             sa.update(job)
             .where(job.c.job_id.in_(again))
             .values(
-                terminal_status=None, terminal_error=None, result=None, finished_at=None, attempts=0
+                terminal_status=None,
+                terminal_error=None,
+                fingerprint=None,
+                result=None,
+                finished_at=None,
+                attempts=0,
             )
         )
         return again

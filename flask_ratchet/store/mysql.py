@@ -249,7 +249,9 @@ class MySQLDialect(Dialect):
         return sa.text(f"{table.name} FORCE INDEX ({index})")
 
 
-_COLD_END_COLUMNS = ("b_job_id", "b_status", "b_result", "b_error", "b_attempts", "b_progress")
+_COLD_END_COLUMNS = (
+    "b_job_id", "b_status", "b_result", "b_error", "b_fingerprint", "b_attempts", "b_progress",
+)  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)
@@ -258,12 +260,16 @@ def _cold_ends_sql(rows: int) -> str:
     table of the outcomes (positional parameters, ``_COLD_END_COLUMNS`` for each row)."""
     # The ids travel as hex: a driver may send bytes as a string in the connection's character
     # set (PyMySQL before 1.1.1, mysqlclient), which a UUID's bytes seldom are.
-    first = "SELECT UNHEX(%s) AS job_id, %s AS st, %s AS res, %s AS err, %s AS att, %s AS prog"
-    more = " UNION ALL SELECT UNHEX(%s), %s, %s, %s, %s, %s"
+    first = (
+        "SELECT UNHEX(%s) AS job_id, %s AS st, %s AS res, %s AS err, %s AS fp, %s AS att, "
+        "%s AS prog"
+    )
+    more = " UNION ALL SELECT UNHEX(%s), %s, %s, %s, %s, %s, %s"
     return (
         f"UPDATE ratchet_job j JOIN ({first}{more * (rows - 1)}) v ON j.job_id = v.job_id "
         "SET j.terminal_status = v.st, j.result = v.res, j.terminal_error = v.err, "
-        "j.attempts = v.att, j.progress = v.prog, j.finished_at = UTC_TIMESTAMP(6)"
+        "j.fingerprint = v.fp, j.attempts = v.att, j.progress = v.prog, "
+        "j.finished_at = UTC_TIMESTAMP(6)"
     )
 
 

@@ -105,10 +105,12 @@ _LOCK_SCHEMA = sa.text("SELECT pg_advisory_xact_lock(:key)")
 #: ``END_COLD_ROW`` for many jobs: the cold rows joined to the outcomes, a column an array.
 _COLD_ENDS = sa.text(
     "UPDATE ratchet_job j SET terminal_status = v.status, result = v.result, "
-    "terminal_error = v.error, attempts = v.attempts, progress = v.progress, finished_at = now() "
+    "terminal_error = v.error, fingerprint = v.fingerprint, attempts = v.attempts, "
+    "progress = v.progress, finished_at = now() "
     "FROM unnest(CAST(:job_id AS uuid[]), CAST(:status AS text[]), CAST(:result AS text[]), "
-    "CAST(:error AS text[]), CAST(:attempts AS int[]), CAST(:progress AS text[])) "
-    "AS v(job_id, status, result, error, attempts, progress) "
+    "CAST(:error AS text[]), CAST(:fingerprint AS text[]), CAST(:attempts AS int[]), "
+    "CAST(:progress AS text[])) "
+    "AS v(job_id, status, result, error, fingerprint, attempts, progress) "
     "WHERE j.job_id = v.job_id"
 )
 _TRANSIENT = frozenset({"40P01", "40001", "55P03"})
@@ -261,7 +263,15 @@ class PostgresDialect(Dialect):
                 _COLD_ENDS,
                 {
                     name: [row[f"b_{name}"] for row in part]
-                    for name in ("job_id", "status", "result", "error", "attempts", "progress")
+                    for name in (
+                        "job_id",
+                        "status",
+                        "result",
+                        "error",
+                        "fingerprint",
+                        "attempts",
+                        "progress",
+                    )
                 },
             )
         return True

@@ -20,6 +20,7 @@ import sqlalchemy as sa
 from ..ids import uuid7
 from ..states import Action, JobStatus, sources, target
 from .executions import error_hash
+from .terminal import failure_fingerprint
 from .types import Finished, Outcome
 
 _RUNNING = next(iter(sources(Action.SUCCEED)))
@@ -31,7 +32,8 @@ WITH input AS (
     SELECT * FROM json_to_recordset(CAST(:batch AS json)) AS t(
         job_id uuid, outcome text, result text, error text, traceback text, delay float8,
         execution_id uuid, attempt int, started_at float8, duration_ms float8,
-        queue_wait_ms float8, task text, error_hash text, alert_id uuid, queue text)
+        queue_wait_ms float8, task text, error_hash text, alert_id uuid, queue text,
+        fingerprint text)
 ), ended AS (
     -- The ids come as a constant array: the planner sees how many there are and hashes the
     -- lookup, whichever index it drives the fence with (statistics of the fence columns go
@@ -57,7 +59,8 @@ WITH input AS (
     -- SUCCEEDED and FAILED are also the names of the statuses these outcomes lead to.
     UPDATE ratchet_job j
     SET terminal_status = i.outcome, result = i.result, terminal_error = i.error,
-        attempts = e.attempts, progress = e.progress, finished_at = now()
+        fingerprint = i.fingerprint, attempts = e.attempts, progress = e.progress,
+        finished_at = now()
     FROM ended e JOIN input i ON i.job_id = e.job_id
     WHERE j.job_id = e.job_id
 ), freed AS (
@@ -147,6 +150,7 @@ def _row(item: Finished) -> dict[str, Any]:
         row["error"] = item.error
         row["traceback"] = item.traceback
     if item.outcome == Outcome.FAILED:
+        row["fingerprint"] = failure_fingerprint(JobStatus.FAILED, item.error)
         row["error_hash"] = error_hash(item.task, item.error)
         row["alert_id"] = str(uuid7())
     return row

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 
 from .. import facts
 from ..facts import Event
+from ..fingerprints import fingerprint
 from ..schema import business_key, job, job_queue
 from ..states import TERMINAL, Action, JobStatus, sources, target
 from .dialect import Dialect, chunks
@@ -29,18 +30,33 @@ END_COLD_ROW = (
         terminal_status=sa.bindparam("b_status"),
         result=sa.bindparam("b_result"),
         terminal_error=sa.bindparam("b_error"),
+        fingerprint=sa.bindparam("b_fingerprint"),
         attempts=sa.bindparam("b_attempts"),
         progress=sa.bindparam("b_progress"),
     )
 )
 
 
+def failure_fingerprint(status: JobStatus | str, error: str | None) -> str | None:
+    """What a job ending in ``status`` with ``error`` stores as its fingerprint: a FAILED job's
+    dead-letter group (:func:`flask_ratchet.fingerprints.fingerprint`), else NULL. Every
+    rendering of a terminal write takes it from here, computed once in Python."""
+    return fingerprint(error) if status == JobStatus.FAILED else None
+
+
 def end_cold_rows(dialect: Dialect, conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Write terminal outcomes to their cold rows (:data:`END_COLD_ROW`'s parameters, a dict
-    per job): in one statement per chunk where the dialect has one (MariaDB's driver sends an
-    executemany of an UPDATE as a statement per row), else as one executemany."""
-    if rows and not dialect.own_cold_ends(conn, rows):
-        conn.execute(END_COLD_ROW.values(finished_at=dialect.now_sql()), list(rows))
+    """Write terminal outcomes to their cold rows (:data:`END_COLD_ROW`'s parameters but the
+    fingerprint, which is added here: a dict per job): in one statement per chunk where the
+    dialect has one (MariaDB's driver sends an executemany of an UPDATE as a statement per
+    row), else as one executemany."""
+    if not rows:
+        return
+    rows = [
+        {**row, "b_fingerprint": failure_fingerprint(row["b_status"], row["b_error"])}
+        for row in rows
+    ]
+    if not dialect.own_cold_ends(conn, rows):
+        conn.execute(END_COLD_ROW.values(finished_at=dialect.now_sql()), rows)
 
 
 #: The fact each terminal status is recorded as, and what it adds to the job's id and task.
@@ -74,6 +90,7 @@ def finish(
         .values(
             terminal_status=status,
             terminal_error=error,
+            fingerprint=failure_fingerprint(status, error),
             result=result,
             attempts=attempts,
             finished_at=dialect.now_sql(),

@@ -139,6 +139,8 @@ class JobFilter:
     ended_before: datetime | None = None
     #: The jobs this principal submitted.
     principal: str | None = None
+    #: The FAILED jobs of this dead-letter group (:mod:`flask_ratchet.fingerprints`).
+    fingerprint: str | None = None
 
 
 class Outcome(StrEnum):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -79,9 +79,27 @@ def job_in(status: JobStatus, *, business_key: str | None = None) -> uuid.UUID:
     return job_id
 
 
-def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
+def dead_letters(errors: Sequence[str], task: Any = add, node: str = "node-a") -> list[uuid.UUID]:
+    """Jobs of ``task`` (a task function or its name), one per error, failed for good with it
+    through the worker's claim and completion write; their ids, in the order of ``errors``.
+    Make them before any other due job: every due job is claimed."""
+    handles = ratchet.enqueue_many(ratchet.enqueue(task, 1, 2) for _ in errors)
+    ids = [h.id for h in handles]
+    claimed = {c.job_id: c for c in ratchet.claim_due(len(ids) + 1000, node)}
+    assert set(claimed) == set(ids), "make dead letters before other due jobs"
+    outcomes = [
+        Finished(i, Outcome.FAILED, claimed[i].task, claimed[i].attempt, error=error)
+        for i, error in zip(ids, errors, strict=True)
+    ]
+    runtime = ratchet.runtime
+    with runtime.store.begin(runtime.engine) as conn:
+        assert runtime.store.executions.complete_many(conn, node, outcomes) == set(ids)
+    return ids
+
+
+def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a", error: str = "boom") -> bool:
     """End a RUNNING job as the worker does (its outcome through the completer's write, fenced
-    by ``node``); whether it was written."""
+    by ``node``; a failure with ``error``); whether it was written."""
     runtime = ratchet.runtime
     with runtime.engine.connect() as conn:
         row = conn.execute(
@@ -97,7 +115,7 @@ def finish(job_id: uuid.UUID, status: JobStatus, node: str = "node-a") -> bool:
         Outcome.FAILED if failed else Outcome.SUCCEEDED,
         row.task,
         row.attempts,
-        error="boom" if failed else None,
+        error=error if failed else None,
         follow_up=row.follow_up,
         batch_id=row.batch_id,
     )

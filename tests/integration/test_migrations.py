@@ -202,3 +202,50 @@ def test_a_revision_interrupted_halfway_on_mariadb_runs_again(empty_engine: sa.E
     migrate.upgrade(empty_engine)
     assert migrate.current(empty_engine) == migrate.HEAD
     assert diff(empty_engine) == []
+
+
+def test_0015_gives_failed_jobs_their_fingerprints_a_chunk_at_a_time(
+    empty_engine: sa.Engine,
+) -> None:
+    """Jobs that failed before fingerprints existed (more than one chunk of them) get the
+    fingerprint a worker would have written; other jobs get none; the schema is schema.py's."""
+    migrate.upgrade(empty_engine, "0014")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    base = 0x0190F0A0_0000_7000_8000_000000000000
+
+    def cold(n: int, status: str | None, error: str | None) -> dict[str, object]:
+        return dict(
+            job_id=uuid.UUID(int=base + n), task="t", job_type="SINGLE", priority=2,
+            payload="{}", max_retries=0, backoff="NONE", backoff_base=1, created_at=at,
+            first_due_at=at, attempts=1, queue="default", follow_up=False,
+            terminal_status=status, terminal_error=error,
+        )  # fmt: skip
+
+    failed = [cold(n, "FAILED", f"ValueError: order {n} not found") for n in range(2100)]
+    failed.append(cold(2100, "FAILED", None))  # raised without a message
+    others = [
+        cold(3000, "CANCELED", "ValueError: order 7 not found"),
+        cold(3001, "SUCCEEDED", None),
+        cold(3002, None, None),
+    ]
+    columns = [c for c in schema.job.columns if c.name != "fingerprint"]  # 0014 has none
+    old_job = sa.table("ratchet_job", *(sa.column(c.name, c.type) for c in columns))
+    with empty_engine.begin() as conn:
+        conn.execute(
+            sa.insert(old_job),
+            [{c.name: row.get(c.name) for c in columns} for row in failed + others],
+        )
+    migrate.upgrade(empty_engine)
+    assert diff(empty_engine) == []
+    with empty_engine.connect() as conn:
+        rows = conn.execute(sa.select(schema.job.c.job_id, schema.job.c.fingerprint))
+        found = {job_id: value for job_id, value in rows}
+    assert len(found) == 2104
+    assert {found[uuid.UUID(int=base + n)] for n in range(2100)} == {
+        "ValueError: order {n} not found"
+    }
+    assert found[uuid.UUID(int=base + 2100)] == "(no message)"
+    assert [found[uuid.UUID(int=base + n)] for n in (3000, 3001, 3002)] == [None, None, None]
+    migrate.downgrade(empty_engine, "0014")
+    columns_left = {c["name"] for c in sa.inspect(empty_engine).get_columns("ratchet_job")}
+    assert "fingerprint" not in columns_left

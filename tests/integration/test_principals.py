@@ -16,8 +16,8 @@ from flask import Flask, has_request_context, request
 from flask_ratchet import Job, JobNotAuthorized, JobNotFound, JobStatus
 from flask_ratchet.errors import ConfigError
 from tests.apps import add, approve, create_app, db, ratchet
-from tests.integration.helpers import count
-from tests.integration.test_console import Console, add_alert
+from tests.integration.helpers import count, finish
+from tests.integration.test_console import Console
 from tests.integration.test_flows import work
 
 #: Who the test is acting as, outside a request (inside one: the ``X-User`` header).
@@ -201,8 +201,9 @@ def test_a_replacement_keeps_the_principal_and_hidden_batches_logs_and_counts_st
 def test_the_dead_letters_and_batches_an_operator_sees_are_their_tenants(tenants: Flask) -> None:
     (mine,) = submitted_as("bob@t2", ratchet.enqueue(add, 1, 1))
     (theirs,) = submitted_as("alice@t1", ratchet.enqueue(add, 2, 2))
-    add_alert(mine, "tests.apps:add", "bob's card declined")
-    add_alert(theirs, "tests.apps:add", "alice's card declined")
+    assert len(ratchet.claim_due(10, "node-a")) == 2
+    assert finish(mine, JobStatus.FAILED, error="bob's card declined")
+    assert finish(theirs, JobStatus.FAILED, error="alice's card declined")
     acting["as"] = "alice@t1"
     batch = ratchet.enqueue_batch("alices-batch")
     batch.add(add, 3, 3)

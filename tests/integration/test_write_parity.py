@@ -32,6 +32,8 @@ from tests.conftest import truncate_all
 AT = datetime(2031, 5, 4, 3, 2, 1, tzinfo=UTC)
 ADD = "tests.apps:add"
 NODE = "parity-node"
+#: The failure for good: its fingerprint is computed in Python, once for every rendering.
+FAILURE = "ValueError: order 17 not found at 10.0.0.1:5432"
 #: Columns holding ids made at write time (uuid7), not by the caller.
 MADE_IDS = {"execution_id", "alert_id", "audit_id", "log_id"}
 
@@ -105,7 +107,7 @@ def outcomes(task_attempts: dict[uuid.UUID, int]) -> list[Finished]:
 
     return [
         finished(ids[0], Outcome.SUCCEEDED, result='{"n":3}'),
-        finished(ids[1], Outcome.FAILED, error="ValueError: no", traceback="Traceback…"),
+        finished(ids[1], Outcome.FAILED, error=FAILURE, traceback="Traceback…"),
         finished(ids[2], Outcome.RETRY, error="OSError: later", delay=3600.0),
         finished(ids[3], Outcome.SUCCEEDED, result="null"),
     ]
@@ -220,6 +222,9 @@ def test_every_rendering_writes_the_same_rows(engines: dict[str, sa.Engine]) -> 
     assert deadlines == sorted(
         [None, None, "in an hour", AT + timedelta(seconds=90), AT + timedelta(days=1)], key=repr
     )
+    fingerprint = [c.name for c in schema.job.columns].index("fingerprint")
+    stored = sorted((row[fingerprint] for row in reference["ratchet_job"]), key=repr)
+    assert stored == sorted([None] * 4 + ["ValueError: order {n} not found at {ip}"], key=repr)
     for name, tables in written.items():
         for table, rows in reference.items():
             assert tables[table] == rows, (name, table)

@@ -93,10 +93,11 @@ class ClusterCollector:
         yield from families(figures)
 
     def read(self) -> ClusterFigures:
-        """The figures, in an app context of the collector's app."""
+        """The figures, in an app context of the collector's app; from the read replica when
+        there is one (``RATCHET_READ_URL``)."""
         with self._app.app_context():
             runtime = current_runtime()
-            with runtime.connection() as conn:
+            with runtime.read_connection() as conn:
                 now = runtime.store.now(conn)
                 return cluster_figures(
                     conn, runtime.store.dialect, runtime.store.queues, now, live_after(runtime)

@@ -1,0 +1,196 @@
+"""Reads off the primary (``RATCHET_READ_URL``) against a real streaming replica: a primary and
+its hot standby of their own, started on loopback ports (:mod:`tests.replica`). The console's
+pages and its metrics read the replica; actions, their guards and everything else the primary.
+Replay is paused on the replica to tell the two apart."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+from flask import Flask
+
+from flask_ratchet import JobStatus
+from flask_ratchet import migrate as ratchet_migrate
+from flask_ratchet.database import reading
+from flask_ratchet.runtime import Runtime
+from flask_ratchet.testing import run_jobs
+from tests.acceptance.conftest import wait_until
+from tests.apps import add, create_app, db, ratchet, refuse
+from tests.conftest import truncate_all
+from tests.integration.test_console import Console
+from tests.replica import ReplicaError, ReplicaPair, running_replica, wait_for_replay
+
+DATABASE = "app"
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[ReplicaPair]:
+    """A primary with ratchet's tables in database ``app``, and its streaming replica."""
+    try:
+        with running_replica() as ports:
+            admin = sa.create_engine(ports.primary_url(), isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                conn.exec_driver_sql(f"CREATE DATABASE {DATABASE}")
+            admin.dispose()
+            engine = sa.create_engine(ports.primary_url(DATABASE))
+            ratchet_migrate.upgrade(engine)
+            db.metadata.create_all(engine)  # the test app's own tables
+            engine.dispose()
+            yield ports
+    except ReplicaError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def replica_admin(pair: ReplicaPair) -> Iterator[sa.Engine]:
+    """An engine on the replica that pauses and resumes its replay; replay resumed after the
+    test, whatever it did."""
+    engine = sa.create_engine(pair.replica_url(DATABASE), isolation_level="AUTOCOMMIT")
+    yield engine
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SELECT pg_wal_replay_resume()")
+    engine.dispose()
+
+
+@pytest.fixture
+def app(pair: ReplicaPair, replica_admin: sa.Engine) -> Iterator[Flask]:
+    primary = pair.primary_url(DATABASE)
+    truncate_all(primary)
+    wait_for_replay(primary, pair.replica_url(DATABASE))
+    made = create_app(primary, RATCHET_READ_URL=pair.replica_url(DATABASE))
+    with made.app_context():
+        yield made
+        db.session.remove()
+        db.engine.dispose()
+        runtime: Runtime = made.extensions["ratchet"]
+        assert runtime.replica is not None
+        runtime.replica.dispose()
+
+
+def pause_replay(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SELECT pg_wal_replay_pause()")
+        # Pausing is asked for, and takes effect at the next record.
+        wait_until(
+            lambda: (
+                conn.exec_driver_sql("SELECT pg_get_wal_replay_pause_state()").scalar_one()
+                == "paused"
+            ),
+            what="replay to pause",
+        )
+
+
+def resume_replay(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        conn.exec_driver_sql("SELECT pg_wal_replay_resume()")
+
+
+def shown_lag(console: Console) -> float | None:
+    """The lag the alarm strip shows (seconds), as its refresh draws it; ``None``: unknown."""
+    strip = console.get("/ratchet/alarms").text
+    found = re.search(r'data-replica-lag="([0-9.]*)"', strip)
+    assert found is not None, strip
+    return float(found.group(1)) if found.group(1) else None
+
+
+def jobs_metric(console: Console, status: str) -> int:
+    text = console.get("/ratchet/metrics").text
+    found = re.search(rf'^ratchet_jobs\{{status="{status}"\}} ([0-9.e+]+)$', text, re.M)
+    assert found is not None, text
+    return int(float(found.group(1)))
+
+
+def test_pages_and_metrics_read_the_replica_and_actions_the_primary(
+    app: Flask, pair: ReplicaPair, replica_admin: sa.Engine
+) -> None:
+    console = Console(app.test_client())
+    before = [add.enqueue(n, n).id for n in range(3)]
+    wait_for_replay(pair.primary_url(DATABASE), pair.replica_url(DATABASE))
+    page = console.get("/ratchet/jobs").text
+    assert all(str(i) in page for i in before)
+    assert jobs_metric(console, "PENDING") == 3
+    wait_until(lambda: "Pages read from a replica, in sync." in console.get("/ratchet/").text)
+
+    pause_replay(replica_admin)
+    after = [add.enqueue(n, n).id for n in range(2)]
+    doomed = refuse.builder("no").with_queue("doomed").submit().id
+    assert [j.status for j in run_jobs(app, queues=["doomed"])] == [JobStatus.FAILED]
+
+    # The pages and the metrics see the replica, which has none of the later jobs.
+    page = console.get("/ratchet/jobs").text
+    assert all(str(i) in page for i in before)
+    assert not any(str(i) in page for i in [*after, doomed])
+    assert console.get(f"/ratchet/jobs/{doomed}").status_code == 404
+    assert jobs_metric(console, "PENDING") == 3
+    assert jobs_metric(console, "FAILED") == 0
+    overview = console.get("/ratchet/").text
+    assert re.search(r"Pages read from a replica, [0-9.]+ s behind\.", overview), overview
+    first = shown_lag(console)
+    assert first is not None and first > 0
+    wait_until(lambda: (shown_lag(console) or 0) > first, what="the shown lag to grow")
+
+    # An action reads and writes the primary: its guard finds the failed job there.
+    done = console.post(f"/ratchet/jobs/{doomed}/retry")
+    assert done.status_code == 200, done.text
+    assert ratchet.get_job(doomed).status == JobStatus.PENDING  # type: ignore[union-attr]
+    assert console.get(f"/ratchet/jobs/{doomed}").status_code == 404  # still not replayed
+
+    resume_replay(replica_admin)
+    wait_for_replay(pair.primary_url(DATABASE), pair.replica_url(DATABASE))
+    page = console.get("/ratchet/jobs").text
+    assert all(str(i) in page for i in [*before, *after, doomed])
+    assert "PENDING" in console.get(f"/ratchet/jobs/{doomed}").text
+    assert jobs_metric(console, "PENDING") == 6
+    wait_until(lambda: "Pages read from a replica, in sync." in console.get("/ratchet/").text)
+
+
+def test_the_bulk_confirmation_counts_on_the_primary(
+    app: Flask, pair: ReplicaPair, replica_admin: sa.Engine
+) -> None:
+    console = Console(app.test_client())
+    pause_replay(replica_admin)
+    ids = [add.enqueue(n, n).id for n in range(4)]
+    confirm = console.get("/ratchet/jobs/bulk?action=cancel&task=tests.apps:add").text
+    # What the action will change: the four jobs the primary holds, none of which the replica has.
+    assert "<strong>4</strong> jobs match" in confirm, confirm
+    done = console.post(
+        "/ratchet/jobs/bulk",
+        {"action": "cancel", "task": "tests.apps:add", "bound": str(max(ids)), "count": "4"},
+    )
+    assert done.status_code == 200, done.text
+    assert {ratchet.get_job(i).status for i in ids} == {JobStatus.CANCELED}  # type: ignore[union-attr]
+    assert not any(str(i) in console.get("/ratchet/jobs").text for i in ids)
+
+
+def test_nothing_outside_the_console_reads_the_replica(
+    app: Flask, pair: ReplicaPair, replica_admin: sa.Engine
+) -> None:
+    pause_replay(replica_admin)
+    job = add.enqueue(1, 2).id
+    # The library's own reads (an app's, a worker's) stay on the primary.
+    assert ratchet.get_job(job) is not None
+    with reading():  # what a console page's reads do: the replica, which has no such job
+        assert ratchet.get_job(job) is None
+        with pytest.raises(sa.exc.DBAPIError, match="read-only"):
+            add.enqueue(1, 1)  # and a write there is refused, not sent to the primary
+    assert ratchet.get_job(job) is not None
+
+
+def test_a_read_url_of_a_primary_says_it_is_no_replica(
+    pg_url: str,
+) -> None:
+    """Pointed at a server that is not in recovery, the pages still read there (read-only)
+    and say so."""
+    truncate_all(pg_url)
+    made = create_app(pg_url, RATCHET_READ_URL=pg_url)
+    with made.app_context():
+        console = Console(made.test_client())
+        assert "a server that is no replica" in console.get("/ratchet/").text
+        with reading(), pytest.raises(sa.exc.DBAPIError, match="read-only"):
+            add.enqueue(1, 1)
+        db.session.remove()
+        db.engine.dispose()
+        made.extensions["ratchet"].replica.dispose()

@@ -243,10 +243,8 @@ class Runtime:
 
         ``atomic``: the block writes several statements that stand or fall together. Joined,
         it runs in a savepoint (:meth:`_all_or_nothing`); its own transaction is all or
-        nothing already.
-
-        Inside :func:`~flask_ratchet.database.reading` (pure reads) and with a read replica,
-        outside ``ratchet.transaction()``: a read-only connection to the replica.
+        nothing already. Inside :func:`~flask_ratchet.database.reading` (pure reads), with a
+        read replica and outside ``ratchet.transaction()``: a read-only one of the replica's.
         """
         if self.replica is not None and in_reading() and _transaction.get() is None:
             with self.replica.connect() as conn:
@@ -267,7 +265,10 @@ class Runtime:
     def read_connection(self) -> AbstractContextManager[Connection]:
         """A connection for pure reads: the read replica's (``RATCHET_READ_URL``), else
         :meth:`connection`."""
-        return self.connection() if self.replica is None else self.replica.connect()
+        if self.replica is None:
+            return self.connection()
+        self.ensure_schema()  # the primary's tables, which the replica copies
+        return self.replica.connect()
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:

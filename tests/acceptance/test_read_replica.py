@@ -179,9 +179,7 @@ def test_nothing_outside_the_console_reads_the_replica(
     assert ratchet.get_job(job) is not None
 
 
-def test_a_read_url_of_a_primary_says_it_is_no_replica(
-    pg_url: str,
-) -> None:
+def test_a_read_url_of_a_primary_says_it_is_no_replica(pg_url: str) -> None:
     """Pointed at a server that is not in recovery, the pages still read there (read-only)
     and say so."""
     truncate_all(pg_url)
@@ -194,3 +192,23 @@ def test_a_read_url_of_a_primary_says_it_is_no_replica(
         db.session.remove()
         db.engine.dispose()
         made.extensions["ratchet"].replica.dispose()
+
+
+@pytest.mark.parametrize("pooled", [False, True])
+def test_the_replicas_engine_follows_the_poolers_rules(pg_url: str, pooled: bool) -> None:
+    """Behind a transaction pooler the replica's connections prepare no statement (a prepared
+    statement lives in one server session); else psycopg's default."""
+    options = {
+        "RATCHET_TRANSACTION_POOLING": True,
+        "SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"prepare_threshold": None}},
+    }
+    made = create_app(pg_url, RATCHET_READ_URL=pg_url, **(options if pooled else {}))
+    with made.app_context():
+        replica = made.extensions["ratchet"].replica
+        with replica.connect() as conn:
+            threshold = conn.connection.driver_connection.prepare_threshold
+            assert conn.exec_driver_sql("SHOW transaction_read_only").scalar_one() == "on"
+        assert (threshold is None) is pooled
+        db.session.remove()
+        db.engine.dispose()
+        replica.dispose()

@@ -96,11 +96,16 @@ def shown_lag(console: Console) -> float | None:
     return float(found.group(1)) if found.group(1) else None
 
 
-def jobs_metric(console: Console, status: str) -> int:
+def metric(console: Console, sample: str) -> float:
+    """The value of one sample (``ratchet_jobs{status="PENDING"}``) in a scrape."""
     text = console.get("/ratchet/metrics").text
-    found = re.search(rf'^ratchet_jobs\{{status="{status}"\}} ([0-9.e+]+)$', text, re.M)
+    found = re.search(rf"^{re.escape(sample)} ([0-9.e+-]+)$", text, re.M)
     assert found is not None, text
-    return int(float(found.group(1)))
+    return float(found.group(1))
+
+
+def jobs_metric(console: Console, status: str) -> int:
+    return int(metric(console, f'ratchet_jobs{{status="{status}"}}'))
 
 
 def test_pages_and_metrics_read_the_replica_and_actions_the_primary(
@@ -131,6 +136,8 @@ def test_pages_and_metrics_read_the_replica_and_actions_the_primary(
     first = shown_lag(console)
     assert first is not None and first > 0
     wait_until(lambda: (shown_lag(console) or 0) > first, what="the shown lag to grow")
+    scraped = metric(console, "ratchet_replica_lag_seconds")
+    assert scraped > first
 
     # An action reads and writes the primary: its guard finds the failed job there.
     done = console.post(f"/ratchet/jobs/{doomed}/retry")
@@ -144,6 +151,7 @@ def test_pages_and_metrics_read_the_replica_and_actions_the_primary(
     assert all(str(i) in page for i in [*before, *after, doomed])
     assert "PENDING" in console.get(f"/ratchet/jobs/{doomed}").text
     assert jobs_metric(console, "PENDING") == 6
+    wait_until(lambda: metric(console, "ratchet_replica_lag_seconds") == 0, what="in sync")
     wait_until(lambda: "Pages read from a replica, in sync." in console.get("/ratchet/").text)
 
 

@@ -8,8 +8,8 @@ with its Unix socket in its own directory. Run as root, the servers run as ``pos
 (``runuser``), which owns their directories.
 
     with running_replica() as pair:
-        pair.primary_url("app")   # postgresql+psycopg://postgres@127.0.0.1:<port>/app
-        pair.replica_url("app")
+        pair.primary_url()   # postgresql+psycopg://postgres@127.0.0.1:<port>/app
+        pair.replica_url()
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import sqlalchemy as sa
 BIN = Path(os.environ.get("RATCHET_PG_BIN", "/usr/lib/postgresql/15/bin"))
 #: The role the servers run as and the tests connect as.
 USER = "postgres"
+#: The database made on the primary (and so on the replica) besides ``postgres``.
+DATABASE = "app"
 #: How long a server may take to start, and the replica to reach recovery.
 START_TIMEOUT = 60.0
 
@@ -63,11 +65,11 @@ class ReplicaPair:
     primary_port: int
     replica_port: int
 
-    def primary_url(self, database: str = "postgres") -> str:
+    def primary_url(self, database: str = DATABASE) -> str:
         """A URL of ``database`` on the primary."""
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.primary_port}/{database}"
 
-    def replica_url(self, database: str = "postgres") -> str:
+    def replica_url(self, database: str = DATABASE) -> str:
         """A URL of ``database`` on the replica."""
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.replica_port}/{database}"
 
@@ -137,6 +139,9 @@ def running_replica() -> Iterator[ReplicaPair]:
         with (primary / "postgresql.conf").open("a") as conf:
             conf.write(_SETTINGS)
         _start(primary, pair.primary_port)
+        _as_postgres(
+            BIN / "createdb", "-h", "127.0.0.1", "-p", str(pair.primary_port), "-U", USER, DATABASE
+        )
         _as_postgres(
             BIN / "pg_basebackup",
             "-h",

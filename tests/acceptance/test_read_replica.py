@@ -13,7 +13,6 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
-from flask_ratchet import migrate as ratchet_migrate
 from flask_ratchet.database import reading
 from flask_ratchet.runtime import Runtime
 from flask_ratchet.testing import run_jobs
@@ -21,34 +20,20 @@ from tests.acceptance.conftest import wait_until
 from tests.apps import add, create_app, db, ratchet, refuse
 from tests.conftest import truncate_all
 from tests.integration.test_console import Console
-from tests.replica import ReplicaError, ReplicaPair, running_replica, wait_for_replay
-
-DATABASE = "app"
+from tests.replica import ReplicaPair, wait_for_replay
 
 
-@pytest.fixture(scope="module")
-def pair() -> Iterator[ReplicaPair]:
-    """A primary with ratchet's tables in database ``app``, and its streaming replica."""
-    try:
-        with running_replica() as ports:
-            admin = sa.create_engine(ports.primary_url(), isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                conn.exec_driver_sql(f"CREATE DATABASE {DATABASE}")
-            admin.dispose()
-            engine = sa.create_engine(ports.primary_url(DATABASE))
-            ratchet_migrate.upgrade(engine)
-            db.metadata.create_all(engine)  # the test app's own tables
-            engine.dispose()
-            yield ports
-    except ReplicaError as exc:
-        pytest.fail(str(exc), pytrace=False)
+@pytest.fixture
+def pair(replica_pair: ReplicaPair) -> ReplicaPair:
+    """The run's primary and replica (started once, for every test that asks)."""
+    return replica_pair
 
 
 @pytest.fixture
 def replica_admin(pair: ReplicaPair) -> Iterator[sa.Engine]:
     """An engine on the replica that pauses and resumes its replay; replay resumed after the
     test, whatever it did."""
-    engine = sa.create_engine(pair.replica_url(DATABASE), isolation_level="AUTOCOMMIT")
+    engine = sa.create_engine(pair.replica_url(), isolation_level="AUTOCOMMIT")
     yield engine
     with engine.connect() as conn:
         conn.exec_driver_sql("SELECT pg_wal_replay_resume()")
@@ -57,10 +42,10 @@ def replica_admin(pair: ReplicaPair) -> Iterator[sa.Engine]:
 
 @pytest.fixture
 def app(pair: ReplicaPair, replica_admin: sa.Engine) -> Iterator[Flask]:
-    primary = pair.primary_url(DATABASE)
+    primary = pair.primary_url()
     truncate_all(primary)
-    wait_for_replay(primary, pair.replica_url(DATABASE))
-    made = create_app(primary, RATCHET_READ_URL=pair.replica_url(DATABASE))
+    wait_for_replay(primary, pair.replica_url())
+    made = create_app(primary, RATCHET_READ_URL=pair.replica_url())
     with made.app_context():
         yield made
         db.session.remove()
@@ -113,7 +98,7 @@ def test_pages_and_metrics_read_the_replica_and_actions_the_primary(
 ) -> None:
     console = Console(app.test_client())
     before = [add.enqueue(n, n).id for n in range(3)]
-    wait_for_replay(pair.primary_url(DATABASE), pair.replica_url(DATABASE))
+    wait_for_replay(pair.primary_url(), pair.replica_url())
     page = console.get("/ratchet/jobs").text
     assert all(str(i) in page for i in before)
     assert jobs_metric(console, "PENDING") == 3
@@ -146,7 +131,7 @@ def test_pages_and_metrics_read_the_replica_and_actions_the_primary(
     assert console.get(f"/ratchet/jobs/{doomed}").status_code == 404  # still not replayed
 
     resume_replay(replica_admin)
-    wait_for_replay(pair.primary_url(DATABASE), pair.replica_url(DATABASE))
+    wait_for_replay(pair.primary_url(), pair.replica_url())
     page = console.get("/ratchet/jobs").text
     assert all(str(i) in page for i in [*before, *after, doomed])
     assert "PENDING" in console.get(f"/ratchet/jobs/{doomed}").text

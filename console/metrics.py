@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from flask import Flask, abort, current_app, request
@@ -58,7 +59,14 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "ratchet_queue_paused": ("1 if the queue is paused, else 0.", ("queue",)),
     "ratchet_live_nodes": ("Worker nodes whose last heartbeat is recent.", ()),
     "ratchet_batches_running": ("Batches not finished, among the newest 10,000.", ()),
+    "ratchet_replica_lag_seconds": (
+        "How far behind the read replica these figures come from is (RATCHET_READ_URL): 0 when "
+        "it has replayed all it received. Reported only with a read URL and a known lag.",
+        (),
+    ),
 }
+#: The family a scrape reports only with a read replica.
+REPLICA_LAG = "ratchet_replica_lag_seconds"
 
 
 class ClusterCollector:
@@ -93,14 +101,20 @@ class ClusterCollector:
         yield from families(figures)
 
     def read(self) -> ClusterFigures:
-        """The figures, in an app context of the collector's app."""
+        """The figures, in an app context of the collector's app; from the read replica when
+        there is one (``RATCHET_READ_URL``)."""
         with self._app.app_context():
             runtime = current_runtime()
-            with runtime.connection() as conn:
+            with runtime.read_connection() as conn:
                 now = runtime.store.now(conn)
-                return cluster_figures(
+                figures = cluster_figures(
                     conn, runtime.store.dialect, runtime.store.queues, now, live_after(runtime)
                 )
+                if runtime.replica is None:
+                    return figures
+                lag = runtime.store.replica_lag(conn)
+        behind = 0.0 if lag.in_sync or not lag.replica else lag.seconds
+        return replace(figures, replica_lag=behind)
 
 
 def _why(exc: Exception) -> str:
@@ -126,6 +140,10 @@ def families(figures: ClusterFigures) -> Iterator[GaugeMetricFamily]:
         made["ratchet_queue_paused"].add_metric([q.name], 1 if q.paused else 0)
     made["ratchet_live_nodes"].add_metric([], figures.live_nodes)
     made["ratchet_batches_running"].add_metric([], figures.running_batches)
+    if figures.replica_lag is not None:
+        made[REPLICA_LAG].add_metric([], figures.replica_lag)
+    else:
+        del made[REPLICA_LAG]
     yield from made.values()
 
 

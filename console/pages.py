@@ -23,7 +23,7 @@ from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime, current
 from flask_ratchet.states import TERMINAL, JobStatus
 
-from . import filters, offers, present, reads
+from . import filters, offers, present, reads, replica
 from .htmx import refreshes_a_region
 from .present import chart
 from .reads import archive
@@ -79,7 +79,9 @@ def overview() -> str:
 
 def alarms() -> str:
     """The header's alarms alone: what every page's alarm strip refreshes itself from."""
-    return render_template("ratchet/_alarms.html", alarms=read_alarms())
+    return render_template(
+        "ratchet/_alarms.html", alarms=read_alarms(), replica=replica.replica_note()
+    )
 
 
 def header_alarms() -> reads.alarms.Alarms | None:

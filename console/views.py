@@ -30,6 +30,7 @@ from . import (
     present,
     queue_actions,
     queue_pages,
+    replica,
     resource_actions,
     resource_pages,
     security,
@@ -69,6 +70,7 @@ def _template_globals() -> dict[str, Any]:
         "page_url": pages.page_url,
         # Called by the layout alone, so a fragment or a notice never reads the alarms.
         "header_alarms": pages.header_alarms,
+        "header_replica": replica.header_replica,
     }
 
 
@@ -202,23 +204,26 @@ def register(bp: Blueprint) -> None:
     bp.add_app_template_filter(present.iso, "ratchet_iso")
     bp.add_app_template_filter(pages.ago, "ratchet_ago")
 
-    bp.add_url_rule("/", "overview", pages.overview)
-    bp.add_url_rule("/alarms", "alarms", pages.alarms)
-    bp.add_url_rule("/jobs", "jobs", pages.jobs)
-    bp.add_url_rule("/jobs/new-count", "jobs_new", pages.jobs_new)
-    bp.add_url_rule("/jobs/<job_id>", "job", pages.job_detail)
-    bp.add_url_rule("/dead-letters", "dead_letters", pages.dead_letters)
-    bp.add_url_rule("/nodes", "nodes", pages.nodes)
-    bp.add_url_rule("/audit", "audit", audit_page.audit)
-    bp.add_url_rule("/metrics", "metrics", metrics.metrics)
-    bp.add_url_rule("/queues", "queues", queue_pages.queues)
-    bp.add_url_rule("/recurring", "recurring", pages.recurring)
+    # Pages that only show read from the read replica, if there is one (see .replica); the
+    # pages leading to an action (a confirmation, a limit's form) read the database itself.
+    shown = replica.from_replica
+    bp.add_url_rule("/", "overview", shown(pages.overview))
+    bp.add_url_rule("/alarms", "alarms", shown(pages.alarms))
+    bp.add_url_rule("/jobs", "jobs", shown(pages.jobs))
+    bp.add_url_rule("/jobs/new-count", "jobs_new", shown(pages.jobs_new))
+    bp.add_url_rule("/jobs/<job_id>", "job", shown(pages.job_detail))
+    bp.add_url_rule("/dead-letters", "dead_letters", shown(pages.dead_letters))
+    bp.add_url_rule("/nodes", "nodes", shown(pages.nodes))
+    bp.add_url_rule("/audit", "audit", shown(audit_page.audit))
+    bp.add_url_rule("/metrics", "metrics", metrics.metrics)  # reads the replica itself
+    bp.add_url_rule("/queues", "queues", shown(queue_pages.queues))
+    bp.add_url_rule("/recurring", "recurring", shown(pages.recurring))
     bp.add_url_rule("/recurring/cancel", "confirm_recurring_cancel", pages.recurring_cancel)
-    bp.add_url_rule("/batches", "batches", pages.batches)
-    bp.add_url_rule("/batches/<batch_id>", "batch", pages.batch_detail)
-    bp.add_url_rule("/resources", "resources", resource_pages.resources)
+    bp.add_url_rule("/batches", "batches", shown(pages.batches))
+    bp.add_url_rule("/batches/<batch_id>", "batch", shown(pages.batch_detail))
+    bp.add_url_rule("/resources", "resources", shown(resource_pages.resources))
     bp.add_url_rule("/resources/limit", "resource_limit", resource_pages.resource_limit)
-    bp.add_url_rule("/breakers", "breakers", resource_pages.breakers)
+    bp.add_url_rule("/breakers", "breakers", shown(resource_pages.breakers))
     bp.add_url_rule("/breakers/reset", "confirm_breaker_reset", resource_pages.breaker_reset)
 
     bp.add_url_rule(

@@ -153,6 +153,10 @@ class RatchetConfig:
     transaction_pooling: bool = False
     #: A direct PostgreSQL URL (not through the pooler) for ``LISTEN``/``NOTIFY`` wake-ups.
     listen_url: str | None = None
+    #: A PostgreSQL read replica of the database: the console's pages and its cluster metrics
+    #: read there (never a claim, a write, an action or its guard); ``None``: every read on the
+    #: database itself. Behind ``transaction_pooling`` its engine follows the pooler's rules.
+    read_url: str | None = None
     #: What the Redis channels' names begin with (``<prefix>:ratchet_wakeup``): the job
     #: databases sharing one Redis need each their own. ``None``: ``ratchet:<database name>``.
     wakeup_prefix: str | None = None
@@ -367,6 +371,16 @@ def _database_url(key: str, value: Any) -> str | None:
     return str(value)
 
 
+def _read_url(key: str, value: Any) -> str | None:
+    url = _database_url(key, value)
+    if url is not None and sa.make_url(url).get_backend_name() != "postgresql":
+        # MariaDB and SQLite: a replica's lag is not read there (yet), and SQLite has none.
+        raise ConfigError(
+            f"{key}: read replicas are supported on PostgreSQL only; got {_url_shown(url)}"
+        )
+    return url
+
+
 def _url_shown(value: Any) -> str:
     """``value`` as a refusal shows it: a password in a URL masked."""
     return repr(re.sub(r"(://[^/:@\s]*:)[^@/\s]*@", r"\1***@", str(value)))
@@ -443,6 +457,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "wakeup_prefix": _optional_str,
     "transaction_pooling": _bool,
     "listen_url": _database_url,
+    "read_url": _read_url,
     "eager": _bool,
     "eager_raise": _bool,
     **{f"default_{name}": _job_option(name) for name in CONFIGURABLE_DEFAULTS},

@@ -11,26 +11,38 @@ is one, the session to join; this module gives the engine, built as Flask-SQLAlc
 the app's (so one URL means the same database to both): a relative SQLite path is in the app's
 instance folder, MariaDB and MySQL talk ``utf8mb4`` and recycle connections after two hours,
 an in-memory SQLite database (eager tests only) is one connection shared by every thread.
+
+With ``RATCHET_READ_URL`` the console's pages and its metrics read from a PostgreSQL replica
+instead (:class:`ReadReplica`): a page marks its reads with :func:`reading`, and
+``Runtime.connection`` then hands out the replica's connections; nothing else ever does.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import sqlalchemy as sa
 from flask import Flask
 from flask_sqlalchemy import SQLAlchemy
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.pool import StaticPool
 
 from .config import RatchetConfig
 from .errors import ConfigError
 from .forks import fresh_pool_after_fork
-from .store import check_driver
+from .store import check_driver, check_read_url
 
-#: The config key this module reads (for errors).
+#: The config keys this module reads (for errors).
 KEY = "RATCHET_DATABASE_URL"
+READ_KEY = "RATCHET_READ_URL"
+
+#: Set while the block's reads may go to the read replica (:func:`reading`).
+_reading: ContextVar[bool] = ContextVar("ratchet_reading", default=False)
 
 
 def database_for(
@@ -48,7 +60,9 @@ def database_for(
             raise ConfigError(
                 f"{KEY} gives ratchet a database of its own, and db= another: pass one of them"
             )
-        return OwnDatabase(app, config.database_url)
+        own = OwnDatabase(app, config.database_url)
+        check_read_url(own.engine, config)
+        return own
     db = db or found
     if db is None:
         raise RuntimeError(
@@ -66,6 +80,7 @@ def database_for(
                 check_driver(db.engine)  # at start-up, not in the first request
             except ValueError as exc:
                 raise ConfigError(f"SQLALCHEMY_DATABASE_URI: {exc}") from None
+            check_read_url(db.engine, config)
     return db
 
 
@@ -86,6 +101,87 @@ class OwnDatabase:
 
     def __repr__(self) -> str:
         return f"<OwnDatabase {self.engine.url.render_as_string(hide_password=True)}>"
+
+
+@contextmanager
+def reading() -> Iterator[None]:
+    """Mark the block as pure reads (a console page, a metrics scrape): with a read replica,
+    :meth:`.Runtime.connection` then reads there. The replica refuses writes, and its
+    connections are read-only besides, so a write in such a block fails rather than lands."""
+    token = _reading.set(True)
+    try:
+        yield
+    finally:
+        _reading.reset(token)
+
+
+def in_reading() -> bool:
+    """Whether this code runs inside :func:`reading`."""
+    return _reading.get()
+
+
+def replica_for(config: RatchetConfig) -> ReadReplica | None:
+    """The read replica of ``RATCHET_READ_URL``, if it is set (no connection opened yet)."""
+    if config.read_url is None:
+        return None
+    return ReadReplica(config.read_url, pooled=config.transaction_pooling)
+
+
+class ReadReplica:
+    """The engine of ``RATCHET_READ_URL``, made at its first use: a few connections (pages and
+    scrapes are short reads), each pinged as it leaves the pool (a replica restarts on its
+    own schedule), read-only; behind a transaction pooler none prepares a statement, as the
+    dialect's own engines (:class:`~flask_ratchet.store.postgres.PostgresDialect`).
+
+    :raises ConfigError: for a URL whose driver is not psycopg 3.
+    """
+
+    #: Connections kept open, and opened beyond them at busy times.
+    POOL_SIZE = 2
+    MAX_OVERFLOW = 3
+
+    def __init__(self, url: str, *, pooled: bool = False) -> None:
+        self.url = sa.make_url(url)
+        if self.url.get_driver_name() != "psycopg":
+            shown = self.url.set(drivername="postgresql+psycopg", password=None)
+            raise ConfigError(
+                f"{READ_KEY}: flask-ratchet talks to PostgreSQL through psycopg 3; write the URL "
+                f"as {shown.render_as_string(hide_password=True)!r} (with your password)"
+            )
+        self._pooled = pooled
+        self._engine: Engine | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        """The replica's engine (made now if it was not yet)."""
+        with self._lock:
+            if self._engine is None:
+                made = sa.create_engine(
+                    self.url,
+                    pool_size=self.POOL_SIZE,
+                    max_overflow=self.MAX_OVERFLOW,
+                    pool_pre_ping=True,
+                    connect_args={"prepare_threshold": None} if self._pooled else {},
+                )
+                fresh_pool_after_fork(made)
+                self._engine = made
+            return self._engine
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        """A read-only connection to the replica, its transaction rolled back at the end."""
+        with self.engine.connect() as conn:
+            yield conn.execution_options(postgresql_readonly=True)
+
+    def dispose(self) -> None:
+        """Close the replica's pooled connections (a later read opens new ones)."""
+        with self._lock:
+            if self._engine is not None:
+                self._engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"<ReadReplica {self.url.render_as_string(hide_password=True)}>"
 
 
 def _engine_arguments(app: Flask, url: sa.URL) -> tuple[sa.URL, dict[str, Any]]:

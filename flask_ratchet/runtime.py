@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from . import events, facts, migrate
 from .config import RatchetConfig
-from .database import OwnDatabase
+from .database import OwnDatabase, in_reading, replica_for
 from .errors import SchemaNotReady
 from .facts import Event
 from .flows import BatchCounts
@@ -101,6 +101,8 @@ class Runtime:
         self.config = config
         self.registry = registry
         self.keyring = Keyring(config.encryption_keys, config.encryption_current_key)
+        #: ``RATCHET_READ_URL``'s replica, which the console's pages read from; else ``None``.
+        self.replica = replica_for(config)
         #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
         self.recurring_definitions = recurring_definitions
         self._stores: dict[int, Store] = {}
@@ -241,8 +243,13 @@ class Runtime:
 
         ``atomic``: the block writes several statements that stand or fall together. Joined,
         it runs in a savepoint (:meth:`_all_or_nothing`); its own transaction is all or
-        nothing already.
+        nothing already. Inside :func:`~flask_ratchet.database.reading` (pure reads), with a
+        read replica and outside ``ratchet.transaction()``: a read-only one of the replica's.
         """
+        if self.replica is not None and in_reading() and _transaction.get() is None:
+            with self.replica.connect() as conn:
+                yield conn
+            return
         joined = self.joined_connection()
         if joined is not None:
             with self._all_or_nothing(joined) if atomic else nullcontext():
@@ -254,6 +261,14 @@ class Runtime:
             yield conn
             recorded = facts.take(conn)
         self.announce(recorded)
+
+    def read_connection(self) -> AbstractContextManager[Connection]:
+        """A connection for pure reads: the read replica's (``RATCHET_READ_URL``), else
+        :meth:`connection`."""
+        if self.replica is None:
+            return self.connection()
+        self.ensure_schema()  # the primary's tables, which the replica copies
+        return self.replica.connect()
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:

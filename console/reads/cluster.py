@@ -51,6 +51,9 @@ class ClusterFigures:
     queues_truncated: bool
     live_nodes: int
     running_batches: int
+    #: Seconds the read replica these figures were read from is behind (0 in sync); ``None``:
+    #: read from the database itself, or a lag not known yet (set by the metrics' reader).
+    replica_lag: float | None = None
 
 
 def cluster_figures(

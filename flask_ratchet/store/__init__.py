@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..columns import MYSQL_NAMES
 from ..config import RatchetConfig
+from ..errors import ConfigError
 from .bulk import Bulk
 from .cluster import Cluster
 from .dialect import Dialect
@@ -41,6 +42,7 @@ from .queues import Queues
 from .recurring import Recurring
 from .resources import Resources
 from .sqlite import SqliteDialect
+from .types import ReplicaLag
 
 
 class Store:
@@ -88,6 +90,10 @@ class Store:
         """The database's current time (UTC)."""
         return self.dialect.now(conn)
 
+    def replica_lag(self, conn: Connection) -> ReplicaLag:
+        """How far ``conn``'s server, a read replica, is behind its primary."""
+        return self.dialect.replica_lag(conn)
+
 
 def store_for(engine: Engine, config: RatchetConfig | None = None) -> Store:
     """Return the store for ``engine``'s dialect.
@@ -95,6 +101,8 @@ def store_for(engine: Engine, config: RatchetConfig | None = None) -> Store:
     :raises ValueError: for a database flask-ratchet does not support (yet).
     """
     name = engine.dialect.name
+    if config is not None:
+        check_read_url(engine, config)
     if name == "postgresql":
         check_driver(engine)
         if config is None or not config.transaction_pooling:
@@ -125,6 +133,19 @@ def check_shared(engine: Engine, config: RatchetConfig) -> None:
         )
 
 
+def check_read_url(engine: Engine, config: RatchetConfig) -> None:
+    """Refuse a read replica (``RATCHET_READ_URL``) of a database other than PostgreSQL.
+
+    :raises ConfigError: naming the setting and the database.
+    """
+    name = engine.dialect.name
+    if config.read_url is not None and name != "postgresql":
+        raise ConfigError(
+            f"RATCHET_READ_URL: read replicas are supported on PostgreSQL only, and this app's "
+            f"database is {name}; remove the setting"
+        )
+
+
 def check_driver(engine: Engine) -> None:
     """Refuse a PostgreSQL engine on another driver than psycopg 3, saying what to write.
 
@@ -146,4 +167,12 @@ def check_driver(engine: Engine) -> None:
         )
 
 
-__all__ = ["Jobs", "Recurring", "Store", "check_driver", "check_shared", "store_for"]
+__all__ = [
+    "Jobs",
+    "Recurring",
+    "Store",
+    "check_driver",
+    "check_read_url",
+    "check_shared",
+    "store_for",
+]

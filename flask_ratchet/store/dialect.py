@@ -31,7 +31,7 @@ from ..states import JobStatus
 from ..wakeups.channels import Channels
 from ..wakeups.end_watches import EndWatch, SleepingWatch
 from .driver import savepoint
-from .types import ClaimedJob, Finished, Inserted, NewJob
+from .types import ClaimedJob, Finished, Inserted, NewJob, ReplicaLag
 
 #: Rows per multi-row INSERT, or ids per ``IN (…)``: well under every driver's parameter limit.
 CHUNK = 500
@@ -270,6 +270,11 @@ class Dialect:
         """The database's own estimate of the jobs per status, where it keeps statistics that
         cost nothing to read (none by default): what a capped count is replaced by."""
         return {}
+
+    def replica_lag(self, conn: Connection) -> ReplicaLag:
+        """How far the server of ``conn``, a read replica, is behind its primary (on
+        PostgreSQL alone: ``RATCHET_READ_URL`` is refused on other databases)."""
+        raise NotImplementedError(f"{type(self).__name__} reads no replica")
 
     def indexed(self, table: sa.Table, index: str) -> Any:
         """``table`` to select from, read through ``index`` where the planner must be told to

@@ -30,7 +30,7 @@ from .postgres_claim import claim
 from .postgres_completion import COMPLETE_STMT, complete_params
 from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
 from .submission import delete_jobs, job_values, match_duplicates, refuse_repeated_business_keys
-from .types import ClaimedJob, Finished, Inserted, NewJob
+from .types import ClaimedJob, Finished, Inserted, NewJob, ReplicaLag
 
 _JOB_COLUMNS = ", ".join(c for c, _ in SUBMITTED_COLUMNS)
 _JOB_PARAMS = ", ".join(f":{c}" for c, _ in SUBMITTED_COLUMNS)
@@ -333,7 +333,20 @@ class PostgresDialect(Dialect):
         table, ended ones from the cold rows."""
         return _estimates(conn)
 
+    def replica_lag(self, conn: Connection) -> ReplicaLag:
+        """Whether the server is in recovery, whether it replayed all it received, and the
+        age of the newest commit it replayed."""
+        row = conn.execute(_REPLICA_LAG).one()
+        seconds = None if row.seconds is None else max(0.0, float(row.seconds))
+        return ReplicaLag(bool(row.replica), bool(row.in_sync), seconds)
 
+
+# The LSNs are NULL on a primary, and the receive LSN before streaming begins: not in sync.
+_REPLICA_LAG = sa.text(
+    "SELECT pg_is_in_recovery() AS replica, "
+    "coalesce(pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn(), false) AS in_sync, "
+    "extract(epoch FROM now() - pg_last_xact_replay_timestamp()) AS seconds"
+)
 _ESTIMATES = sa.text(
     "SELECT s.tablename, s.most_common_vals::text::text[] AS vals, "
     "s.most_common_freqs AS freqs, c.reltuples "

@@ -322,3 +322,18 @@ class FirePass:
     now: datetime
     fired: list[Fired]
     next_due: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaLag:
+    """How far a read replica is behind its primary, as the replica says
+    (:meth:`~flask_ratchet.store.dialect.Dialect.replica_lag`)."""
+
+    #: Whether the server replays another's changes at all; ``False``: it is a primary.
+    replica: bool
+    #: Everything it received is replayed: no lag, however old its newest replayed commit is
+    #: (a primary with nothing to send leaves that commit's age growing).
+    in_sync: bool
+    #: Seconds since the newest commit it replayed was made on the primary; ``None``: none
+    #: replayed since it started.
+    seconds: float | None

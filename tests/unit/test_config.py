@@ -2,10 +2,15 @@ from __future__ import annotations
 
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from flask import Flask
+from flask_sqlalchemy import SQLAlchemy
 
+from flask_ratchet import Ratchet
 from flask_ratchet.config import RatchetConfig, RatchetConfigWarning
+from flask_ratchet.database import replica_for
 from flask_ratchet.errors import ConfigError
 from flask_ratchet.options import STANDARD_OPTIONS, Backoff, JobOptions, Priority
 from flask_ratchet.registry import TaskRegistry
@@ -175,3 +180,46 @@ def test_a_task_keeps_what_it_set_over_the_apps_defaults() -> None:
     assert task.options_over(defaults) == JobOptions(
         max_retries=5, queue="mail", timeout=60.0, priority=Priority.LOW
     )
+
+
+def test_a_read_url_is_a_postgresql_url() -> None:
+    url = "postgresql+psycopg://app:hunter2@replica:5432/app"
+    assert RatchetConfig.from_mapping({"RATCHET_READ_URL": url}).read_url == url
+    assert RatchetConfig.from_mapping({}).read_url is None
+    for other in ("sqlite:///app.db", "mariadb+pymysql://app:hunter2@replica/app"):
+        with pytest.raises(ConfigError, match=r"RATCHET_READ_URL: .*PostgreSQL only") as raised:
+            RatchetConfig.from_mapping({"RATCHET_READ_URL": other})
+        assert "hunter2" not in str(raised.value)
+    with pytest.raises(ConfigError, match="RATCHET_READ_URL must be a database URL"):
+        RatchetConfig.from_mapping({"RATCHET_READ_URL": "not a url"})
+
+
+def test_a_read_url_on_another_driver_than_psycopg_is_refused() -> None:
+    for url in ("postgresql+psycopg2://app:hunter2@r/app", "postgresql+asyncpg://app:hunter2@r/a"):
+        config = RatchetConfig.from_mapping({"RATCHET_READ_URL": url})
+        with pytest.raises(ConfigError, match=r"RATCHET_READ_URL: .*psycopg 3") as raised:
+            replica_for(config)
+        assert "hunter2" not in str(raised.value)
+    made = replica_for(
+        RatchetConfig.from_mapping(
+            {"RATCHET_READ_URL": "postgresql+psycopg://app:hunter2@replica/app"}
+        )
+    )
+    assert made is not None and "hunter2" not in repr(made)
+    assert replica_for(RatchetConfig.from_mapping({})) is None
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_a_read_url_is_refused_at_init_for_a_database_other_than_postgresql(
+    tmp_path: Path, own: bool
+) -> None:
+    app = Flask(__name__)
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    app.config["RATCHET_READ_URL"] = "postgresql+psycopg://app@replica/app"
+    if own:
+        app.config["RATCHET_DATABASE_URL"] = url
+    else:
+        app.config["SQLALCHEMY_DATABASE_URI"] = url
+        SQLAlchemy(app)
+    with pytest.raises(ConfigError, match=r"RATCHET_READ_URL: .*PostgreSQL only.* sqlite"):
+        Ratchet(app)

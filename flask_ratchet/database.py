@@ -13,7 +13,7 @@ instance folder, MariaDB and MySQL talk ``utf8mb4`` and recycle connections afte
 an in-memory SQLite database (eager tests only) is one connection shared by every thread.
 
 With ``RATCHET_READ_URL`` the console's pages and its metrics read from a PostgreSQL replica
-instead (:class:`ReadReplica`): a page marks its reads with ``reading()``, and
+instead (``ReadReplica``): a page marks its reads with ``reading()``, and
 ``Runtime.connection`` then hands out the replica's connections; nothing else ever does.
 """
 

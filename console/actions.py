@@ -1,5 +1,5 @@
-"""Retry, cancel, pause, resume and delete: for one job, selected jobs, or a whole filter; and
-pause, resume, run now and cancel for one recurring master.
+"""Retry, cancel, pause, resume, run now and delete: for one job, selected jobs, or a whole
+filter; and pause, resume, run now and cancel for one recurring master.
 
 One job goes through the library's own guarded operation
 (:func:`flask_ratchet.api.jobs.change_each`: ``retry_job``, ``cancel_job``… and ``delete_job``,
@@ -44,6 +44,7 @@ ALLOWED_FROM = {
     "cancel": "PENDING, PAUSED or RUNNING",
     "pause": "PENDING or FAILED",
     "resume": "PAUSED",
+    "run_now": "PENDING and due later (scheduled, or retrying after a failure)",
     "delete": "SUCCEEDED, FAILED or CANCELED",
 }
 #: The statuses each action may start from: a bulk action counts and selects only these, so
@@ -54,6 +55,8 @@ SOURCES: dict[str, frozenset[JobStatus]] = {
     "cancel": sources(Action.CANCEL),
     "pause": sources(Action.PAUSE),
     "resume": sources(Action.RESUME),
+    # Not a status change: due later is the store's guard (Jobs.run_now), PENDING its status.
+    "run_now": frozenset({JobStatus.PENDING}),
     "delete": TERMINAL,
 }
 PAST = {
@@ -61,6 +64,7 @@ PAST = {
     "cancel": "canceled",
     "pause": "paused",
     "resume": "resumed",
+    "run_now": "made due now",
     "delete": "deleted",
 }
 

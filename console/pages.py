@@ -22,6 +22,7 @@ from flask_ratchet.paging import Page
 from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime, current
 from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
+from flask_ratchet.substates import MEANING, OF_STATUS, SubState, substate
 
 from . import filters, reads
 from .htmx import refreshes_a_region
@@ -53,6 +54,7 @@ def overview() -> str:
     with runtime.connection() as conn:
         now = runtime.store.now(conn)
         counts = reads.overview.status_counts(conn, runtime.store.dialect)
+        subs = reads.overview.substate_counts(conn, now)
         buckets = reads.overview.throughput(conn, now, window)
         oldest = runtime.store.health.oldest_due_age(conn, now)
         p95 = runtime.store.health.p95_queue_wait(conn, now)
@@ -61,6 +63,8 @@ def overview() -> str:
     return render_template(
         "ratchet/overview.html",
         counts=counts,
+        subs=subs,
+        meaning=MEANING,
         chart=chart(buckets, window),
         window=window,
         windows=reads.overview.WINDOWS,
@@ -107,6 +111,8 @@ def jobs() -> str:
     wanted = filters.parse(request.args)
     runtime = current_runtime()
     with runtime.connection() as conn:
+        now = runtime.store.now(conn)  # sub-states are judged by the database's clock
+        wanted = replace(wanted, query=replace(wanted.query, now=now))
         floor = reads.jobs.search_floor(conn, wanted.query)
         try:
             page = reads.jobs.list_jobs(conn, wanted.query, wanted.size, wanted.cursor, floor=floor)
@@ -126,6 +132,9 @@ def jobs() -> str:
         search_window=reads.jobs.SEARCH_WINDOW,
         can_search=filters.can_search_arguments(),
         statuses=list(JobStatus),
+        substates=OF_STATUS,
+        meaning=MEANING,
+        now=now,
         sorts=reads.jobs.SORTS,
         sizes=filters.PAGE_SIZES,
     )
@@ -226,6 +235,17 @@ def job_detail(job_id: str) -> str:
         waits_on = None if flow is None else flow.waits_on
         history = reads.job_detail.job_history(conn, job, extras.executions, waits_on)
         why = _why_not_running(runtime, conn, job)
+        now = runtime.store.now(conn)
+        paused = job.queue in runtime.store.queues.paused(conn)
+    sub = substate(
+        job.status,
+        due_at=job.scheduled_at,
+        attempts=job.attempts,
+        now=now,
+        queue_paused=paused,
+        picked_at=job.picked_at,
+        started_at=extras.started_at,
+    )
     actions = [
         name
         for name, action in (
@@ -236,6 +256,8 @@ def job_detail(job_id: str) -> str:
         )
         if isinstance(job.status, JobStatus) and allowed(action, job.status)
     ]
+    if sub in (SubState.SCHEDULED, SubState.RETRYING):
+        actions.insert(0, "run_now")
     if job.is_terminal:
         actions.append("delete")
     return render_template(
@@ -254,6 +276,9 @@ def job_detail(job_id: str) -> str:
             "up": reads.batches.MAX_UP,
         },
         not_due=waits_for_parent(job.scheduled_at),
+        sub=sub,
+        sub_meaning=None if sub is None else MEANING[sub],
+        now=now,
     )
 
 

@@ -99,6 +99,24 @@ def when(value: datetime | None) -> str:
     return NONE if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
 
 
+def relative(value: datetime | None, now: datetime) -> str:
+    """``value`` from ``now`` in one short unit, as a list cell has room for: ``in 4 m``,
+    ``12 s ago``, ``now`` (within a second); an em dash for None."""
+    if value is None:
+        return NONE
+    seconds = (value - now).total_seconds()
+    if abs(seconds) < 1:
+        return "now"
+    span = abs(seconds)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if span >= size * (2 if unit == "d" else 1):
+            shown = f"{int(span // size)} {unit}"
+            break
+    else:
+        shown = f"{int(span)} s"
+    return f"in {shown}" if seconds > 0 else f"{shown} ago"
+
+
 def count(value: Count) -> str:
     """``1,234``; ``≈ 1,200,000`` when estimated; ``10,000+`` past the exact cap."""
     if value.exact:

@@ -186,6 +186,7 @@ def register(bp: Blueprint) -> None:
         "waiting",
         "percent",
         "seconds",
+        "relative",
     ):
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
 

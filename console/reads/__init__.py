@@ -10,6 +10,7 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.dead_letters`   jobs that failed for good, grouped by task and error
 :mod:`.resources`      resource limits, permits, waiting jobs, circuit breakers
 :mod:`.nodes`          worker nodes
+:mod:`.substates`      PENDING and RUNNING jobs by sub-state: the list's filter, started jobs
 =====================  =====================================================================
 
 Queue health is the library's (``store.health``); recurring masters are read through
@@ -30,6 +31,7 @@ from . import (
     overview,
     queues,
     resources,
+    substates,
 )
 
 __all__ = [
@@ -44,4 +46,5 @@ __all__ = [
     "overview",
     "queues",
     "resources",
+    "substates",
 ]

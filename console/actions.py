@@ -1,5 +1,5 @@
-"""Retry, cancel, pause, resume and delete: for one job, selected jobs, or a whole filter; and
-pause, resume, run now and cancel for one recurring master.
+"""Retry, cancel, pause, resume, run now and delete: for one job, selected jobs, or a whole
+filter; and pause, resume, run now and cancel for one recurring master.
 
 One job goes through the library's own guarded operation
 (:func:`flask_ratchet.api.jobs.change_each`: ``retry_job``, ``cancel_job``… and ``delete_job``,
@@ -28,6 +28,7 @@ from werkzeug.wrappers import Response
 
 from flask_ratchet.api import bulk, jobs, recurring
 from flask_ratchet.runtime import Runtime
+from flask_ratchet.states import JobStatus
 
 from . import filters, offers, pages, reads
 from .htmx import notice_or_page
@@ -43,16 +44,19 @@ ALLOWED_FROM = {
     "cancel": "PENDING, PAUSED or RUNNING",
     "pause": "PENDING or FAILED",
     "resume": "PAUSED",
+    "run_now": "PENDING and due later (scheduled, or retrying after a failure)",
     "delete": "SUCCEEDED, FAILED or CANCELED",
 }
 #: The statuses each action may start from (the pages offer these): a bulk action counts and
-#: selects only these, so what the confirmation counts is what the action changes.
-SOURCES = offers.SOURCES
+#: selects only these, so what the confirmation counts is what the action changes. Run now is
+#: no status change: due later is the store's guard (Jobs.run_now), PENDING its status.
+SOURCES = offers.SOURCES | {"run_now": frozenset({JobStatus.PENDING})}
 PAST = {
     "retry": "retried",
     "cancel": "canceled",
     "pause": "paused",
     "resume": "resumed",
+    "run_now": "made due now",
     "delete": "deleted",
 }
 

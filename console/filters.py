@@ -25,6 +25,7 @@ from werkzeug.datastructures import MultiDict
 from flask_ratchet.errors import InvalidOption
 from flask_ratchet.options import Priority, validate_queue
 from flask_ratchet.states import JobStatus
+from flask_ratchet.substates import STATUS_OF, SubState
 
 from .error_pages import BadParameter
 from .present import mentions_secret
@@ -59,6 +60,7 @@ MAX_NAME_SHOWN = 40
 #: Query-string names of the filters, in the order the form shows them.
 FILTER_NAMES = (
     "status",
+    "sub",
     "task",
     "queue",
     "tag",
@@ -96,6 +98,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
     status = job_status(args.get("status"))
     if status is not None:
         args["status"] = status  # as the form's list names it: "failed" is FAILED
+    sub = _substate(args.get("sub"), status)
     sort = one_of("sort", args.get("sort"), SORTS) or "newest"
     for name in ("task", "tag", "business_key", "principal", "node", "recurring", "fingerprint"):
         if len(args.get(name, "")) > MAX_TEXT:
@@ -105,6 +108,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
     _check_search(args.get("q"))
     query = JobQuery(
         status=JobStatus(status) if status else None,
+        sub=sub,
         task=args.get("task"),
         queue=queue_name(args.get("queue")),
         tag=args.get("tag"),
@@ -123,6 +127,18 @@ def parse(values: Mapping[str, str]) -> ListRequest:
     if size != DEFAULT_PAGE_SIZE:
         args["size"] = str(size)
     return ListRequest(query, size, checked_cursor(values.get("cursor")), args)
+
+
+def _substate(value: str | None, status: str | None) -> SubState | None:
+    """The ``sub`` parameter: a sub-state (``due`` …), of ``status`` if one is given; 400 for
+    anything else. Without a status it implies its own (``sub=retrying`` lists PENDING jobs)."""
+    sub = one_of("sub", value, tuple(SubState))
+    if sub is None:
+        return None
+    wanted = SubState(sub)
+    if status is not None and STATUS_OF[wanted] != status:
+        abort(400, f"sub {sub} is a sub-state of {STATUS_OF[wanted]}, not of {status}")
+    return wanted
 
 
 def filter_args(args: Mapping[str, str]) -> dict[str, str]:

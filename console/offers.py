@@ -23,7 +23,7 @@ SOURCES: dict[str, frozenset[JobStatus]] = {
 }
 
 
-def offered(statuses: Iterable[object]) -> list[str]:
+def offered(statuses: Iterable[object], *, run_now: bool = False) -> list[str]:
     """The actions that apply to at least one of ``statuses`` (a status stored as text this
     version cannot read is skipped), in :data:`SOURCES` order.
 
@@ -33,4 +33,7 @@ def offered(statuses: Iterable[object]) -> list[str]:
     ['retry', 'pause', 'resume', 'cancel', 'delete']
     """
     known = {s for s in statuses if isinstance(s, JobStatus)}
-    return [name for name, among in SOURCES.items() if known & among]
+    names = [name for name, among in SOURCES.items() if known & among]
+    # Run now is no status change (a PENDING job made due now): offered for ticked jobs, where
+    # the store's guard picks the scheduled and retrying ones.
+    return (["run_now"] if run_now and JobStatus.PENDING in known else []) + names

@@ -7,21 +7,20 @@ is one template that also works without JavaScript.
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from flask import abort, g, render_template, request, url_for
 from sqlalchemy.engine import Connection
 
 from flask_ratchet import api
-from flask_ratchet.cron import DIALECT_LABELS, CronError, dialect, next_fire_times
 from flask_ratchet.flows import waits_for_parent
 from flask_ratchet.job import Job
 from flask_ratchet.paging import Page
-from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime, current
 from flask_ratchet.states import TERMINAL, JobStatus
+from flask_ratchet.substates import MEANING, OF_STATUS, SubState, substate
 
 from . import filters, offers, present, reads, replica
 from .htmx import refreshes_a_region
@@ -30,8 +29,6 @@ from .reads import archive
 
 #: A job list's "new jobs" banner counts no further than this.
 NEW_CAP = 999
-#: How many upcoming fire times the recurring page shows per master.
-UPCOMING = 3
 #: The last page number a paged list takes (a bound for the offset it reads from).
 MAX_PAGE = 100_000
 
@@ -56,6 +53,7 @@ def overview() -> str:
     with runtime.connection() as conn:
         now = runtime.store.now(conn)
         counts = reads.overview.status_counts(conn, runtime.store.dialect)
+        subs = reads.overview.substate_counts(conn, now)
         buckets = reads.overview.throughput(conn, now, window)
         oldest = runtime.store.health.oldest_due_age(conn, now)
         p95 = runtime.store.health.p95_queue_wait(conn, now)
@@ -64,6 +62,8 @@ def overview() -> str:
     return render_template(
         "ratchet/overview.html",
         counts=counts,
+        subs=subs,
+        meaning=MEANING,
         chart=chart(buckets, window),
         window=window,
         windows=reads.overview.WINDOWS,
@@ -112,6 +112,8 @@ def jobs() -> str:
     wanted = filters.parse(request.args)
     runtime = current_runtime()
     with runtime.connection() as conn:
+        now = runtime.store.now(conn)  # sub-states are judged by the database's clock
+        wanted = replace(wanted, query=replace(wanted.query, now=now))
         floor = reads.jobs.search_floor(conn, wanted.query)
         try:
             page = reads.jobs.list_jobs(conn, wanted.query, wanted.size, wanted.cursor, floor=floor)
@@ -129,13 +131,16 @@ def jobs() -> str:
         newest=newest,
         filtered=bool(filters.filter_args(wanted.args)),
         # Buttons for what applies to a job on screen; a filter's, to what its status allows.
-        offered=offers.offered(row.status for row in page.items),
+        offered=offers.offered((row.status for row in page.items), run_now=True),
         offered_on_filter=offers.offered(
             list(JobStatus) if wanted.query.status is None else [wanted.query.status]
         ),
         search_window=reads.jobs.SEARCH_WINDOW,
         can_search=filters.can_search_arguments(),
         statuses=list(JobStatus),
+        substates=OF_STATUS,
+        meaning=MEANING,
+        now=now,
         sorts=reads.jobs.SORTS,
         sizes=filters.PAGE_SIZES,
     )
@@ -236,7 +241,20 @@ def job_detail(job_id: str) -> str:
         waits_on = None if flow is None else flow.waits_on
         history = reads.job_detail.job_history(conn, job, extras.executions, waits_on)
         why = _why_not_running(runtime, conn, job)
+        now = runtime.store.now(conn)
+        paused = job.queue in runtime.store.queues.paused(conn)
+    sub = substate(
+        job.status,
+        due_at=job.scheduled_at,
+        attempts=job.attempts,
+        now=now,
+        queue_paused=paused,
+        picked_at=job.picked_at,
+        started_at=extras.started_at,
+    )
     actions = offers.offered([job.status])
+    if sub in (SubState.SCHEDULED, SubState.RETRYING):
+        actions.insert(0, "run_now")
     return render_template(
         "ratchet/job.html",
         job=job,
@@ -253,6 +271,9 @@ def job_detail(job_id: str) -> str:
             "up": reads.batches.MAX_UP,
         },
         not_due=waits_for_parent(job.scheduled_at),
+        sub=sub,
+        sub_meaning=None if sub is None else MEANING[sub],
+        now=now,
     )
 
 
@@ -396,69 +417,6 @@ def nodes() -> str:
         now = runtime.store.now(conn)
         rows = reads.nodes.nodes(conn, now)
     return render_template("ratchet/nodes.html", nodes=rows, live_after=live_after(runtime))
-
-
-@dataclass(frozen=True, slots=True)
-class MasterRow:
-    """One line of the recurring page: the master, its next fire times (UTC) and its cron's
-    dialect, as a person reads it ("Unix cron")."""
-
-    master: RecurringJob
-    upcoming: list[datetime]
-    dialect: str
-
-
-def recurring() -> str:
-    """Every recurring master (CANCELED ones with ``?canceled=1``) and its next fire times."""
-    with_canceled = request.args.get("canceled", "") == "1"
-    runtime = current_runtime()
-    masters = api.recurring.list_all(runtime, with_canceled, decrypt=False)
-    with runtime.connection() as conn:
-        now = runtime.store.now(conn)
-    rows = [MasterRow(m, _upcoming(m), _dialect(m.cron)) for m in masters]
-    return render_template(
-        "ratchet/recurring.html",
-        rows=rows,
-        with_canceled=with_canceled,
-        now=now,
-        upcoming=UPCOMING,
-    )
-
-
-def _dialect(expr: str) -> str:
-    try:
-        return DIALECT_LABELS[dialect(expr)]
-    except CronError:
-        return "not a valid cron expression"  # a stored value this version cannot read
-
-
-def _upcoming(master: RecurringJob) -> list[datetime]:
-    """The next fire times of an ACTIVE master, from its stored ``next_fire`` on.
-
-    Counted from ``next_fire`` (not from now) so the first one shown is the occurrence the
-    workers will fire next, even when it is overdue because no worker is running.
-    """
-    if master.status != RecurringStatus.ACTIVE or master.next_fire is None:
-        return []
-    try:
-        return next_fire_times(
-            master.cron, master.zone, master.next_fire - timedelta(microseconds=1), UPCOMING
-        )
-    except (CronError, LookupError):
-        # A zone the server's tz database no longer knows (ZoneInfoNotFoundError is a
-        # KeyError): the page still lists the master, without a preview.
-        return []
-
-
-def recurring_cancel() -> str:
-    """GET …/recurring/cancel?id=…: what canceling a master means; asks to confirm."""
-    wanted = request.args.get("id", "")
-    if not wanted or len(wanted) > filters.MAX_TEXT:
-        abort(404)
-    master = api.recurring.get(current_runtime(), wanted, decrypt=False)
-    if master is None:
-        abort(404)
-    return render_template("ratchet/recurring_cancel.html", master=master)
 
 
 def database_now() -> datetime:

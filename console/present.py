@@ -126,10 +126,12 @@ def iso(value: datetime) -> str:
     return aware.astimezone(UTC).isoformat(timespec="seconds")
 
 
-def relative(value: datetime, now: datetime) -> str:
+def relative(value: datetime | None, now: datetime) -> str:
     """``3 min ago``, ``in 4 min``, ``just now``: how far ``value`` is from ``now`` (the
     database's clock, not the web server's), in its largest whole unit: ``s`` under a minute,
-    ``min`` under an hour, ``h`` under two days, ``d`` beyond."""
+    ``min`` under an hour, ``h`` under two days, ``d`` beyond; an em dash for None."""
+    if value is None:
+        return NONE
     if (value.tzinfo is None) != (now.tzinfo is None):
         value, now = value.replace(tzinfo=UTC), now.replace(tzinfo=UTC)
     seconds = (value - now).total_seconds()

@@ -17,16 +17,20 @@ from .pages import current_runtime, live_after
 
 def resources() -> str:
     """Every resource with a limit, permits out or live jobs naming it: its limit, permits in
-    use and who holds them, and its waiting jobs."""
+    use and who holds them, its waiting jobs, and its running ones (started, or waiting for a
+    worker thread)."""
     runtime = current_runtime()
     with runtime.connection() as conn:
         now = runtime.store.now(conn)
         report = reads.resources.resources(conn, runtime.store.dialect)
         live = reads.resources.live_node_ids(conn, now, live_after(runtime))
+        started = reads.substates.started_by(conn, "resource")
     return render_template(
         "ratchet/resources.html",
         report=report,
         live=live,
+        started=started,
+        split=reads.substates.split,
         now=now,
         window=reads.resources.WAITING_WINDOW,
         max_resources=reads.resources.MAX_RESOURCES,

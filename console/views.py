@@ -30,6 +30,7 @@ from . import (
     present,
     queue_actions,
     queue_pages,
+    recurring_pages,
     replica,
     resource_actions,
     resource_pages,
@@ -199,6 +200,7 @@ def register(bp: Blueprint) -> None:
         "percent",
         "seconds",
         "visible",
+        "relative",
     ):
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
     bp.add_app_template_filter(present.iso, "ratchet_iso")
@@ -217,8 +219,10 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/audit", "audit", shown(audit_page.audit))
     bp.add_url_rule("/metrics", "metrics", metrics.metrics)  # reads the replica itself
     bp.add_url_rule("/queues", "queues", shown(queue_pages.queues))
-    bp.add_url_rule("/recurring", "recurring", shown(pages.recurring))
-    bp.add_url_rule("/recurring/cancel", "confirm_recurring_cancel", pages.recurring_cancel)
+    bp.add_url_rule("/recurring", "recurring", shown(recurring_pages.recurring))
+    bp.add_url_rule(
+        "/recurring/cancel", "confirm_recurring_cancel", recurring_pages.recurring_cancel
+    )
     bp.add_url_rule("/batches", "batches", shown(pages.batches))
     bp.add_url_rule("/batches/<batch_id>", "batch", shown(pages.batch_detail))
     bp.add_url_rule("/resources", "resources", shown(resource_pages.resources))

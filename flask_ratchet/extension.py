@@ -227,6 +227,12 @@ class Ratchet(RecurringMethods):
         """FAILED → PENDING, attempts reset, due now; re-reserves its business key."""
         return jobs.retry(self.runtime, job_id)
 
+    def run_job_now(self, job_id: uuid.UUID | str) -> bool:
+        """Make a PENDING job that is due later (scheduled, or a retry waiting out its backoff)
+        due now, its attempts kept; False (nothing changed) if it is already due, waits on
+        another job, is not PENDING, or the policy (operation ``run_now``) denies it."""
+        return jobs.run_now(self.runtime, job_id)
+
     def delete_job(self, job_id: uuid.UUID | str) -> bool:
         """Delete a SUCCEEDED, FAILED or CANCELED job with its executions, log lines, alerts and
         tags; False (nothing deleted) if it is live or there is no such job."""

@@ -211,6 +211,10 @@ job_queue = sa.Table(
     sa.Column("max_retries", sa.Integer, nullable=False),
     sa.Column("picked_by", sa.String(64)),
     sa.Column("picked_at", UtcDateTime),
+    # When a worker thread took the attempt (the claim's time on the database's clock plus how
+    # long it waited in the worker): older than picked_at, it is an earlier attempt's. Written
+    # by the worker's watchdog sweep, not per job (see flask_ratchet/substates.py).
+    sa.Column("started_at", UtcDateTime),
     sa.Column("paused_from_status", STATUS),
     sa.Column("last_error", LONG_TEXT),
     sa.Column("progress", LONG_TEXT),  # JSON, while the job runs

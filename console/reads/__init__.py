@@ -11,6 +11,7 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.resources`      resource limits, permits, waiting jobs, circuit breakers
 :mod:`.nodes`          worker nodes
 :mod:`.audit`          the audit page: every console action, in keyset pages
+:mod:`.substates`      PENDING and RUNNING jobs by sub-state: the list's filter, started jobs
 =====================  =====================================================================
 
 Queue health is the library's (``store.health``); recurring masters are read through
@@ -32,6 +33,7 @@ from . import (
     overview,
     queues,
     resources,
+    substates,
 )
 
 __all__ = [
@@ -47,4 +49,5 @@ __all__ = [
     "overview",
     "queues",
     "resources",
+    "substates",
 ]

@@ -149,6 +149,9 @@ class JobExtras:
     supersedes: list[uuid.UUID]
     dependents: list[uuid.UUID]
     alerts: list[Any]
+    #: When the running attempt's thread took it (its hot row's ``started_at``; see
+    #: :mod:`flask_ratchet.substates`): None while it waits for a thread, or when not running.
+    started_at: datetime | None = None
 
 
 def job_extras(conn: Connection, job_id: uuid.UUID, log_limit: int = 500) -> JobExtras:
@@ -160,11 +163,15 @@ def job_extras(conn: Connection, job_id: uuid.UUID, log_limit: int = 500) -> Job
         .limit(200)
     ).all()
     logs = job_logs(conn, job_id, log_limit + 1)
-    progress_text = conn.execute(
-        sa.select(sa.func.coalesce(job_queue.c.progress, job.c.progress))
+    hot = conn.execute(
+        sa.select(
+            sa.func.coalesce(job_queue.c.progress, job.c.progress).label("progress"),
+            job_queue.c.started_at,
+        )
         .select_from(JOBS_WITH_HOT_ROW)
         .where(job.c.job_id == job_id)
-    ).scalar()
+    ).first()
+    progress_text = None if hot is None else hot.progress
     supersedes = conn.execute(
         sa.select(job.c.job_id).where(job.c.superseded_by == job_id).limit(20)
     ).scalars()
@@ -186,4 +193,5 @@ def job_extras(conn: Connection, job_id: uuid.UUID, log_limit: int = 500) -> Job
         supersedes=list(supersedes),
         dependents=list(dependents),
         alerts=list(alerts),
+        started_at=None if hot is None else hot.started_at,
     )

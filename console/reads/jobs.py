@@ -14,7 +14,7 @@ import enum
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
@@ -26,9 +26,18 @@ from flask_ratchet.options import Priority
 from flask_ratchet.paging import Page, cursor_id, read_cursor
 from flask_ratchet.paging import cursor as cursor_of
 from flask_ratchet.payload import Unreadable, read_member
-from flask_ratchet.schema import job, job_queue
+from flask_ratchet.schema import job, job_queue, queue_state
 from flask_ratchet.states import LIVE, JobStatus
 from flask_ratchet.store.job_reads import narrowed, tags_of
+from flask_ratchet.substates import (
+    OF_STATUS,
+    STATUS_OF,
+    SubState,
+    substate,
+    waits_on_another_job,
+)
+
+from .substates import where_substate
 
 #: Exact counts stop here; beyond it a count is an estimate (PostgreSQL) or "more than".
 COUNT_CAP = 10_000
@@ -36,6 +45,7 @@ COUNT_CAP = 10_000
 #: created range's end (a LIKE cannot use an index).
 SEARCH_WINDOW = 20_000
 SORTS = ("newest", "oldest", "priority")
+STATUSES_WITH_SUBSTATES = frozenset(OF_STATUS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +70,11 @@ class JobQuery:
     #: The FAILED jobs of one dead-letter group, with ``task`` (see :mod:`.dead_letters`).
     fingerprint: str | None = None
     sort: str = "newest"
+    #: A sub-state of ``status`` (see :mod:`flask_ratchet.substates`), judged at ``now``.
+    sub: SubState | None = None
+    #: The time sub-states are judged at: the database's, as the page read it (None: this
+    #: process's clock).
+    now: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +94,16 @@ class JobRow:
     picked_by: str | None
     error: str | None
     tags: tuple[str, ...] = ()
+    #: The claim's time and when its attempt started (RUNNING jobs).
+    picked_at: datetime | None = None
+    started_at: datetime | None = None
+    #: What a PENDING or RUNNING job is doing (:mod:`flask_ratchet.substates`).
+    sub: SubState | None = None
+
+    @property
+    def waits_on_job(self) -> bool:
+        """Whether a PENDING job waits on another job (a step's parent, a batch's children)."""
+        return self.status == JobStatus.PENDING and waits_on_another_job(self.scheduled_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +133,8 @@ ROW_COLUMNS = (
     job_queue.c.attempts.label("live_attempts"),
     job_queue.c.picked_by,
     job_queue.c.last_error,
+    job_queue.c.picked_at,
+    job_queue.c.started_at,
 )
 JOBS_WITH_HOT_ROW = job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id)
 
@@ -163,6 +190,9 @@ def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Se
     stmt = sa.select(*columns).select_from(JOBS_WITH_HOT_ROW)
     if q.status is not None:
         stmt = where_status(stmt, q.status)
+    if q.sub is not None:
+        stmt = where_status(stmt, STATUS_OF[q.sub])
+        stmt = where_substate(stmt, q.sub, q.now or datetime.now(UTC))
     stmt = narrowed(
         stmt,
         task=q.task,
@@ -245,6 +275,7 @@ def list_jobs(
         raw = list(conn.execute(stmt).all())
     tags = tags_of(conn, [r.job_id for r in raw[:limit]])
     rows = [to_row(r, tags.get(r.job_id, ())) for r in raw[:limit]]
+    rows = _with_substates(conn, rows, q.now or datetime.now(UTC))
     more = len(raw) > limit
     return Page(rows, _cursor(q.sort, rows[-1]) if more and rows else None)
 
@@ -356,7 +387,33 @@ def to_row(r: Any, tags: tuple[str, ...] = ()) -> JobRow:
         picked_by=r.picked_by,
         error=r.last_error if live else r.terminal_error,
         tags=tags,
+        picked_at=r.picked_at,
+        started_at=r.started_at,
     )
+
+
+def _with_substates(conn: Connection, rows: list[JobRow], now: datetime) -> list[JobRow]:
+    """``rows`` with the sub-state of each PENDING or RUNNING job at ``now``."""
+    if not any(r.status in STATUSES_WITH_SUBSTATES for r in rows):
+        return rows
+    paused = set(conn.execute(sa.select(queue_state.c.name).where(queue_state.c.paused)).scalars())
+    return [
+        replace(
+            r,
+            sub=substate(
+                r.status,
+                due_at=r.scheduled_at,
+                attempts=r.attempts,
+                now=now,
+                queue_paused=r.queue in paused,
+                picked_at=r.picked_at,
+                started_at=r.started_at,
+            ),
+        )
+        if r.status in STATUSES_WITH_SUBSTATES
+        else r
+        for r in rows
+    ]
 
 
 def _uuid_or_none(text: str) -> uuid.UUID | None:

@@ -1,4 +1,5 @@
-"""The nodes page: every worker node, its heartbeat age and how many jobs it holds."""
+"""The nodes page: every worker node, its heartbeat age and how many jobs it holds: running,
+and of those how many its threads have started (the rest wait for a thread)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from sqlalchemy.engine import Connection
 
 from flask_ratchet.schema import job_queue, node
 from flask_ratchet.states import JobStatus
+
+from . import substates
 
 
 def live(now: datetime, live_after: float) -> sa.ColumnElement[bool]:
@@ -32,6 +35,13 @@ class NodeRow:
     started_at: datetime
     heartbeat_age: float
     running: int
+    #: Of ``running``, the jobs whose attempt a thread has taken (the rest wait for one).
+    started: int = 0
+
+    @property
+    def waiting(self) -> int:
+        """Jobs it claimed that wait for a free thread."""
+        return self.running - self.started
 
 
 def nodes(conn: Connection, now: datetime) -> list[NodeRow]:
@@ -43,6 +53,7 @@ def nodes(conn: Connection, now: datetime) -> list[NodeRow]:
             .group_by(job_queue.c.picked_by)
         ).all()
     )
+    started = substates.started_by(conn, "node")
     rows = conn.execute(sa.select(node).order_by(node.c.node_id).limit(500)).all()
     return [
         NodeRow(
@@ -54,6 +65,7 @@ def nodes(conn: Connection, now: datetime) -> list[NodeRow]:
             started_at=r.started_at,
             heartbeat_age=max(0.0, (now - r.last_heartbeat).total_seconds()),
             running=int(running.get(r.node_id, 0)),
+            started=substates.split(int(running.get(r.node_id, 0)), started, r.node_id)[0],
         )
         for r in rows
     ]

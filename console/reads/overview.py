@@ -18,13 +18,46 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from flask_ratchet.columns import UtcDateTime, const
-from flask_ratchet.schema import audit, execution
+from flask_ratchet.schema import audit, execution, job_queue
 from flask_ratchet.states import JobStatus
 from flask_ratchet.store.dialect import Dialect
+from flask_ratchet.substates import OF_STATUS, SubState
 
+from . import substates
 from .jobs import COUNT_CAP, Count, JobQuery, count_jobs
 
 # -- overview ---------------------------------------------------------------------------------
+
+
+def substate_counts(
+    conn: Connection, now: datetime, cap: int = COUNT_CAP
+) -> dict[JobStatus, dict[SubState, Count]]:
+    """PENDING and RUNNING jobs per sub-state at ``now``: exact while the status holds at most
+    ``cap`` jobs; beyond, counted among ``cap`` + 1 of them (a lower bound, not exact)."""
+    out: dict[JobStatus, dict[SubState, Count]] = {}
+    for status, subs in OF_STATUS.items():
+        rows = (
+            sa.select(
+                job_queue.c.scheduled_time,
+                job_queue.c.attempts,
+                job_queue.c.queue,
+                job_queue.c.picked_at,
+                job_queue.c.started_at,
+            )
+            .where(job_queue.c.status == const(status))
+            .limit(cap + 1)
+            .subquery()
+        )
+        sums = [
+            sa.func.sum(sa.case((substates.condition(sub, now, rows.c), 1), else_=0))
+            for sub in subs
+        ]
+        n, *per_sub = conn.execute(sa.select(sa.func.count(), *sums).select_from(rows)).one()
+        exact = int(n) <= cap
+        out[status] = {
+            sub: Count(int(k or 0), exact=exact) for sub, k in zip(subs, per_sub, strict=True)
+        }
+    return out
 
 
 def status_counts(

@@ -56,6 +56,11 @@ def retry(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     return _change(runtime, job_id, "retry")
 
 
+def run_now(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
+    """A PENDING job due later (scheduled, or retrying after its backoff) → due now."""
+    return _change(runtime, job_id, "run_now")
+
+
 def delete(runtime: Runtime, job_id: uuid.UUID | str) -> bool:
     """Delete a SUCCEEDED, FAILED or CANCELED job with everything recorded about it."""
     return _change(runtime, job_id, "delete")
@@ -67,6 +72,7 @@ CHANGES: dict[str, Change] = {
     "pause": Jobs.pause,
     "resume": Jobs.resume,
     "retry": Jobs.retry,
+    "run_now": Jobs.run_now,
     "delete": Jobs.delete_ended,
 }
 

@@ -36,7 +36,18 @@ from ..store.types import NewJob
 
 #: What the policy is asked about: a submission, a read, and each change an operator or the
 #: app can make to a job that exists.
-OPERATIONS = ("create", "read", "cancel", "pause", "resume", "retry", "delete", "replace", "signal")
+OPERATIONS = (
+    "create",
+    "read",
+    "cancel",
+    "pause",
+    "resume",
+    "retry",
+    "run_now",
+    "delete",
+    "replace",
+    "signal",
+)
 #: The longest principal a job can hold (its column).
 MAX_PRINCIPAL = 255
 

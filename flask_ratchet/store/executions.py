@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import uuid
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
@@ -273,6 +273,27 @@ class Executions:
             )
         )
         return set(rows.scalars())
+
+    def mark_started(
+        self, conn: Connection, node_id: str, starts: Sequence[tuple[uuid.UUID, datetime]]
+    ) -> None:
+        """Record when each of this node's attempts started (``(job_id, started_at)`` pairs),
+        in one statement run for many rows. A job no longer this node's RUNNING one (ended,
+        canceled, recovered) is left alone. The caller commits.
+        """
+        if not starts:
+            return
+        stmt = (
+            sa.update(job_queue)
+            .where(
+                job_queue.c.job_id == sa.bindparam("b_job_id"),
+                job_queue.c.status == JobStatus.RUNNING,
+                job_queue.c.picked_by == node_id,
+            )
+            .values(started_at=sa.bindparam("b_started_at"))
+        )
+        rows = [{"b_job_id": job_id, "b_started_at": at} for job_id, at in starts]
+        conn.execute(stmt, rows)
 
     def report_progress(
         self, conn: Connection, node_id: str, job_id: uuid.UUID, progress: str

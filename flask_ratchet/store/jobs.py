@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 
 from .. import facts, payload, tracing
 from ..facts import Event
-from ..flows import JobType
+from ..flows import NOT_YET, JobType
 from ..job import Job
 from ..paging import Page
 from ..schema import business_key, dlq_alert, execution, job, job_log, job_queue, job_tag
@@ -224,6 +224,27 @@ class Jobs:
             .values(scheduled_time=self.dialect.now_sql(), updated_at=self.dialect.now_sql())
         )
         return conn.execute(stmt).rowcount == 1
+
+    def run_now(self, conn: Connection, job_id: uuid.UUID) -> bool:
+        """A PENDING job due later (scheduled, or a retry in its backoff) made due now, its
+        attempts kept; False, nothing written, for any other job: already due, waiting on
+        another job (a step due at ``NOT_YET`` is released by its parent, never by hand), or
+        not PENDING. The guard is the swap: of two callers, one moves it."""
+        now = self.dialect.now_sql()
+        moved = conn.execute(
+            sa.update(job_queue)
+            .where(
+                job_queue.c.job_id == job_id,
+                job_queue.c.status == JobStatus.PENDING,
+                job_queue.c.scheduled_time > now,
+                job_queue.c.scheduled_time < NOT_YET,
+            )
+            .values(scheduled_time=now, version=job_queue.c.version + 1, updated_at=now)
+        )
+        if moved.rowcount != 1:
+            return False
+        facts.record(conn, [Event(facts.WAKE)])  # idle workers poll now, not at their next tick
+        return True
 
     def retry(self, conn: Connection, job_id: uuid.UUID) -> bool:
         self.flows.batches.lock_of(conn, [job_id])  # a retried child is uncounted

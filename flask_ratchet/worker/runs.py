@@ -65,6 +65,8 @@ class Run:
     received: float  # monotonic time the claim arrived
     started: float = 0.0
     started_at: datetime | None = None
+    #: Whether the watchdog has written when the attempt started (``started_at`` of its row).
+    start_recorded: bool = False
     thread_id: int | None = None
     in_user_code: bool = False
     #: Running an ``async def`` task's coroutine: stopped by cancelling it, never by raising

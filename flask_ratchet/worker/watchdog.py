@@ -1,22 +1,32 @@
 """The worker's watchdog: jobs past their timeout are stopped, and so are jobs canceled while
 running (read from the database every :data:`CANCEL_SWEEP_EVERY` seconds); a claim past its
 bound has its connection cut (:mod:`.deadline`); running jobs' log lines are stored every
-:data:`LOG_FLUSH_EVERY` seconds."""
+:data:`LOG_FLUSH_EVERY` seconds.
+
+The cancel sweep also records when attempts started (``started_at`` of their hot rows, see
+:mod:`flask_ratchet.substates`): one statement for every attempt a thread took since the last
+sweep and that still runs. Attempts shorter than a sweep are never written at all, so the job
+threads and the claim pay nothing for it, and a long one is shown started within a second.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
+import uuid
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from ..services import Service
+from ..substates import attempt_started_at
 from .deadline import ClaimDeadline
 from .executor import Executor
 from .logs import claimed_fields
+from .runs import Run
 
 if TYPE_CHECKING:
     from ..store import Store
@@ -100,16 +110,32 @@ class Watchdog(Service):
         runs = [r for r in self._executor.running() if r.started]
         if not runs:
             return
+        new = [r for r in runs if not r.start_recorded]
+        ids = [r.claimed.job_id for r in runs]
         try:
-            with self._engine.connect() as conn:
-                mine = self._store.executions.still_running(
-                    conn, self._node_id, [r.claimed.job_id for r in runs]
-                )
+            if new:  # a write: SQLite's begin takes its write lock first
+                with self._store.begin(self._engine) as conn:
+                    self._store.executions.mark_started(conn, self._node_id, _starts(new))
+                    mine = self._store.executions.still_running(conn, self._node_id, ids)
+            else:
+                with self._engine.connect() as conn:
+                    mine = self._store.executions.still_running(conn, self._node_id, ids)
         except SQLAlchemyError:
             return
+        for run in new:
+            run.start_recorded = True
         for run in self._executor.stop_canceled(runs, mine):
             log.info(
                 "job %s was canceled while running; its result will be discarded",
                 run.claimed.job_id,
                 extra=claimed_fields(run.claimed, self._node_id),
             )
+
+
+def _starts(runs: list[Run]) -> list[tuple[uuid.UUID, datetime]]:
+    """When each run's thread took it, on the database's clock (see
+    :func:`~flask_ratchet.substates.attempt_started_at`)."""
+    return [
+        (r.claimed.job_id, attempt_started_at(r.claimed.picked_at, r.started - r.received))
+        for r in runs
+    ]

@@ -38,7 +38,8 @@ from flask_ratchet.schema import job
 from flask_ratchet.states import JobStatus
 from tests.acceptance.conftest import Workers, wait_until
 from tests.apps import add, create_app, db, ratchet, refuse, report, send_mail
-from tests.integration.helpers import job_in
+from tests.integration.helpers import add_node, job_in
+from tests.integration.test_substates import make_jobs
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -488,5 +489,67 @@ def test_the_job_list_shows_twenty_jobs_a_line_each_and_fits_a_phone(
             " - document.documentElement.clientWidth"
         )
         assert overflow <= 0, overflow  # no sideways scrolling on a phone
+    finally:
+        browser.set_window_size(1360, 1000)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_job_list_tells_pending_and_running_jobs_apart(
+    browser: WebDriver, live: LiveServer
+) -> None:
+    """At 1366x900: a line per job still, each PENDING or RUNNING job's sub-state and time in
+    its "Due / next attempt" cell (the exact time on hover), the sub-state filter, the
+    overview's counts; on a phone the cell is left out."""
+    app = live.app
+    with app.app_context():
+        made = make_jobs()
+        for n in range(24):
+            ratchet.schedule(7200, add, n, n).submit()
+        add_node("node-a")  # the worker holding the running jobs: live, no alarm for it
+    try:
+        browser.set_window_size(1366, 900)
+        browser.get(f"{live.url}/jobs")
+        shoot(browser, SHOTS / "sqlite", "19-jobs-sub-states")
+        browser.set_window_size(1366, 900)
+        rows = browser.find_elements(By.CSS_SELECTOR, "table.job-list tbody tr")
+        assert len(rows) == 32
+        height = browser.execute_script("return window.innerHeight")
+        visible = [r for r in rows if r.rect["y"] + r.rect["height"] <= height]
+        assert len(visible) >= 20, (len(visible), height)
+        assert {r.rect["height"] for r in rows} == {rows[0].rect["height"]}
+        assert rows[0].rect["height"] < 32  # one line each
+        cells = {
+            c.get_attribute("data-sub"): c
+            for c in browser.find_elements(By.CSS_SELECTOR, "table.job-list td.due[data-sub]")
+        }
+        assert set(cells) == {"due", "scheduled", "retrying", "blocked", "started", "claimed"}
+        assert re.fullmatch(r"attempt 2 in (59 m|1 h)", cells["retrying"].text)
+        assert cells["claimed"].text == "waiting for a thread"
+        assert "due 20" in (cells["retrying"].get_attribute("title") or "")
+        for cell in cells.values():  # cut with an ellipsis, never wrapped or spilling over
+            assert cell.rect["height"] == rows[0].rect["height"]
+        browser.find_element(By.CSS_SELECTOR, "details.filter-panel > summary").click()
+        Select(browser.find_element(By.NAME, "sub")).select_by_value("retrying")
+        browser.find_element(By.CSS_SELECTOR, "form.filters button[type=submit]").click()
+        wait_until(lambda: "sub=retrying" in browser.current_url, what="the filter to apply")
+        ids = [
+            a.get_attribute("href").rsplit("/", 1)[1]
+            for a in browser.find_elements(By.CSS_SELECTOR, "table.job-list a.id")
+        ]
+        assert ids == [str(made.retrying)]
+        assert "sub retrying" in text_of(browser, "details.filter-panel > summary")
+        shoot(browser, SHOTS / "sqlite", "20-jobs-retrying")
+        browser.get(f"{live.url}/")
+        counts = text_of(browser, "nav.substates")
+        assert "retrying 1" in counts and "waiting for a thread 1" in counts, counts
+        browser.set_window_size(390, 844)
+        browser.get(f"{live.url}/jobs")
+        due = browser.find_element(By.CSS_SELECTOR, "table.job-list td.due")
+        assert not due.is_displayed()
+        overflow = browser.execute_script(
+            "return document.querySelector('table.job-list').getBoundingClientRect().right"
+            " - document.documentElement.clientWidth"
+        )
+        assert overflow <= 0, overflow
     finally:
         browser.set_window_size(1360, 1000)

@@ -331,8 +331,10 @@ def test_fragments_and_refused_requests_read_no_alarms(app: Flask) -> None:
 
 
 def alarm_read(sql: str) -> bool:
-    """Whether ``sql`` is one of the reads only the alarms make (paused queues, dead letters)."""
-    return "ratchet_queue.paused" in sql or "ratchet_job.finished_at >=" in sql
+    """Whether ``sql`` is one of the reads only the alarms make (paused queues, dead letters).
+    The overview's sub-state counts name the paused queues too, inside a count of hot rows."""
+    paused = "ratchet_queue.paused" in sql and "ratchet_job_queue" not in sql
+    return paused or "ratchet_job.finished_at >=" in sql
 
 
 def test_a_live_regions_refresh_reads_no_alarms(app: Flask) -> None:

@@ -220,7 +220,8 @@ def test_resources_page_shows_limits_permits_holders_and_waiting_jobs(console: C
     assert "2 / 2" in paid and ">full<" in paid and "1.5 s" in paid
     assert f'href="/ratchet/jobs?node=node-a">node-a</a> {TIMES} 2' in paid
     assert "silent" not in paid
-    assert '<td class="waiting">3</td>' in paid and "<td>3</td>" in paid  # 2 of 3 hold one
+    assert '<td class="waiting">3</td>' in paid  # 2 of the 3 running hold one; none started
+    assert '>3 <span class="muted">(0 started · 3 waiting)</span></td>' in paid
     idle = row_of(page, "data-resource", "idle-api")
     assert "0 / 4" in idle and "full" not in idle and ">none<" in idle
     assert '<td class="waiting">0</td>' in idle and "5 s" in idle

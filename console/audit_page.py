@@ -11,7 +11,7 @@ from .pages import current_runtime
 def audit() -> str:
     """Audit rows, newest first, of one operator and one action when asked."""
     actor = filters.text("actor", request.args.get("actor"), 255)
-    action = filters.text("action", request.args.get("action"), 32)
+    action = filters.text("what", request.args.get("what"), 32)
     size = filters.page_size(request.args.get("size"))
     cursor = filters.checked_cursor(request.args.get("cursor"))
     runtime = current_runtime()
@@ -27,7 +27,7 @@ def audit() -> str:
         page=page,
         args={
             k: v
-            for k, v in {"actor": actor, "action": action, "size": str(size)}.items()
+            for k, v in {"actor": actor, "what": action, "size": str(size)}.items()
             if v and (k != "size" or size != filters.DEFAULT_PAGE_SIZE)
         },
         cursor=cursor,

@@ -71,14 +71,14 @@ def test_a_filter_action_names_its_filter_and_the_page_filters_by_who_and_what(
     assert "2 of 3" in page
     by_bob = console.get("/ratchet/audit?actor=bob").text
     assert shown_targets(by_bob) == ["emails"] and "status=FAILED" not in by_bob
-    retries = console.get("/ratchet/audit?action=retry").text
+    retries = console.get("/ratchet/audit?what=retry").text
     assert shown_targets(retries) == [] and "status=FAILED" in retries
     assert "No action matches." in console.get("/ratchet/audit?actor=carol").text
 
 
 @pytest.mark.parametrize(
     ("query", "field"),
-    [("actor=" + "x" * 256, "actor"), ("action=" + "y" * 33, "action"), ("cursor=j.1", "cursor")],
+    [("actor=" + "x" * 256, "actor"), ("what=" + "y" * 33, "what"), ("cursor=j.1", "cursor")],
 )
 def test_bad_parameters_are_refused_naming_the_field(
     console: Console, query: str, field: str

@@ -246,7 +246,7 @@ GET_ROUTES: dict[str, tuple[str, ...]] = {
     "/ratchet/jobs/bulk": (*filters.FILTER_NAMES, "action", "size", "cursor"),
     "/ratchet/dead-letters": (),
     "/ratchet/nodes": (),
-    "/ratchet/audit": ("actor", "action", "size", "cursor"),
+    "/ratchet/audit": ("actor", "what", "size", "cursor"),
     "/ratchet/metrics": (),
     "/ratchet/queues": (),
     "/ratchet/recurring": ("canceled",),

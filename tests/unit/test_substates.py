@@ -69,16 +69,16 @@ def test_an_attempts_start_is_never_before_its_claim() -> None:
 @pytest.mark.parametrize(
     ("offset", "shown"),
     [
-        (timedelta(0), "now"),
-        (timedelta(seconds=0.4), "now"),
+        (timedelta(0), "just now"),
+        (timedelta(seconds=0.4), "just now"),
         (timedelta(seconds=12), "in 12 s"),
-        (timedelta(minutes=-4, seconds=-30), "4 m ago"),
+        (timedelta(minutes=-4, seconds=-30), "4 min ago"),
         (timedelta(hours=3, minutes=59), "in 3 h"),
         (timedelta(hours=30), "in 30 h"),
         (timedelta(days=-5), "5 d ago"),
     ],
 )
-def test_a_time_from_now_in_one_short_unit(offset: timedelta, shown: str) -> None:
+def test_a_time_from_now_in_its_largest_unit(offset: timedelta, shown: str) -> None:
     assert relative(NOW + offset, NOW) == shown
 
 

@@ -4,7 +4,9 @@ A handful of statements however many queues there are: the queue names come from
 scans of the per-queue indexes (one statement each, at most :data:`MAX_QUEUES` names), the
 live jobs of every queue from one grouped read of the hot table (which holds only live jobs),
 the dead letters from one grouped read of the failed jobs, and the last hour's figures from one
-grouped read of the last hour's executions (as the overview's chart does).
+grouped read of the last hour's executions (as the overview's chart does) and one more for the
+waits and run times of the queues listed (:mod:`.queue_runs`). A filter on the name is applied
+by the skip scans themselves.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from flask_ratchet.states import JobStatus
 from flask_ratchet.store.queues import LiveFigures, Queues
 
 from .jobs import Count
+from .queue_runs import RunTimes, run_times
 
 #: The most queues the page lists (the first, by name).
 MAX_QUEUES = 200
@@ -45,6 +48,8 @@ class QueueRow:
     #: When and by whom the queue was last paused or resumed (``None``: never).
     changed_at: datetime | None = None
     changed_by: str | None = None
+    #: The waits and run times of the last hour's runs.
+    times: RunTimes = RunTimes()
 
     @property
     def per_minute(self) -> float:
@@ -58,14 +63,28 @@ class QueuesReport:
     #: More queues exist than :data:`MAX_QUEUES`.
     truncated: bool
 
+    @property
+    def next_after(self) -> str | None:
+        """The name the next page starts after (``None``: this is the last page)."""
+        return self.rows[-1].name if self.truncated and self.rows else None
 
-def queues(conn: Connection, store: Queues, now: datetime) -> QueuesReport:
-    """Every queue the page lists, with its figures; ``now`` is the database's time."""
+
+def queues(
+    conn: Connection,
+    store: Queues,
+    now: datetime,
+    containing: str | None = None,
+    after: str | None = None,
+) -> QueuesReport:
+    """The queues the page lists (those whose name holds ``containing``, whatever the case,
+    and comes after ``after``, if given), with their figures; ``now`` is the database's
+    time."""
     states = store.states(conn)
     live = store.live_figures(conn, now)
-    names, truncated = queue_names(conn, store, states)
+    names, truncated = queue_names(conn, store, states, containing, after)
     hour = _last_hour(conn, now)
     dead = _dead_letters(conn)
+    times = run_times(conn, names, now)
     rows = []
     for name in names:
         state = states.get(name)
@@ -83,6 +102,7 @@ def queues(conn: Connection, store: Queues, now: datetime) -> QueuesReport:
                 oldest_due_wait=age(now, figures.oldest_due),
                 changed_at=None if state is None else state.changed_at,
                 changed_by=None if state is None else state.changed_by,
+                times=times.get(name, RunTimes()),
             )
         )
     return QueuesReport(rows, truncated)
@@ -93,13 +113,26 @@ def age(now: datetime, since: datetime | None) -> float | None:
     return None if since is None else max(0.0, (now - since).total_seconds())
 
 
-def queue_names(conn: Connection, store: Queues, states: Collection[str]) -> tuple[list[str], bool]:
+def queue_names(
+    conn: Connection,
+    store: Queues,
+    states: Collection[str],
+    containing: str | None = None,
+    after: str | None = None,
+) -> tuple[list[str], bool]:
     """The default queue, every queue ever paused or resumed, and every queue some job names
     (live, or ended until retention archives it), by name: at most :data:`MAX_QUEUES`, and
-    whether there were more. Each is found by one index probe, however many jobs it holds."""
-    found = {DEFAULT_QUEUE, *states}
-    found.update(store.live(conn, MAX_QUEUES + 1))
-    found.update(store.named(conn, MAX_QUEUES + 1))
+    whether there were more; only those whose name holds ``containing`` (as
+    :func:`~flask_ratchet.store.queues.named_like` decides) and comes after ``after``, if
+    given. Each is found by one index probe, however many jobs it holds."""
+    found = {
+        name
+        for name in (DEFAULT_QUEUE, *states)
+        if (not containing or containing.lower() in name.lower())
+        and (after is None or name > after)
+    }
+    found.update(store.live(conn, MAX_QUEUES + 1, containing, after))
+    found.update(store.named(conn, MAX_QUEUES + 1, containing, after))
     ordered = sorted(found)
     return ordered[:MAX_QUEUES], len(ordered) > MAX_QUEUES
 

@@ -9,7 +9,8 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.batches`        batches, their children, and the flow a job is part of
 :mod:`.dead_letters`   jobs that failed for good, grouped by task and error
 :mod:`.resources`      resource limits, permits, waiting jobs, circuit breakers
-:mod:`.nodes`          worker nodes
+:mod:`.queues`         every queue's figures; :mod:`.queue_runs` its waits and run times
+:mod:`.nodes`          worker nodes, their queues and running jobs, the last ones stopped
 =====================  =====================================================================
 
 Queue health is the library's (``store.health``); recurring masters are read through

@@ -104,7 +104,6 @@ def _running(conn: Connection, now: datetime) -> tuple[dict[str, int], dict[str,
     """The RUNNING jobs by the node that claimed them: how many, and the first
     :data:`RUNNING_SHOWN` by claim time (the longest running first), in one statement."""
     q = job_queue
-    per_node = {"partition_by": q.c.picked_by}
     ranked = (
         sa.select(
             q.c.picked_by,
@@ -112,8 +111,10 @@ def _running(conn: Connection, now: datetime) -> tuple[dict[str, int], dict[str,
             q.c.queue,
             q.c.picked_at,
             job.c.task,
-            sa.func.row_number().over(**per_node, order_by=(q.c.picked_at, q.c.job_id)).label("k"),
-            sa.func.count().over(**per_node).label("n"),
+            sa.func.row_number()
+            .over(partition_by=q.c.picked_by, order_by=(q.c.picked_at, q.c.job_id))
+            .label("k"),
+            sa.func.count().over(partition_by=q.c.picked_by).label("n"),
         )
         .select_from(q.join(job, job.c.job_id == q.c.job_id))
         .where(q.c.status == JobStatus.RUNNING, q.c.picked_by.is_not(None))

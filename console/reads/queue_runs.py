@@ -56,8 +56,7 @@ def run_times(conn: Connection, names: Collection[str], now: datetime) -> dict[s
     else:
         rows = conn.execute(_ranked(where))
     return {
-        name: RunTimes(*(None if v is None else float(v) for v in values))
-        for name, *values in rows
+        name: RunTimes(*(None if v is None else float(v) for v in values)) for name, *values in rows
     }
 
 
@@ -89,9 +88,7 @@ def _ranked(where: tuple[sa.ColumnElement[bool], ...]) -> sa.Select[tuple[str, .
     return sa.select(
         r.c.queue,
         *(
-            sa.func.min(
-                sa.case((r.c[f"{key}_rank"] * 100 >= r.c[f"{key}_n"] * p, r.c[key]))
-            )
+            sa.func.min(sa.case((r.c[f"{key}_rank"] * 100 >= r.c[f"{key}_n"] * p, r.c[key])))
             for key in columns
             for p in (MEDIAN, TAIL)
         ),

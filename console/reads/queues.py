@@ -12,7 +12,7 @@ by the skip scans themselves.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import sqlalchemy as sa
@@ -49,7 +49,7 @@ class QueueRow:
     changed_at: datetime | None = None
     changed_by: str | None = None
     #: The waits and run times of the last hour's runs.
-    times: RunTimes = RunTimes()
+    times: RunTimes = field(default_factory=RunTimes)
 
     @property
     def per_minute(self) -> float:

@@ -184,9 +184,7 @@ def test_the_queues_page_shows_each_queues_waits_and_run_times_of_the_last_hour(
                 duration_ms=1000.0 * i,
             )
         # A run that recorded no wait: counted for the run times only.
-        add_execution(
-            conn, reports, started, "SUCCEEDED", queue="reports", duration_ms=500_000.0
-        )
+        add_execution(conn, reports, started, "SUCCEEDED", queue="reports", duration_ms=500_000.0)
         add_execution(
             conn, mail, started, "SUCCEEDED", queue="mail", queue_wait_ms=7.0, duration_ms=30.0
         )

@@ -12,7 +12,7 @@ from flask import Flask
 
 from flask_ratchet import JobStatus
 from flask_ratchet.console.reads import queues as reads_queues
-from flask_ratchet.console.reads.queue_runs import RunTimes, run_times
+from flask_ratchet.console.reads.queue_runs import HourRuns, hour_runs
 from flask_ratchet.schema import job, job_queue
 from tests.apps import add, db, ratchet, send_mail
 from tests.integration.helpers import add_execution, count, job_in
@@ -188,6 +188,8 @@ def test_the_queues_page_shows_each_queues_waits_and_run_times_of_the_last_hour(
         add_execution(
             conn, mail, started, "SUCCEEDED", queue="mail", queue_wait_ms=7.0, duration_ms=30.0
         )
+        # A run written before runs held their queue: counted through its job, with no times.
+        add_execution(conn, mail, started, "FAILED", queue_wait_ms=5.0, duration_ms=5.0)
         # Over an hour ago: left out.
         add_execution(
             conn,
@@ -199,21 +201,24 @@ def test_the_queues_page_shows_each_queues_waits_and_run_times_of_the_last_hour(
             duration_ms=9_000_000.0,
         )
     with ratchet.transaction() as conn:
-        times = run_times(conn, ["reports", "mail", "default"], now)
+        times = hour_runs(conn, ["reports", "mail", "default"], now)
     # Nearest rank: of 20 waits the 10th and the 19th; of 21 run times the 11th and the 20th.
     assert times == {
-        "reports": RunTimes(wait_p50=100.0, wait_p95=190.0, run_p50=11_000.0, run_p95=20_000.0),
-        "mail": RunTimes(wait_p50=7.0, wait_p95=7.0, run_p50=30.0, run_p95=30.0),
+        "reports": HourRuns(
+            17, 4, wait_p50=100.0, wait_p95=190.0, run_p50=11_000.0, run_p95=20_000.0
+        ),
+        "mail": HourRuns(1, 0, wait_p50=7.0, wait_p95=7.0, run_p50=30.0, run_p95=30.0),
     }
     page = console.get("/ratchet/queues").text
     assert cells(row_of(page, "reports"))[7:9] == ["0.10 s · 0.19 s", "11 s · 20 s"]
+    assert cells(row_of(page, "mail"))[5].startswith("1 succeeded · 1 failed")
     assert cells(row_of(page, "mail"))[7:9] == ["0.01 s · 0.01 s", "0.03 s · 0.03 s"]
     assert cells(row_of(page, "default"))[7:9] == ["no runs", "no runs"]
     # The chart: a bar per queue that ran jobs, the busiest first, failed runs on top.
     bars = re.findall(r'<g class="bar" data-queue="([^"]+)"><title>([^<]*)</title>', page)
     assert bars == [
         ("reports", "reports: 17 succeeded, 4 failed in the last hour"),
-        ("mail", "mail: 1 succeeded, 0 failed in the last hour"),
+        ("mail", "mail: 1 succeeded, 1 failed in the last hour"),
     ]
 
 

@@ -15,8 +15,10 @@ from .reads.queues import QueueRow
 
 #: The most bars drawn: the busiest queues listed.
 MAX_BARS = 20
-#: Room left of the bars for the queue names, the height of a bar's row, room above them.
+#: Room left of the bars for the queue names and right of them for the last value's label,
+#: the height of a bar's row, room above them.
 LABEL_WIDTH = 150
+RIGHT = 16
 ROW_HEIGHT = 16
 TOP = 4
 #: The longest name written out in full; a longer one is cut (its bar's title holds it all).
@@ -69,7 +71,7 @@ def chart(rows: Sequence[QueueRow], width: int = 720) -> QueueChart:
     shown = busy[:MAX_BARS]
     peak = max((r.succeeded_last_hour + r.failed_last_hour for r in shown), default=0)
     ticks_at = axis(peak)
-    scale = (width - LABEL_WIDTH) / ticks_at[-1]
+    scale = (width - LABEL_WIDTH - RIGHT) / ticks_at[-1]
     bars = []
     for i, r in enumerate(shown):
         ok = r.succeeded_last_hour * scale

@@ -210,9 +210,9 @@ def test_the_queues_page_shows_each_queues_waits_and_run_times_of_the_last_hour(
         "mail": HourRuns(1, 0, wait_p50=7.0, wait_p95=7.0, run_p50=30.0, run_p95=30.0),
     }
     page = console.get("/ratchet/queues").text
-    assert cells(row_of(page, "reports"))[7:9] == ["0.10 s · 0.19 s", "11 s · 20 s"]
+    assert cells(row_of(page, "reports"))[7:9] == ["100 ms · 190 ms", "11 s · 20 s"]
     assert cells(row_of(page, "mail"))[5].startswith("1 succeeded · 1 failed")
-    assert cells(row_of(page, "mail"))[7:9] == ["0.01 s · 0.01 s", "0.03 s · 0.03 s"]
+    assert cells(row_of(page, "mail"))[7:9] == ["7.0 ms · 7.0 ms", "30 ms · 30 ms"]
     assert cells(row_of(page, "default"))[7:9] == ["no runs", "no runs"]
     # The chart: a bar per queue that ran jobs, the busiest first, failed runs on top.
     bars = re.findall(r'<g class="bar" data-queue="([^"]+)"><title>([^<]*)</title>', page)

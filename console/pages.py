@@ -411,12 +411,20 @@ def dead_letters() -> str:
 
 
 def nodes() -> str:
-    """Every worker node: heartbeat age, running jobs, version."""
+    """Every worker node: heartbeat age, the queues it takes, the jobs it runs, version; once
+    none is left, the last ones that stopped cleanly."""
     runtime = current_runtime()
     with runtime.connection() as conn:
         now = runtime.store.now(conn)
         rows = reads.nodes.nodes(conn, now)
-    return render_template("ratchet/nodes.html", nodes=rows, live_after=live_after(runtime))
+        stopped = [] if rows else reads.nodes.last_stopped(conn)
+    return render_template(
+        "ratchet/nodes.html",
+        nodes=rows,
+        stopped=stopped,
+        live_after=live_after(runtime),
+        max_nodes=reads.nodes.MAX_NODES,
+    )
 
 
 def database_now() -> datetime:

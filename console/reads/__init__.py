@@ -7,9 +7,10 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.jobs`           the job list: filters, keyset pages, capped counts, bulk selections
 :mod:`.job_detail`     one job's page: executions, logs, alerts, neighbours, history
 :mod:`.batches`        batches, their children, and the flow a job is part of
-:mod:`.dead_letters`   jobs that failed for good, grouped by task and error
+:mod:`.dead_letters`   jobs that failed for good, grouped by task and fingerprint
 :mod:`.resources`      resource limits, permits, waiting jobs, circuit breakers
-:mod:`.nodes`          worker nodes
+:mod:`.queues`         every queue's figures; :mod:`.queue_runs` its waits and run times
+:mod:`.nodes`          worker nodes, their queues and running jobs, the last ones stopped
 :mod:`.audit`          the audit page: every console action, in keyset pages
 :mod:`.substates`      PENDING and RUNNING jobs by sub-state: the list's filter, started jobs
 =====================  =====================================================================

@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from flask_ratchet.columns import UtcDateTime, const
 from flask_ratchet.schema import audit, execution, job_queue
 from flask_ratchet.states import JobStatus
+from flask_ratchet.store.cluster import WORKER_STOPPED
 from flask_ratchet.store.dialect import Dialect
 from flask_ratchet.substates import OF_STATUS, SubState
 
@@ -179,9 +180,15 @@ def throughput(conn: Connection, now: datetime, window: Window = DEFAULT_WINDOW)
 
 
 def recent_audit(conn: Connection, limit: int = 10) -> list[Any]:
-    """The newest audit rows."""
+    """The newest audit rows of operators' actions (not the workers' clean stops, which the
+    nodes page names)."""
     # Two actions in the same instant keep their order: audit ids are UUIDv7, time ordered.
-    stmt = sa.select(audit).order_by(audit.c.at.desc(), audit.c.audit_id.desc()).limit(limit)
+    stmt = (
+        sa.select(audit)
+        .where(audit.c.action != WORKER_STOPPED)
+        .order_by(audit.c.at.desc(), audit.c.audit_id.desc())
+        .limit(limit)
+    )
     return list(conn.execute(stmt).all())
 
 

@@ -46,7 +46,9 @@ from .types import NodeInfo, Recovered
 log = logging.getLogger("flask_ratchet")
 
 _UTC = UtcDateTime()
-#: The audit action by which an operator resets a circuit breaker; workers read it.
+#: The audit action by which a worker says it stopped cleanly (its actor: the node id); the
+#: console's nodes page names the last ones once no worker runs.
+WORKER_STOPPED = "worker-stopped"
 
 
 class Cluster:
@@ -131,8 +133,31 @@ class Cluster:
         return audit_id
 
     def remove_node(self, conn: Connection, node_id: str) -> None:
-        """A node that shut down cleanly says so."""
-        conn.execute(sa.delete(node).where(node.c.node_id == node_id))
+        """A node that shut down cleanly says so: its row goes, as before (nothing counts it
+        live or waits for it), and a :data:`WORKER_STOPPED` audit row keeps what it was (its
+        host, pid, version and queues), so that the console can name the last workers once
+        none runs. Nodes that die leave no such row: orphan recovery and the dead-node
+        cleanup read node rows only, and are unchanged."""
+        gone = conn.execute(
+            sa.delete(node)
+            .where(node.c.node_id == node_id)
+            .returning(node.c.host, node.c.pid, node.c.version, node.c.info)
+        ).first()
+        known: dict[str, Any] = {}
+        if gone is not None:
+            known = {"host": gone.host, "pid": gone.pid, "version": gone.version}
+            known["queues"] = published_queues(gone.info)
+        self.record_audit(
+            conn,
+            at=self.dialect.now(conn),
+            actor=node_id,
+            role="worker",
+            action=WORKER_STOPPED,
+            scope="node",
+            target=json.dumps(known),
+            requested=1,
+            changed=int(gone is not None),
+        )
 
     def delete_dead_nodes(self, conn: Connection, silent_for: float) -> int:
         """Forget nodes not heard from within ``silent_for`` seconds (see :meth:`heard_within`)."""
@@ -378,3 +403,13 @@ class Cluster:
             sa.delete(job_log).where(job_log.c.logged_at < self.dialect.ago_sql(older_than))
         )
         return int(result.rowcount)
+
+
+def published_queues(info: str | None) -> list[str] | None:
+    """The queues a node's heartbeat said it takes (``None``: every queue, or not readable)."""
+    try:
+        published = json.loads(info) if info else None
+    except (ValueError, RecursionError):
+        return None
+    queues = published.get("queues") if isinstance(published, dict) else None
+    return [str(q) for q in queues] if isinstance(queues, list) else None

@@ -48,8 +48,31 @@ def _skip_scan(source: Any, where: ColumnElement[bool]) -> sa.Select[Any]:
     return sa.select(names.c.name).where(names.c.name.is_not(None))
 
 
-def _names(conn: Connection, scan: sa.Select[Any], limit: int | None) -> list[str]:
+def _names(
+    conn: Connection,
+    scan: sa.Select[Any],
+    limit: int | None,
+    containing: str | None = None,
+    after: str | None = None,
+) -> list[str]:
+    if containing or after is not None:
+        # Filtered as the scan yields them (in order), so that a limit stops it at the last
+        # name needed.
+        found = scan.subquery("found")
+        where = []
+        if containing:
+            where.append(named_like(found.c.name, containing))
+        if after is not None:
+            where.append(found.c.name > after)
+        scan = sa.select(found.c.name).where(*where)
     return list(conn.execute(scan if limit is None else scan.limit(limit)).scalars())
+
+
+def named_like(name: sa.ColumnElement[str], containing: str) -> sa.ColumnElement[bool]:
+    """``name`` holds ``containing``, whatever their case: an escaped LIKE (a ``%`` or ``_``
+    in ``containing`` is itself), folded to lower case on every database alike (SQLite and
+    MariaDB's LIKE would ignore case, PostgreSQL's would not)."""
+    return sa.func.lower(name).contains(containing.lower(), autoescape=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,17 +147,31 @@ class Queues:
         with self._lock:
             self._paused = (float("-inf"), frozenset())
 
-    def live(self, conn: Connection, limit: int | None = None) -> list[str]:
-        """The queues that hold PENDING jobs, in order (the first ``limit``): one statement,
-        one probe of the per-queue claim index per queue (a skip scan), however many jobs each
-        holds."""
-        return _names(conn, self._live, limit)
+    def live(
+        self,
+        conn: Connection,
+        limit: int | None = None,
+        containing: str | None = None,
+        after: str | None = None,
+    ) -> list[str]:
+        """The queues that hold PENDING jobs, in order (the first ``limit``; only those whose
+        name holds ``containing``, see :func:`named_like`, and comes after ``after``, if
+        given): one statement, one probe of the per-queue claim index per queue (a skip scan),
+        however many jobs each holds."""
+        return _names(conn, self._live, limit, containing, after)
 
-    def named(self, conn: Connection, limit: int | None = None) -> list[str]:
+    def named(
+        self,
+        conn: Connection,
+        limit: int | None = None,
+        containing: str | None = None,
+        after: str | None = None,
+    ) -> list[str]:
         """The queues other than the default that any job names, live or ended (until
-        retention archives it), in order (the first ``limit``): a skip scan of the cold
-        table's partial index of those queues, in one statement."""
-        return _names(conn, self._named, limit)
+        retention archives it), in order (the first ``limit``; only those whose name holds
+        ``containing`` and comes after ``after``, if given): a skip scan of the cold table's
+        partial index of those queues, in one statement."""
+        return _names(conn, self._named, limit, containing, after)
 
     def claimable(
         self,

@@ -11,9 +11,11 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet import JobStatus
+from flask_ratchet.console.reads import queues as reads_queues
+from flask_ratchet.console.reads.queue_runs import HourRuns, hour_runs
 from flask_ratchet.schema import job, job_queue
 from tests.apps import add, db, ratchet, send_mail
-from tests.integration.helpers import count, job_in
+from tests.integration.helpers import add_execution, count, job_in
 from tests.integration.test_console import ADMIN, ORIGIN, Console, audit_rows
 from tests.integration.test_console_alarms import statements
 
@@ -161,3 +163,103 @@ def test_the_queues_page_and_metrics_read_the_same_few_statements_for_any_number
     many = {path: statements_for(path) for path in few}
     assert many == few, (few, many)
     assert cells(row_of(console.get("/ratchet/queues").text, "default"))[6] == "0"
+
+
+def test_the_queues_page_shows_each_queues_waits_and_run_times_of_the_last_hour(
+    console: Console,
+) -> None:
+    reports = ratchet.enqueue(add, 1, 1).with_queue("reports").submit().id
+    mail = ratchet.enqueue(send_mail, "a@example.com").submit().id
+    now = datetime.now(UTC)
+    started = now - timedelta(minutes=10)
+    with ratchet.transaction() as conn:
+        # Twenty runs, waits 10..200 ms and run times 1..20 s, written out of order.
+        for i in (7, 3, 20, 1, 12, 18, 5, 9, 14, 16, 2, 11, 19, 4, 8, 13, 6, 17, 10, 15):
+            add_execution(
+                conn,
+                reports,
+                started,
+                "SUCCEEDED" if i % 5 else "FAILED",
+                queue="reports",
+                queue_wait_ms=10.0 * i,
+                duration_ms=1000.0 * i,
+            )
+        # A run that recorded no wait: counted for the run times only.
+        add_execution(conn, reports, started, "SUCCEEDED", queue="reports", duration_ms=500_000.0)
+        add_execution(
+            conn, mail, started, "SUCCEEDED", queue="mail", queue_wait_ms=7.0, duration_ms=30.0
+        )
+        # A run written before runs held their queue: counted through its job, with no times.
+        add_execution(conn, mail, started, "FAILED", queue_wait_ms=5.0, duration_ms=5.0)
+        # Over an hour ago: left out.
+        add_execution(
+            conn,
+            mail,
+            now - timedelta(hours=2),
+            "SUCCEEDED",
+            queue="mail",
+            queue_wait_ms=9_000_000.0,
+            duration_ms=9_000_000.0,
+        )
+    with ratchet.transaction() as conn:
+        times = hour_runs(conn, ["reports", "mail", "default"], now)
+    # Nearest rank: of 20 waits the 10th and the 19th; of 21 run times the 11th and the 20th.
+    assert times == {
+        "reports": HourRuns(
+            17, 4, wait_p50=100.0, wait_p95=190.0, run_p50=11_000.0, run_p95=20_000.0
+        ),
+        "mail": HourRuns(1, 0, wait_p50=7.0, wait_p95=7.0, run_p50=30.0, run_p95=30.0),
+    }
+    page = console.get("/ratchet/queues").text
+    assert cells(row_of(page, "reports"))[7:9] == ["100 ms · 190 ms", "11 s · 20 s"]
+    assert cells(row_of(page, "mail"))[5].startswith("1 succeeded · 1 failed")
+    assert cells(row_of(page, "mail"))[7:9] == ["7.0 ms · 7.0 ms", "30 ms · 30 ms"]
+    assert cells(row_of(page, "default"))[7:9] == ["no runs", "no runs"]
+    # The chart: a bar per queue that ran jobs, the busiest first, failed runs on top.
+    bars = re.findall(r'<g class="bar" data-queue="([^"]+)"><title>([^<]*)</title>', page)
+    assert bars == [
+        ("reports", "reports: 17 succeeded, 4 failed in the last hour"),
+        ("mail", "mail: 1 succeeded, 1 failed in the last hour"),
+    ]
+
+
+def test_the_queues_page_filters_by_name_and_pages_with_the_filter_kept(
+    console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("bulk_mail", "mail", "Mailroom", "reports", "bulkxmail"):
+        ratchet.enqueue(add, 1, 1).with_queue(name).submit()
+    ratchet.pause_queue("mail-paused")
+
+    def listed(url: str) -> list[str]:
+        page = console.get(url)
+        assert page.status_code == 200, url
+        return re.findall(r'<tr data-queue="([^"]+)">', page.text)
+
+    # Whatever the case; the paused queue, known by its state alone, is filtered alike.
+    assert listed("/ratchet/queues?q=MAIL") == [
+        "Mailroom",
+        "bulk_mail",
+        "bulkxmail",
+        "mail",
+        "mail-paused",
+    ]
+    # LIKE's wildcards are plain characters here.
+    assert listed("/ratchet/queues?q=k_m") == ["bulk_mail"]
+    assert listed("/ratchet/queues?q=%25") == []
+    assert "No queue has a name holding <code>%</code>" in console.get("/ratchet/queues?q=%25").text
+    assert listed("/ratchet/queues?q=default") == ["default"]
+    monkeypatch.setattr(reads_queues, "MAX_QUEUES", 2)
+    first = console.get("/ratchet/queues?q=mail").text
+    assert re.findall(r'<tr data-queue="([^"]+)">', first) == ["Mailroom", "bulk_mail"]
+    # The filter rides the refresh and the next page's link.
+    assert 'hx-get="/ratchet/queues?q=mail"' in first
+    assert 'href="/ratchet/queues?q=mail&amp;after=bulk_mail"' in first
+    second = console.get("/ratchet/queues?q=mail&after=bulk_mail").text
+    assert re.findall(r'<tr data-queue="([^"]+)">', second) == ["bulkxmail", "mail"]
+    assert 'href="/ratchet/queues?q=mail&amp;after=mail"' in second
+    assert 'href="/ratchet/queues?q=mail">« First page' in second
+    assert listed("/ratchet/queues?q=mail&after=mail") == ["mail-paused"]
+    too_long = console.get("/ratchet/queues?q=" + "x" * 65)
+    assert too_long.status_code == 400 and "q is longer than 64 characters" in too_long.text
+    bad = console.get("/ratchet/queues?after=a%20b")
+    assert bad.status_code == 400 and "queue must be" in bad.text

@@ -23,7 +23,7 @@ from flask_ratchet.recurring import RecurringJob, RecurringStatus
 from flask_ratchet.runtime import Runtime, current
 from flask_ratchet.states import TERMINAL, Action, JobStatus, allowed
 
-from . import filters, reads
+from . import filters, reads, workflow_pages
 from .htmx import refreshes_a_region
 from .present import chart
 
@@ -226,6 +226,11 @@ def job_detail(job_id: str) -> str:
         waits_on = None if flow is None else flow.waits_on
         history = reads.job_detail.job_history(conn, job, extras.executions, waits_on)
         why = _why_not_running(runtime, conn, job)
+        timeline = None
+        root = flow is not None and flow.tree is not None and flow.tree.id == key
+        if root and flow is not None and not flow.is_batch_parent:  # a workflow's root
+            now = runtime.store.now(conn)
+            timeline = workflow_pages.timeline_for(runtime, conn, key, now)
     actions = [
         name
         for name, action in (
@@ -247,6 +252,7 @@ def job_detail(job_id: str) -> str:
         actions=actions,
         flow=flow,
         flow_live=_flow_live(flow),
+        timeline=timeline,
         flow_limits={
             "nodes": reads.batches.MAX_NODES,
             "width": reads.batches.MAX_WIDTH,

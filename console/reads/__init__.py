@@ -7,6 +7,7 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.jobs`           the job list: filters, keyset pages, capped counts, bulk selections
 :mod:`.job_detail`     one job's page: executions, logs, alerts, neighbours, history
 :mod:`.batches`        batches, their children, and the flow a job is part of
+:mod:`.workflows`      workflow roots with their steps counted, and a root's timeline
 :mod:`.dead_letters`   jobs that failed for good, grouped by task and error
 :mod:`.resources`      resource limits, permits, waiting jobs, circuit breakers
 :mod:`.nodes`          worker nodes
@@ -30,6 +31,7 @@ from . import (
     overview,
     queues,
     resources,
+    workflows,
 )
 
 __all__ = [
@@ -44,4 +46,5 @@ __all__ = [
     "overview",
     "queues",
     "resources",
+    "workflows",
 ]

@@ -9,8 +9,9 @@ other lists (:mod:`.batches`):
   parent first, a *window* of at most :data:`ROOT_WINDOW` condition rows per page (a step that
   is itself a parent is read there and left out): a page may come back short, with a cursor
   that carries on after the window;
-- a page's steps are counted in one grouped statement for all its roots (a recursive walk down
-  the conditions, at most :data:`~.batches.MAX_DEPTH` levels), never one query per root;
+- a page's steps are found by one recursive walk down the conditions for all its roots (at
+  most :data:`~.batches.MAX_DEPTH` levels and :data:`MAX_COUNTED` steps), then read by primary
+  key a chunk at a time, and counted: never one query per root;
 - a root's timeline shows at most :data:`~.batches.MAX_NODES` steps, each with its first
   attempt's start (one grouped read of their executions).
 """
@@ -37,6 +38,11 @@ from .jobs import live_or_cold
 
 #: The workflow list looks at this many condition rows (newest parent first) per page at most.
 ROOT_WINDOW = 10_000
+#: The most steps a page of the list counts (the roots of a page and everything below them);
+#: a page of workflows that have more counts this many of them.
+MAX_COUNTED = 20_000
+#: Steps read by primary key per statement.
+FACTS_CHUNK = 1_000
 #: A workflow's state, as the list and a root's page show it.
 RUNNING, COMPLETE, FAILURES = "running", "complete", "complete with failures"
 
@@ -128,130 +134,136 @@ def list_workflows(conn: Connection, limit: int, cursor: str | None = None) -> P
     return Page(rows, cursor_of("w", ends[0]), partial=True)
 
 
-def _steps(roots: list[uuid.UUID]) -> Any:
-    """The steps under each of ``roots`` (the roots included, at depth 0): a recursive walk
-    down the conditions, :data:`~.batches.MAX_DEPTH` levels at most."""
+def _walk(conn: Connection, roots: list[uuid.UUID], limit: int, ordered: bool = False) -> Any:
+    """Up to ``limit`` steps under ``roots`` (the roots included, at depth 0), each as ``root,
+    id, depth, decision``: a recursive walk down the conditions alone, :data:`~.batches.
+    MAX_DEPTH` levels at most (in ``depth, id`` order if ``ordered``).
+
+    What the pages show of each step is read afterwards by primary key (:func:`_facts`): no
+    planner can tell how many rows a recursive walk makes, and joined to one, the jobs were
+    read by scanning the whole table (PostgreSQL hashed all 106,000 jobs to count the steps of
+    50 roots; read inside the walk, its cost estimate set off a JIT compilation of 0.5 s).
+    """
     # An integer written into the SQL: a bound 0 could be typed differently from depth + 1.
+    # A root has no decision: NULL, typed as the column the other levels read.
     steps = (
         sa.select(
             job.c.job_id.label("root"),
             job.c.job_id.label("id"),
             sa.literal_column("0").label("depth"),
+            sa.cast(sa.null(), workflow_condition.c.decision.type).label("decision"),
         )
         .where(job.c.job_id.in_(roots))
         .cte("steps", recursive=True)
     )
-    return steps.union_all(
-        sa.select(steps.c.root, workflow_condition.c.job_id, steps.c.depth + 1).where(
-            workflow_condition.c.parent_id == steps.c.id, steps.c.depth < MAX_DEPTH
-        )
+    steps = steps.union_all(
+        sa.select(
+            steps.c.root,
+            workflow_condition.c.job_id,
+            steps.c.depth + 1,
+            workflow_condition.c.decision,
+        ).where(workflow_condition.c.parent_id == steps.c.id, steps.c.depth < MAX_DEPTH)
     )
+    stmt = sa.select(steps.c.root, steps.c.id, steps.c.depth, steps.c.decision)
+    if ordered:
+        stmt = stmt.order_by(steps.c.depth, steps.c.id)
+    return conn.execute(stmt.limit(limit)).all()
+
+
+def _facts(conn: Connection, ids: list[uuid.UUID], runs: bool = False) -> dict[uuid.UUID, Any]:
+    """Each step's job columns and hot row status (with ``runs``: its first attempt's start),
+    by primary key, a chunk of ids a statement. A step deleted meanwhile is not there."""
+    columns: list[Any] = [
+        job.c.job_id,
+        job.c.task,
+        job.c.created_at,
+        job.c.finished_at,
+        job.c.terminal_status,
+        job_queue.c.status.label("live_status"),
+    ]
+    if runs:  # on the executions' job_id index, a step at a time
+        first = sa.select(sa.func.min(execution.c.started_at)).where(
+            execution.c.job_id == job.c.job_id
+        )
+        columns.append(first.scalar_subquery().label("started_at"))
+    found: dict[uuid.UUID, Any] = {}
+    for start in range(0, len(ids), FACTS_CHUNK):
+        part = ids[start : start + FACTS_CHUNK]
+        rows = conn.execute(
+            sa.select(*columns)
+            .select_from(job.outerjoin(job_queue, job_queue.c.job_id == job.c.job_id))
+            .where(job.c.job_id.in_(part))
+        )
+        found.update((r.job_id, r) for r in rows)
+    return found
 
 
 def _counted(conn: Connection, roots: list[uuid.UUID]) -> dict[uuid.UUID, WorkflowRow]:
-    """Each root with its steps counted: one grouped statement for them all."""
+    """Each root with its steps counted: the walk for all of them at once, then their steps'
+    rows by primary key (never a query per root)."""
     if not roots:
         return {}
-    steps = _steps(roots)
-    ended = job_queue.c.job_id.is_(None)
-    canceled = job.c.terminal_status == JobStatus.CANCELED
-    skipped = ended & canceled & (workflow_condition.c.decision == Decision.SKIPPED)
-    failed = ended & (job.c.terminal_status != JobStatus.SUCCEEDED) & ~skipped
-    is_root = steps.c.depth == 0
-    counts = conn.execute(
-        sa.select(
-            steps.c.root,
-            sa.func.count().label("steps"),
-            sa.func.count(sa.case((ended, 1))).label("ended"),
-            sa.func.count(sa.case((failed, 1))).label("failed"),
-            sa.func.count(sa.case((skipped, 1))).label("skipped"),
-            sa.func.max(job.c.finished_at).label("finished_at"),
-            # The root's own columns, picked out of its group (depth 0 is the root alone).
-            sa.func.max(sa.case((is_root, job.c.task))).label("task"),
-            sa.func.max(sa.case((is_root, job.c.created_at))).label("created_at"),
-            sa.func.max(sa.case((is_root, job.c.terminal_status))).label("terminal_status"),
-            sa.func.max(sa.case((is_root, job_queue.c.status))).label("live_status"),
+    walked = _walk(conn, roots, MAX_COUNTED)
+    facts = _facts(conn, list({w.id for w in walked}))
+    tally: dict[uuid.UUID, list[Any]] = {}
+    for w in walked:
+        f = facts.get(w.id)
+        if f is None:
+            continue  # deleted meanwhile
+        t = tally.setdefault(w.root, [None, 0, 0, 0, 0, None])
+        if w.depth == 0:
+            t[0] = f
+        t[1] += 1
+        if f.live_status is not None:
+            continue
+        t[2] += 1
+        if f.terminal_status == JobStatus.CANCELED and w.decision == Decision.SKIPPED:
+            t[4] += 1  # a branch not taken, or a step after one that did not succeed
+        elif f.terminal_status != JobStatus.SUCCEEDED:
+            t[3] += 1
+        if f.finished_at is not None and (t[5] is None or f.finished_at > t[5]):
+            t[5] = f.finished_at
+    return {
+        root: WorkflowRow(
+            id=root,
+            task=t[0].task,
+            status=live_or_cold(t[0].live_status, t[0].terminal_status),
+            created_at=t[0].created_at,
+            steps=t[1],
+            ended=t[2],
+            failed=t[3],
+            skipped=t[4],
+            finished_at=t[5] if t[2] >= t[1] else None,
         )
-        .select_from(
-            steps.join(job, job.c.job_id == steps.c.id)
-            .outerjoin(job_queue, job_queue.c.job_id == steps.c.id)
-            .outerjoin(workflow_condition, workflow_condition.c.job_id == steps.c.id)
-        )
-        .group_by(steps.c.root)
-    ).all()
-    return {r.root: _row(r) for r in counts if r.task is not None}
-
-
-def _row(r: Any) -> WorkflowRow:
-    done = r.ended >= r.steps
-    return WorkflowRow(
-        id=r.root,
-        task=r.task,
-        status=live_or_cold(r.live_status, r.terminal_status),
-        created_at=r.created_at,
-        steps=r.steps,
-        ended=r.ended,
-        failed=r.failed,
-        skipped=r.skipped,
-        finished_at=r.finished_at if done else None,
-    )
-
-
-def workflow_row(conn: Connection, root_id: uuid.UUID) -> WorkflowRow | None:
-    """One root's counts, or None if it is no workflow root."""
-    return _counted(conn, [root_id]).get(root_id)
+        for root, t in tally.items()
+        if t[0] is not None
+    }
 
 
 def timeline(conn: Connection, root_id: uuid.UUID, now: datetime) -> Timeline | None:
     """The steps of the workflow ``root_id`` is the root of, for its page; None if it has
     none below it."""
-    steps = _steps([root_id])
-    first_run = (
-        sa.select(
-            execution.c.job_id,
-            sa.func.min(execution.c.started_at).label("started_at"),
-        )
-        .where(execution.c.job_id.in_(sa.select(steps.c.id)))
-        .group_by(execution.c.job_id)
-        .subquery()
-    )
-    rows = conn.execute(
-        sa.select(
-            steps.c.id,
-            steps.c.depth,
-            job.c.task,
-            job.c.created_at,
-            job.c.finished_at,
-            job.c.terminal_status,
-            job_queue.c.status.label("live_status"),
-            first_run.c.started_at,
-        )
-        .select_from(
-            steps.join(job, job.c.job_id == steps.c.id)
-            .outerjoin(job_queue, job_queue.c.job_id == steps.c.id)
-            .outerjoin(first_run, first_run.c.job_id == steps.c.id)
-        )
-        .order_by(steps.c.depth, steps.c.id)
-        .limit(MAX_NODES + 1)
-    ).all()
-    if len(rows) < 2:
-        return None
+    walked = _walk(conn, [root_id], MAX_NODES + 1, ordered=True)
+    facts = _facts(conn, [w.id for w in walked[:MAX_NODES]], runs=True)
     found = [
         Step(
-            id=r.id,
-            task=r.task,
-            status=live_or_cold(r.live_status, r.terminal_status),
-            depth=r.depth,
-            created_at=r.created_at,
-            started_at=r.started_at,
+            id=w.id,
+            task=f.task,
+            status=live_or_cold(f.live_status, f.terminal_status),
+            depth=w.depth,
+            created_at=f.created_at,
+            started_at=f.started_at,
             # A live job's end is the one the page is drawn at (its bar grows to now).
-            finished_at=r.finished_at if r.live_status is None else None,
+            finished_at=f.finished_at if f.live_status is None else None,
         )
-        for r in rows[:MAX_NODES]
+        for w in walked[:MAX_NODES]
+        if (f := facts.get(w.id)) is not None
     ]
+    if len(found) < 2:
+        return None
     deep = any(s.depth >= MAX_DEPTH for s in found)
     ends = [s.finished_at for s in found if s.finished_at is not None]
     end = max(ends) if len(ends) == len(found) else max([now, *ends])
     found.sort(key=lambda s: (s.started_at is None, s.started_at or s.created_at, s.id.bytes))
     start = min(s.created_at for s in found)
-    return Timeline(found, start, max(end, start), len(rows) > MAX_NODES or deep)
+    return Timeline(found, start, max(end, start), len(walked) > MAX_NODES or deep)

@@ -22,7 +22,7 @@ from flask_ratchet.runtime import Runtime, current
 from flask_ratchet.states import TERMINAL, JobStatus
 from flask_ratchet.substates import MEANING, OF_STATUS, SubState, substate
 
-from . import filters, offers, present, reads, replica
+from . import filters, offers, present, reads, replica, workflow_pages
 from .htmx import refreshes_a_region
 from .present import chart
 from .reads import archive
@@ -243,6 +243,10 @@ def job_detail(job_id: str) -> str:
         why = _why_not_running(runtime, conn, job)
         now = runtime.store.now(conn)
         paused = job.queue in runtime.store.queues.paused(conn)
+        timeline = None
+        root = flow is not None and flow.tree is not None and flow.tree.id == key
+        if root and flow is not None and not flow.is_batch_parent:  # a workflow's root
+            timeline = workflow_pages.timeline_for(runtime, conn, key, now)
     sub = substate(
         job.status,
         due_at=job.scheduled_at,
@@ -264,6 +268,7 @@ def job_detail(job_id: str) -> str:
         actions=actions,
         flow=flow,
         flow_live=_flow_live(flow),
+        timeline=timeline,
         flow_limits={
             "nodes": reads.batches.MAX_NODES,
             "width": reads.batches.MAX_WIDTH,

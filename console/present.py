@@ -370,14 +370,15 @@ def wall_time(progress: BatchProgress, now: datetime) -> float | None:
     return max(0.0, (end - progress.created_at).total_seconds())
 
 
-def overhead(progress: BatchProgress) -> str:
-    """Wall time less the children's summed run time, with a minus sign (``-3 m 05 s``) when
-    they ran in parallel (the wall time was shorter than running them one after another); an
-    em dash until the batch has ended."""
-    ms = progress.overhead_ms
-    if ms is None:
+def parallelism(progress: BatchProgress, now: datetime) -> str:
+    """The children's summed run time over the batch's wall time (so far, while it runs),
+    as ``5.7`` and the multiplication sign, then ``parallel``: about six children ran at any
+    moment; below 1 they waited for each other or in queues. An em dash before any child ran."""
+    wall = wall_time(progress, now)
+    run = progress.child_run_ms / 1000
+    if wall is None or wall <= 0 or run <= 0 or not math.isfinite(run):
         return NONE
-    return f"\N{MINUS SIGN}{duration(-ms / 1000)}" if ms < 0 else duration(ms / 1000)
+    return f"{run / wall:,.1f}\N{MULTIPLICATION SIGN} parallel"
 
 
 #: What each condition kind means, for a tooltip (see :class:`flask_ratchet.flows.Condition`).

@@ -1,6 +1,7 @@
 """Wiring: the console's URLs, guards, and what its templates may call.
 
 Pages live in :mod:`.pages` (GET, read only), actions in :mod:`.actions` (POST, admin only),
+a batch's actions in :mod:`.batch_actions`, the workflow list in :mod:`.workflow_pages`,
 those of resource limits and circuit breakers in :mod:`.resource_pages` and
 :mod:`.resource_actions`, those of queues in :mod:`.queue_pages` and :mod:`.queue_actions`, and
 the checks every request passes in :mod:`.security`.
@@ -23,6 +24,7 @@ from flask_ratchet.errors import SchemaNotReady
 from . import (
     actions,
     audit_page,
+    batch_actions,
     error_pages,
     filters,
     metrics,
@@ -36,6 +38,7 @@ from . import (
     resource_pages,
     security,
     signal_actions,
+    workflow_pages,
 )
 from .htmx import CHANGED_EVENT, is_htmx
 
@@ -193,7 +196,7 @@ def register(bp: Blueprint) -> None:
         "in_zone",
         "batch_bar",
         "wall_time",
-        "overhead",
+        "parallelism",
         "condition",
         "condition_meaning",
         "waiting",
@@ -225,6 +228,8 @@ def register(bp: Blueprint) -> None:
     )
     bp.add_url_rule("/batches", "batches", shown(pages.batches))
     bp.add_url_rule("/batches/<batch_id>", "batch", shown(pages.batch_detail))
+    bp.add_url_rule("/batches/<batch_id>/<action>", "confirm_batch_action", batch_actions.confirm)
+    bp.add_url_rule("/workflows", "workflows", shown(workflow_pages.workflows))
     bp.add_url_rule("/resources", "resources", shown(resource_pages.resources))
     bp.add_url_rule("/resources/limit", "resource_limit", resource_pages.resource_limit)
     bp.add_url_rule("/breakers", "breakers", shown(resource_pages.breakers))
@@ -237,6 +242,12 @@ def register(bp: Blueprint) -> None:
     bp.add_url_rule("/jobs/selected", "act_selected", _retried(actions.selected), methods=["POST"])
     bp.add_url_rule("/jobs/bulk", "confirm_bulk", actions.confirm_filter, methods=["GET"])
     bp.add_url_rule("/jobs/bulk", "act_bulk", _retried(actions.on_filter), methods=["POST"])
+    bp.add_url_rule(
+        "/batches/<batch_id>/<action>",
+        "act_batch",
+        _retried(batch_actions.act),
+        methods=["POST"],
+    )
     bp.add_url_rule(
         "/recurring/<action>", "act_recurring", _retried(actions.recurring_one), methods=["POST"]
     )

@@ -397,6 +397,13 @@ class Ratchet(RecurringMethods):
         """A batch's counts and metrics (``batch_id`` is its parent job's id), or None."""
         return batch_progress(self.runtime, batch_id)
 
+    def cancel_batch(self, batch_id: uuid.UUID | str, *, actor: str = "app") -> int:
+        """Cancel a batch that has not settled: its parent ends CANCELED, with every child that
+        has not ended and the follow-ups; one audit row naming ``actor``. Returns how many jobs
+        it canceled, the parent included (0 for a settled batch). To retry a batch's failed
+        children: ``retry_jobs(batch=batch_id)``."""
+        return bulk.cancel_batch(self.runtime, batch_id, actor=actor, role="app")
+
     # -- queues --------------------------------------------------------------------------------
 
     def pause_queue(self, name: str) -> bool:

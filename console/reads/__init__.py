@@ -7,6 +7,7 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.jobs`           the job list: filters, keyset pages, capped counts, bulk selections
 :mod:`.job_detail`     one job's page: executions, logs, alerts, neighbours, history
 :mod:`.batches`        batches, their children, and the flow a job is part of
+:mod:`.workflows`      workflow roots with their steps counted, and a root's timeline
 :mod:`.dead_letters`   jobs that failed for good, grouped by task and fingerprint
 :mod:`.resources`      resource limits, permits, waiting jobs, circuit breakers
 :mod:`.queues`         every queue's figures; :mod:`.queue_runs` its waits and run times
@@ -35,6 +36,7 @@ from . import (
     queues,
     resources,
     substates,
+    workflows,
 )
 
 __all__ = [
@@ -51,4 +53,5 @@ __all__ = [
     "queues",
     "resources",
     "substates",
+    "workflows",
 ]

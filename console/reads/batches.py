@@ -70,6 +70,17 @@ class BatchRow:
     def id(self) -> uuid.UUID:
         return self.progress.batch_id
 
+    @property
+    def state(self) -> str:
+        """running (a child has not ended: the batch has not settled), complete (every child
+        succeeded), complete with failures (a child failed or was canceled), or canceled (its
+        parent was: the children that had not ended were canceled with it)."""
+        if self.status == JobStatus.CANCELED:
+            return "canceled"
+        if not self.progress.finished:
+            return "running"
+        return "complete with failures" if self.progress.failed else "complete"
+
 
 class _HasId(Protocol):
     @property

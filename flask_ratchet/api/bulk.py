@@ -1,4 +1,5 @@
-"""Cancel, retry or delete every job a filter matches, or a list of jobs, in one transaction.
+"""Cancel, retry or delete every job a filter matches, or a list of jobs, in one transaction;
+and the same for one batch: cancel it, or retry its failed children.
 
 Each runs in the caller's transaction (a request's, or ``ratchet.transaction()``) or one of its
 own, and writes, with the changes, one audit row and one aggregate event
@@ -18,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .. import facts
 from ..facts import Event
+from ..ids import job_id_of
 from ..runtime import Runtime
 from ..store import Store
 from ..store.types import JobFilter
@@ -119,20 +121,122 @@ def change_matching(
             return store.bulk.count(conn, action, where, _keep(runtime, action))
         changed = change(store, conn, where, _keep(runtime, action))
         facts.record(conn, [Event(kind, {"count": changed, "filter": shown})])
-        store.cluster.record_audit(
-            conn,
-            at=store.now(conn),
-            actor=actor,
-            role=role,
-            action=action,
-            scope="filter",
-            target=json.dumps({"filter": shown}),
-            requested=changed,
-            changed=changed,
-        )
+        _audit(store, conn, actor, role, action, "filter", json.dumps({"filter": shown}), changed)
         return changed
 
     return runtime.run(work, atomic=True)
+
+
+def cancel_batch(
+    runtime: Runtime,
+    batch_id: uuid.UUID | str,
+    *,
+    actor: str,
+    role: str,
+    dry_run: bool = False,
+) -> int:
+    """Cancel a batch that has not settled: its parent job, which cancels every child that has
+    not ended (the cascade of a canceled parent), in one transaction with one audit row
+    (action ``cancel-batch``, scope ``batch``). Return how many jobs it canceled, the parent
+    included (with ``dry_run``: how many it would cancel now, writing nothing); 0 for a batch
+    that has settled, or no batch.
+
+    The parent ends CANCELED, so the batch's follow-ups are canceled too, where canceling its
+    children alone (``cancel_jobs(batch=…)``) settles it FAILED and runs its ``on_failure``.
+    With a policy (:mod:`.policy`), the principal must be allowed to cancel the parent and
+    every child that has not ended: the cascade spares none of them, so otherwise nothing is
+    canceled (0).
+
+    :raises ValueError: for a ``batch_id`` that is not a job id.
+    """
+    key = job_id_of(batch_id)
+    store = runtime.store
+    children = JobFilter(batch_id=key)
+
+    def work(conn: Connection) -> int:
+        if not dry_run:
+            # The batch row first: every writer that ends a child locks it before the child,
+            # so the children counted here are the ones the cascade finds. (A dry run reads
+            # only: a confirmation page takes no lock.)
+            store.flows.batches.lock(conn, [key])
+        found = store.flows.batches.batch_progress(conn, key)
+        if found is None or found.finished:
+            return 0
+        live = store.bulk.count(conn, "cancel", children)
+        keep = _keep(runtime, "cancel")
+        if keep is not None and (
+            not policy.may(runtime, conn, "cancel", key)
+            or store.bulk.count(conn, "cancel", children, keep) < live
+        ):
+            return 0
+        if dry_run:
+            return live + 1
+        if not store.jobs.cancel(conn, key):
+            return 0  # the parent had ended (a batch that never settled): nothing to cascade
+        changed = 1 + live - store.bulk.count(conn, "cancel", children)
+        _audit(store, conn, actor, role, "cancel-batch", "batch", str(key), changed)
+        return changed
+
+    return runtime.run(work, atomic=True)
+
+
+def retry_failed_children(
+    runtime: Runtime,
+    batch_id: uuid.UUID | str,
+    *,
+    actor: str,
+    role: str,
+    dry_run: bool = False,
+) -> int:
+    """Retry every FAILED child of a batch (PENDING, attempts reset, due now), as
+    ``retry_jobs(batch=…)`` does, with one audit row (action ``retry-failed-children``, scope
+    ``batch``) and one :data:`~flask_ratchet.events.jobs_bulk_retried` event; return how many
+    (with ``dry_run``: how many it would retry now, writing nothing).
+
+    A batch that has not settled counts the retried children again as they end; a settled
+    batch keeps its counts and its follow-ups as decided (the children run on their own).
+
+    :raises ValueError: for a ``batch_id`` that is not a job id.
+    """
+    key = job_id_of(batch_id)
+    store = runtime.store
+    children = JobFilter(batch_id=key)
+
+    def work(conn: Connection) -> int:
+        keep = _keep(runtime, "retry")
+        if dry_run:
+            return store.bulk.count(conn, "retry", children, keep)
+        changed = store.bulk.retry(conn, children, keep)
+        shown = described(children)
+        facts.record(conn, [Event(facts.JOBS_BULK_RETRIED, {"count": changed, "filter": shown})])
+        _audit(store, conn, actor, role, "retry-failed-children", "batch", str(key), changed)
+        return changed
+
+    return runtime.run(work, atomic=True)
+
+
+def _audit(
+    store: Store,
+    conn: Connection,
+    actor: str,
+    role: str,
+    action: str,
+    scope: str,
+    target: str,
+    changed: int,
+) -> None:
+    """The operation's ``ratchet_audit`` row, stamped by the database's clock."""
+    store.cluster.record_audit(
+        conn,
+        at=store.now(conn),
+        actor=actor,
+        role=role,
+        action=action,
+        scope=scope,
+        target=target,
+        requested=changed,
+        changed=changed,
+    )
 
 
 def _keep(runtime: Runtime, action: str) -> Keep:

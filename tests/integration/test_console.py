@@ -214,6 +214,7 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
     nightly = master("nightly")
     ratchet.run_recurring_now(nightly)
     batch = ratchet.enqueue_batch("nightly-import").add(add, 1, 2).submit().id
+    chain = ratchet.enqueue(add, 1, 1).then(add, 2, 2).submit()  # its root's page: a timeline
     gets = [
         "/ratchet/",
         "/ratchet/?window=24h",
@@ -245,6 +246,10 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
         "/ratchet/batches?state=running",
         f"/ratchet/batches/{batch}",
         f"/ratchet/jobs/{batch}",
+        f"/ratchet/batches/{batch}/cancel",
+        f"/ratchet/batches/{batch}/retry",
+        "/ratchet/workflows",
+        f"/ratchet/jobs/{chain.ids[0]}",
         "/ratchet/resources",
         "/ratchet/resources/limit?name=payment-api",
         "/ratchet/breakers",
@@ -282,6 +287,7 @@ def test_gets_never_write_and_posts_only_are_actions(console: Console) -> None:
     assert console.get("/ratchet/recurring/pause").status_code == 405
     assert ratchet.get_job(failed).status == JobStatus.FAILED  # type: ignore[union-attr]
     assert ratchet.get_recurring(nightly).status == RecurringStatus.ACTIVE  # type: ignore[union-attr]
+    assert ratchet.get_job(batch).status == JobStatus.PENDING  # type: ignore[union-attr]
     assert count("ratchet_audit") == 0
 
 

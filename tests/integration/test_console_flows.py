@@ -201,16 +201,17 @@ def test_the_batch_list_shows_progress_counts_and_metrics(console: Console, app:
     assert batch_ids(page) == [str(running), str(done)]
     row = page.text[page.text.index(f'data-batch="{done}"') :]
     row = row[: row.index("</tr>")]
-    assert "nightly-import" in row and "status-failed" in row  # the parent settled FAILED
+    assert "nightly-import" in row  # the parent settled FAILED: a child failed
+    assert 'data-state="complete with failures">complete with failures</span>' in row
     assert "8 succeeded</span>" in row and "2 failed</span>" in row and "0 to go" in row
     assert 'aria-label="8 succeeded, 2 failed, 0 to go, of 10"' in row
     assert '<rect class="ok" x="0" y="0" width="80.0"' in row
     assert '<rect class="failed" x="80.0" y="0" width="20.0"' in row
     assert "style=" not in page.text  # the CSP forbids style attributes: SVG attributes only
-    assert "running" not in row and "so far" not in row
+    assert ">running<" not in row and "so far" not in row
     other = page.text[page.text.index(f'data-batch="{running}"') :]
     other = other[: other.index("</tr>")]
-    assert "3 to go" in other and "so far" in other and "status-pending" in other
+    assert "3 to go" in other and "so far" in other and 'data-state="running"' in other
     main = page.text[page.text.index("<main") :]  # the header's alarm strip has its own
     assert 'hx-trigger="every 5s' in main  # live while a shown batch runs
     finished = console.get("/ratchet/batches?state=finished")
@@ -571,14 +572,20 @@ def test_the_bar_shows_every_share_that_is_not_zero_and_never_overflows() -> Non
     assert present.batch_bar(progress(0, 0, 0)).label == "no children"
 
 
-def test_overhead_is_signed_and_conditions_read_as_written() -> None:
+def test_parallelism_is_run_time_over_wall_time_and_conditions_read_as_written() -> None:
     start = datetime(2026, 1, 1, tzinfo=UTC)
-    parallel = progress(4, 4, 0, child_run_ms=8_000.0, created_at=start)
-    assert present.overhead(parallel) == present.NONE  # not ended: no wall time yet
-    ended = progress(4, 4, 0, child_run_ms=8_000.0, created_at=start, finished_at=start)
-    assert present.overhead(ended) == "\N{MINUS SIGN}8.00 s"
-    later = start + timedelta(seconds=75)
-    assert present.wall_time(parallel, later) == 75.0
+    parallel = progress(4, 2, 0, child_run_ms=57_000.0, created_at=start)
+    later = start + timedelta(seconds=10)
+    assert present.parallelism(parallel, later) == "5.7\N{MULTIPLICATION SIGN} parallel"  # so far
+    ended = progress(4, 4, 0, child_run_ms=8_000.0, created_at=start, finished_at=later)
+    assert (
+        present.parallelism(ended, later + timedelta(hours=1))
+        == "0.8\N{MULTIPLICATION SIGN} parallel"
+    )
+    assert present.parallelism(progress(4, 0, 0, created_at=start), later) == present.NONE
+    instant = progress(1, 1, 0, child_run_ms=5.0, created_at=start, finished_at=start)
+    assert present.parallelism(instant, later) == present.NONE  # no wall time to divide by
+    assert present.wall_time(parallel, start + timedelta(seconds=75)) == 75.0
     waits = flows.WaitsOn(uuid.uuid4(), "SUCCESS_RATE", None, 0.95, None, None, None)
     assert present.condition(waits) == "SUCCESS_RATE ≥ 95%"
     count4 = flows.WaitsOn(uuid.uuid4(), "FAILURE_COUNT", None, 4.0, None, None, None)

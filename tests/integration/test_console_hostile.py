@@ -253,6 +253,8 @@ GET_ROUTES: dict[str, tuple[str, ...]] = {
     "/ratchet/recurring/cancel": ("id",),
     "/ratchet/batches": ("state", "size", "cursor"),
     "/ratchet/batches/{batch}": ("status", "size", "cursor"),
+    "/ratchet/batches/{batch}/{action}": (),
+    "/ratchet/workflows": ("size", "cursor"),
     "/ratchet/resources": (),
     "/ratchet/resources/limit": ("name",),
     "/ratchet/breakers": (),
@@ -264,6 +266,7 @@ POST_ROUTES: dict[str, tuple[str, ...]] = {
     "/ratchet/jobs/{job}/signal": ("decision", "payload", "reason"),
     "/ratchet/jobs/selected": ("action", "job_id", "next"),
     "/ratchet/jobs/bulk": (*filters.FILTER_NAMES, "action", "bound", "count", "next"),
+    "/ratchet/batches/{batch}/{action}": ("count",),
     "/ratchet/recurring/{action}": ("id", "next"),
     "/ratchet/resources/limit": ("name", "max_concurrent", "rate", "retry_delay"),
     "/ratchet/breakers/reset": ("service",),
@@ -274,6 +277,7 @@ NAMES_A_ROW = frozenset(
     {
         "/ratchet/jobs/{job}",
         "/ratchet/batches/{batch}",
+        "/ratchet/batches/{batch}/{action}",
         "/ratchet/recurring/cancel",
         "/ratchet/resources/limit",
         "/ratchet/breakers/reset",
@@ -372,7 +376,7 @@ def allowed(route: str, role: str | None, method: str, segment: str) -> set[int]
         codes.add(404)
     if segment:
         codes |= {404, 405}
-    if route == "/ratchet/jobs/bulk" and method == "POST":
+    if route in ("/ratchet/jobs/bulk", "/ratchet/batches/{batch}/{action}") and method == "POST":
         codes.add(409)
     return codes
 

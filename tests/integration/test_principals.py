@@ -11,10 +11,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from flask import Flask, has_request_context, request
 
 from flask_ratchet import Job, JobNotAuthorized, JobNotFound, JobStatus
 from flask_ratchet.errors import ConfigError
+from flask_ratchet.schema import job as job_table
 from tests.apps import add, approve, create_app, db, ratchet
 from tests.integration.helpers import count, finish
 from tests.integration.test_console import Console
@@ -218,3 +220,53 @@ def test_the_dead_letters_and_batches_an_operator_sees_are_their_tenants(tenants
     letters = console.get("/ratchet/dead-letters").text
     assert "alice&#39;s card declined" in letters and "bob" not in letters
     assert str(parent) in console.get("/ratchet/batches").text
+
+
+def test_a_batch_is_canceled_only_by_whom_may_cancel_every_live_job_of_it(
+    tenants: Flask,
+) -> None:
+    acting["as"] = "alice@t1"
+    mixed = ratchet.enqueue_batch("mixed").add(add, 1, 1).add(add, 2, 2).submit().id
+    own = ratchet.enqueue_batch("own").add(add, 3, 3).add(add, 4, 4).submit().id
+    acting["as"] = None
+    with ratchet.transaction() as conn:  # one child of "mixed" is another tenant's now
+        conn.execute(
+            sa.update(job_table)
+            .where(job_table.c.batch_id == mixed, job_table.c.job_id == children(mixed)[0])
+            .values(principal="eve@t9")
+        )
+    console = Console(tenants.test_client())
+    console.headers["X-User"] = "ops@t2"  # another tenant's batches are not there at all
+    for url in (f"/ratchet/batches/{own}/cancel", f"/ratchet/batches/{own}/retry"):
+        assert console.get(url).status_code == 404
+        assert console.post(url, {"count": "0"}).status_code == 404
+    console.headers["X-User"] = "ops@t1"
+    assert (
+        "<strong>0</strong> jobs can be canceled"
+        in console.get(f"/ratchet/batches/{mixed}/cancel").text
+    )  # the cascade would cancel eve's child too: refused whole
+    done = console.post(f"/ratchet/batches/{mixed}/cancel", {"count": "0"}, htmx=True)
+    assert done.status_code == 200 and "0 of 0 jobs canceled" in done.text
+    assert (
+        "<strong>3</strong> jobs can be canceled"
+        in console.get(f"/ratchet/batches/{own}/cancel").text
+    )
+    assert console.post(f"/ratchet/batches/{own}/cancel", {"count": "3"}).status_code == 200
+    acting["as"] = None
+    statuses = {i: ratchet.get_job(i) for i in [mixed, own, *children(mixed), *children(own)]}
+    assert [j.status for j in statuses.values() if j is not None] == [
+        JobStatus.PENDING,
+        JobStatus.CANCELED,
+        *[JobStatus.PENDING] * 2,
+        *[JobStatus.CANCELED] * 2,
+    ]
+
+
+def children(batch_id: uuid.UUID) -> list[uuid.UUID]:
+    with db.engine.connect() as conn:
+        found = conn.execute(
+            sa.select(job_table.c.job_id)
+            .where(job_table.c.batch_id == batch_id)
+            .order_by(job_table.c.job_id)
+        )
+        return list(found.scalars())

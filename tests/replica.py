@@ -189,7 +189,9 @@ def _wait_for_recovery(url: str) -> None:
 def wait_for_replay(primary_url: str, replica_url: str, timeout: float = 30.0) -> None:
     """Return once the replica has replayed everything the primary had written when called."""
     with sa.create_engine(primary_url, poolclass=sa.NullPool).connect() as conn:
-        target = conn.execute(sa.text("SELECT pg_current_wal_lsn()")).scalar_one()
+        # The insert position, not the write position: a commit made with synchronous_commit
+        # off (a worker's claims) may not be written out yet, and the write one is short of it.
+        target = conn.execute(sa.text("SELECT pg_current_wal_insert_lsn()")).scalar_one()
     engine = sa.create_engine(replica_url, poolclass=sa.NullPool)
     deadline = time.monotonic() + timeout
     try:

@@ -74,7 +74,10 @@ class BatchRow:
     def state(self) -> str:
         """running (a child has not ended: the batch has not settled), complete (every child
         succeeded), complete with failures (a child failed or was canceled), or canceled (its
-        parent was: the children that had not ended were canceled with it)."""
+        parent was: the children that had not ended were canceled with it). A parent whose
+        status this version cannot read shows that status as stored: nothing is made up."""
+        if not isinstance(self.status, JobStatus):
+            return str(self.status)
         if self.status == JobStatus.CANCELED:
             return "canceled"
         if not self.progress.finished:

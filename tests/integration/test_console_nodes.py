@@ -98,7 +98,7 @@ def test_after_a_clean_stop_the_nodes_page_names_the_last_workers(
     assert "No worker has reported in" not in page
     said = text(page)
     assert "No worker is running. Last seen:" in said
-    found = re.findall(r"node (worker-\d) on (\S+) \(pid (\d+)\) stopped cleanly at ", said)
+    found = re.findall(r"node (worker-\d) on (\S+) \(pid (\d+)\) stopped cleanly ", said)
     assert [name for name, _, _ in found] == ["worker-2", "worker-1"]
     rows = [r for r in audit_rows() if r.action == WORKER_STOPPED]
     assert [(r.actor, r.role, r.scope, r.changed) for r in rows] == [

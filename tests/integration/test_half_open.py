@@ -121,11 +121,15 @@ def in_thread(call: Callable[[], Any], within: float = 60) -> Any:
     return outcome[0]
 
 
+#: The servers: SQLite has no server to end a statement (a claim waits for its lock for the
+#: busy timeout) and no network between a worker and its file.
+SERVERS = pytest.mark.parametrize("database_url", ["postgresql", "mariadb"], indirect=True)
+
+
+@SERVERS
 def test_the_server_ends_a_claim_that_runs_past_the_claim_timeout(app: Flask, dialect: str) -> None:
     """PostgreSQL's ``statement_timeout``, MariaDB's ``max_statement_time``: a claim held up
     behind a lock (here a whole-table one) ends with the server's error."""
-    if dialect == "sqlite":
-        pytest.skip("no server: a claim waits for SQLite's lock for its busy timeout")
     store = ratchet.runtime.store
     claims = store.claim_engine(db.engine, timeout=2)  # each statement's time on a busy machine
     try:
@@ -148,14 +152,13 @@ def test_the_server_ends_a_claim_that_runs_past_the_claim_timeout(app: Flask, di
         claims.dispose()
 
 
+@SERVERS
 def test_a_claim_whose_answer_never_comes_is_cut_by_the_worker(
     app: Flask, dialect: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Through a proxy that stops forwarding: the server's limit cannot help (its error never
     arrives), nor can TCP's (the proxy's kernel acknowledges every byte): the claim's deadline,
     which the worker's watchdog enforces, cuts the connection; the next claim uses a new one."""
-    if dialect == "sqlite":
-        pytest.skip("no network between a worker and its SQLite file")
     monkeypatch.setattr(deadline_module, "MARGIN", 0.5)
     store = ratchet.runtime.store
     url = db.engine.url.render_as_string(hide_password=False)

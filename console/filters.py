@@ -29,6 +29,7 @@ from flask_ratchet.substates import STATUS_OF, SubState
 
 from .error_pages import BadParameter
 from .present import mentions_secret
+from .reads.job_search import FAILED_SORT, id_prefix
 from .reads.jobs import SORTS, JobQuery
 from .security import can_act
 
@@ -71,6 +72,7 @@ FILTER_NAMES = (
     "created_after",
     "created_before",
     "q",
+    "error",
     "recurring",
     "fingerprint",
     "sort",
@@ -89,25 +91,41 @@ class ListRequest:
 
 
 def parse(values: Mapping[str, str]) -> ListRequest:
-    """Validate the job list's parameters; ``abort(400)`` naming the first bad one."""
+    """Validate the job list's parameters; ``abort(400)`` naming the first bad one.
+
+    ``status`` may come more than once, or as names separated by commas
+    (``status=FAILED&status=CANCELED``, ``status=FAILED,CANCELED``): a job in any of them.
+    """
     args: dict[str, str] = {}
     for name in FILTER_NAMES:
         value = (values.get(name) or "").strip()
         if value:
             args[name] = value
-    status = job_status(args.get("status"))
-    if status is not None:
-        args["status"] = status  # as the form's list names it: "failed" is FAILED
-    sub = _substate(args.get("sub"), status)
+    statuses = job_statuses(_all_values(values, "status"))
+    args.pop("status", None)
+    if statuses:
+        # As the form's list names them ("failed" is FAILED), in the statuses' order, once.
+        args["status"] = ",".join(statuses)
+    status = statuses[0] if len(statuses) == 1 else None
+    sub = _substate(args.get("sub"), statuses)
     sort = one_of("sort", args.get("sort"), SORTS) or "newest"
+    if sort == FAILED_SORT and statuses != [JobStatus.FAILED.value]:
+        refuse("sort", "sort failed lists FAILED jobs by when they failed: filter on FAILED alone")
     for name in ("task", "tag", "business_key", "principal", "node", "recurring", "fingerprint"):
         if len(args.get(name, "")) > MAX_TEXT:
             refuse(name, f"{name} is longer than {MAX_TEXT} characters")
-    if len(args.get("q", "")) > MAX_SEARCH:
-        refuse("q", f"q is longer than {MAX_SEARCH} characters")
+    for name in ("q", "error"):
+        if len(args.get(name, "")) > MAX_SEARCH:
+            refuse(name, f"{name} is longer than {MAX_SEARCH} characters")
     _check_search(args.get("q"))
+    _check_error_search(args.get("error"))
+    wanted: JobStatus | frozenset[JobStatus] | None = None
+    if status is not None:
+        wanted = JobStatus(status)
+    elif statuses:
+        wanted = frozenset(JobStatus(s) for s in statuses)
     query = JobQuery(
-        status=JobStatus(status) if status else None,
+        status=wanted,
         sub=sub,
         task=args.get("task"),
         queue=queue_name(args.get("queue")),
@@ -119,6 +137,7 @@ def parse(values: Mapping[str, str]) -> ListRequest:
         created_after=when("created_after", args.get("created_after")),
         created_before=when("created_before", args.get("created_before")),
         search=args.get("q"),
+        error=args.get("error"),
         recurring_id=args.get("recurring"),
         fingerprint=args.get("fingerprint"),
         sort=sort,
@@ -129,16 +148,25 @@ def parse(values: Mapping[str, str]) -> ListRequest:
     return ListRequest(query, size, checked_cursor(values.get("cursor")), args)
 
 
-def _substate(value: str | None, status: str | None) -> SubState | None:
-    """The ``sub`` parameter: a sub-state (``due`` …), of ``status`` if one is given; 400 for
-    anything else. Without a status it implies its own (``sub=retrying`` lists PENDING jobs)."""
+def _substate(value: str | None, statuses: list[str]) -> SubState | None:
+    """The ``sub`` parameter: a sub-state (``due`` …), of the one status if one is given; 400
+    for anything else. Without a status it implies its own (``sub=retrying`` lists PENDING
+    jobs)."""
     sub = one_of("sub", value, tuple(SubState))
     if sub is None:
         return None
     wanted = SubState(sub)
-    if status is not None and STATUS_OF[wanted] != status:
-        abort(400, f"sub {sub} is a sub-state of {STATUS_OF[wanted]}, not of {status}")
+    if len(statuses) > 1:
+        refuse("sub", f"sub {sub} is a sub-state of {STATUS_OF[wanted]}: filter on it alone")
+    if statuses and STATUS_OF[wanted] != statuses[0]:
+        abort(400, f"sub {sub} is a sub-state of {STATUS_OF[wanted]}, not of {statuses[0]}")
     return wanted
+
+
+def _all_values(values: Mapping[str, str], name: str) -> list[str]:
+    """Every value of ``name`` (a form or query string may repeat it), each split at commas."""
+    found = values.getlist(name) if isinstance(values, MultiDict) else [values.get(name) or ""]
+    return [part for value in found for part in value.split(",")]
 
 
 def filter_args(args: Mapping[str, str]) -> dict[str, str]:
@@ -156,14 +184,26 @@ def can_search_arguments() -> bool:
 
 
 def _check_search(q: str | None) -> None:
-    """A job id is open to every role; argument text only to admins, and never a term that
-    names a secret-looking key or spans a key and its value (it could probe a masked value)."""
-    if q is None or job_id(q) is not None:
+    """A job id or its prefix is open to every role; argument text only to admins, and never a
+    term that names a secret-looking key or spans a key and its value (it could probe a masked
+    value)."""
+    if q is None or job_id(q) is not None or id_prefix(q) is not None:
         return
     if not can_search_arguments():
         abort(403, "argument text search needs the admin role; search by job id instead")
     if mentions_secret(q):
         refuse("q", "q names a secret-looking key: argument search cannot look into masked values")
+
+
+def _check_error_search(text: str | None) -> None:
+    """Error text as argument text: the list masks secret-looking values in errors too, so a
+    search could probe one. Admins only, and never a term naming a secret-looking key."""
+    if text is None:
+        return
+    if not can_search_arguments():
+        abort(403, "error text search needs the admin role")
+    if mentions_secret(text):
+        refuse("error", "error names a secret-looking key: a search cannot look into masked values")
 
 
 def queue_name(value: str | None) -> str | None:
@@ -202,6 +242,13 @@ def refuse_nul_characters(values: MultiDict[str, str]) -> None:
 def refuse(name: str, message: str) -> NoReturn:
     """400 with ``message``, naming the parameter ``name`` for the error page's form."""
     raise BadParameter(name, message)
+
+
+def job_statuses(values: list[str]) -> list[str]:
+    """The ``status`` filter's values (see :func:`job_status`), blanks dropped, each once, in
+    the statuses' order; 400 naming ``status`` for one that is no status."""
+    wanted = {job_status(value) for value in values} - {None}
+    return [s for s in JobStatus.__members__ if s in wanted]
 
 
 def job_status(value: str | None) -> str | None:

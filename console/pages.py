@@ -133,9 +133,11 @@ def jobs() -> str:
         # Buttons for what applies to a job on screen; a filter's, to what its status allows.
         offered=offers.offered((row.status for row in page.items), run_now=True),
         offered_on_filter=offers.offered(
-            list(JobStatus) if wanted.query.status is None else [wanted.query.status]
+            sorted(wanted.query.statuses) if wanted.query.statuses else list(JobStatus)
         ),
         search_window=reads.jobs.SEARCH_WINDOW,
+        searches_text=reads.jobs.searches_text(wanted.query),
+        chosen=set(wanted.args.get("status", "").split(",")),
         can_search=filters.can_search_arguments(),
         statuses=list(JobStatus),
         substates=OF_STATUS,

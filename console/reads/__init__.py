@@ -5,6 +5,7 @@ databases, and bounded so that a page costs the same with a thousand jobs or a m
 :mod:`.overview`       jobs per status (capped, estimated past the cap), throughput, actions
 :mod:`.alarms`         the alarms in every page's header: index probes and capped counts
 :mod:`.jobs`           the job list: filters, keyset pages, capped counts, bulk selections
+:mod:`.job_search`     the job list's short-id and error-text search, FAILED by failure time
 :mod:`.job_detail`     one job's page: executions, logs, alerts, neighbours, history
 :mod:`.batches`        batches, their children, and the flow a job is part of
 :mod:`.workflows`      workflow roots with their steps counted, and a root's timeline

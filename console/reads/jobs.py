@@ -37,14 +37,17 @@ from flask_ratchet.substates import (
     waits_on_another_job,
 )
 
+from .job_search import FAILED_SORT, by_failure_time, failed_cursor, where_error, where_id_prefix
+from .job_search import id_prefix as _id_prefix
 from .substates import where_substate
 
 #: Exact counts stop here; beyond it a count is an estimate (PostgreSQL) or "more than".
 COUNT_CAP = 10_000
-#: Argument-text search looks at this many jobs at most: the newest, or the newest before the
-#: created range's end (a LIKE cannot use an index).
+#: Argument-text and error-text search look at this many jobs at most: the newest, or the
+#: newest before the created range's end (a LIKE cannot use an index).
 SEARCH_WINDOW = 20_000
-SORTS = ("newest", "oldest", "priority")
+#: The list's orders; ``failed`` (FAILED jobs by when they failed) needs ``status=FAILED``.
+SORTS = ("newest", "oldest", "priority", FAILED_SORT)
 STATUSES_WITH_SUBSTATES = frozenset(OF_STATUS)
 
 
@@ -52,7 +55,8 @@ STATUSES_WITH_SUBSTATES = frozenset(OF_STATUS)
 class JobQuery:
     """What the console's job list filters on; ``None`` means any. Validated by the caller."""
 
-    status: JobStatus | None = None
+    #: One status, or several (a job in any of them).
+    status: JobStatus | frozenset[JobStatus] | None = None
     task: str | None = None
     queue: str | None = None
     tag: str | None = None
@@ -63,8 +67,11 @@ class JobQuery:
     node: str | None = None
     created_after: datetime | None = None
     created_before: datetime | None = None
-    #: A job id, or text to look for in the encoded arguments.
+    #: A job id, a job id's prefix (8 hex digits or more), or text to look for in the encoded
+    #: arguments.
     search: str | None = None
+    #: Text to look for in each job's last error.
+    error: str | None = None
     #: The id of the recurring master whose children to list.
     recurring_id: str | None = None
     #: The FAILED jobs of one dead-letter group, with ``task`` (see :mod:`.dead_letters`).
@@ -75,6 +82,13 @@ class JobQuery:
     #: The time sub-states are judged at: the database's, as the page read it (None: this
     #: process's clock).
     now: datetime | None = None
+
+    @property
+    def statuses(self) -> frozenset[JobStatus]:
+        """The statuses wanted (empty: any)."""
+        if self.status is None:
+            return frozenset()
+        return frozenset({self.status}) if isinstance(self.status, JobStatus) else self.status
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,14 +163,25 @@ class _Floor(enum.Enum):
 Floor = datetime | None | _Floor
 
 
+def searches_text(q: JobQuery) -> bool:
+    """Whether ``q`` looks for text (arguments or errors): a search no index serves, bounded
+    by :func:`search_floor`. A job id or an id prefix is no text search."""
+    if q.error:
+        return True
+    if not q.search:
+        return False
+    return _uuid_or_none(q.search) is None and _id_prefix(q.search) is None
+
+
 def search_floor(conn: Connection, q: JobQuery) -> datetime | None:
-    """The oldest ``created_at`` an argument-text search of ``q`` looks at (None: no bound, or
-    no argument-text search). A LIKE cannot use an index: the search looks only at the newest
-    :data:`SEARCH_WINDOW` jobs created before the range's end, found on the created_at index.
+    """The oldest ``created_at`` a text search of ``q`` (arguments or errors) looks at (None:
+    no bound, or no text search). A LIKE cannot use an index: the search looks only at the
+    newest :data:`SEARCH_WINDOW` jobs created before the range's end, found on the created_at
+    index.
 
     One request works it out once and passes it as ``floor`` to each query it runs.
     """
-    if not q.search or _uuid_or_none(q.search) is not None:
+    if not searches_text(q):
         return None
     window = sa.select(job.c.created_at).order_by(job.c.created_at.desc())
     if q.created_before is not None:
@@ -188,8 +213,10 @@ def live_or_cold(live: str | None, ended: str | None) -> JobStatus | Unreadable:
 def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Select[Any]:
     """Jobs matching ``q``; ``floor`` is :func:`search_floor`'s for ``q``."""
     stmt = sa.select(*columns).select_from(JOBS_WITH_HOT_ROW)
-    if q.status is not None:
+    if isinstance(q.status, JobStatus):
         stmt = where_status(stmt, q.status)
+    elif q.status:
+        stmt = _restricted(stmt, q.status, None)
     if q.sub is not None:
         stmt = where_status(stmt, STATUS_OF[q.sub])
         stmt = where_substate(stmt, q.sub, q.now or datetime.now(UTC))
@@ -216,20 +243,28 @@ def _filtered(q: JobQuery, columns: Sequence[Any], floor: datetime | None) -> Se
         stmt = stmt.where(job.c.recurring_id == q.recurring_id)
     if q.search:
         as_id = _uuid_or_none(q.search)
+        prefix = None if as_id is not None else _id_prefix(q.search)
         if as_id is not None:
             stmt = stmt.where(job.c.job_id == as_id)
+        elif prefix is not None:
+            stmt = where_id_prefix(stmt, prefix)
         else:
             stmt = stmt.where(job.c.payload.contains(q.search, autoescape=True))
-            if floor is not None:
-                stmt = stmt.where(job.c.created_at > floor)
+    if q.error:
+        stmt = where_error(stmt, q.error)
+    if floor is not None:
+        stmt = stmt.where(job.c.created_at > floor)
     return stmt
 
 
 def _ordered(stmt: Select[Any], sort: str, cursor: str | None) -> Select[Any]:
-    """Apply ``sort`` ("newest" or "oldest"; see :func:`_by_priority`) and the keyset ``cursor``.
+    """Apply ``sort`` ("newest", "oldest" or "failed"; see :func:`_by_priority`) and the keyset
+    ``cursor``.
 
     Ids grow with time (UUIDv7), so jobs inserted later never shift a page already handed out.
     """
+    if sort == FAILED_SORT:
+        return by_failure_time(stmt, cursor)
     after = _parse_cursor(sort, cursor) if cursor else None
     if sort == "oldest":
         if after is not None:
@@ -251,6 +286,8 @@ def _parse_cursor(sort: str, cursor: str) -> tuple[int, uuid.UUID]:
 def _cursor(sort: str, row: JobRow) -> str:
     if sort == "priority":
         return cursor_of("p", row.priority, row.id)
+    if sort == FAILED_SORT and row.finished_at is not None:
+        return failed_cursor(row.finished_at, row.id)
     return cursor_of(sort[0], row.id)
 
 

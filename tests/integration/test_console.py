@@ -711,7 +711,8 @@ def test_argument_search_is_for_admins_only(app: Flask) -> None:
     assert (
         reader.get("/ratchet/jobs/new-count?newest=" + str(job_id) + "&q=hunt").status_code == 403
     )
-    assert "Job id <input" in reader.get("/ratchet/jobs").text  # the box says what it takes
+    # The box says what it takes.
+    assert "Job id or short id <input" in reader.get("/ratchet/jobs").text
     by_id = reader.get(f"/ratchet/jobs?q={job_id}")
     assert by_id.status_code == 200 and _ids(by_id) == []  # read: no checkboxes, but listed
     assert f"/ratchet/jobs/{job_id}" in by_id.text

@@ -1030,7 +1030,7 @@ def test_recurring_actions_and_refusals_are_reported_and_audited(console: Consol
     ]
     assert rows[0].actor == "127.0.0.1" and rows[0].role == "admin"
     overview = console.get("/ratchet/")
-    assert 'recurring <a href="/ratchet/jobs?recurring=nightly"><code>nightly</code></a>' in (
+    assert 'recurring <a href="/ratchet/jobs?recurring=nightly"><code><bdi>nightly</bdi></code></a>' in (
         overview.text
     )
 

@@ -278,6 +278,10 @@ def job_detail(job_id: str) -> str:
             "up": reads.batches.MAX_UP,
         },
         not_due=waits_for_parent(job.scheduled_at),
+        # A live region's refresh draws the live parts alone: not the arguments (up to
+        # RATCHET_MAX_PAYLOAD_BYTES), nor the layout, every two seconds.
+        region=refreshes_a_region(),
+        whole={part: request.args.get(part) == "all" for part in ("args", "result")},
         sub=sub,
         sub_meaning=None if sub is None else MEANING[sub],
         now=now,

@@ -75,6 +75,33 @@ def pretty_json(value: Any) -> str:
 #: How much of an unreadable stored value a page shows (characters).
 UNREADABLE_SHOWN = 16_000
 
+#: How much of a long value's text (a job's arguments, its result) its page shows before a link to
+#: the whole of it (characters): a megabyte of arguments would make the page slow to draw.
+SHOWN_AT_FIRST = 4096
+
+
+@dataclass(frozen=True)
+class Head:
+    """What a page shows of a long text: ``text``, ``cut`` short or whole, ``kept`` and the
+    whole ``size`` in KB as shown."""
+
+    text: str
+    cut: bool
+    kept: str
+    size: str
+
+
+def head(text: str, whole: bool = False, limit: int = SHOWN_AT_FIRST) -> Head:
+    """The first ``limit`` characters of ``text``, or all of it when ``whole``."""
+    size = _kb(len(text.encode()))
+    if whole or len(text) <= limit:
+        return Head(text, False, size, size)
+    return Head(text[:limit], True, _kb(len(text[:limit].encode())), size)
+
+
+def _kb(size: int) -> str:
+    return f"{math.ceil(size / 1024):,} KB"
+
 
 def arguments(job: Job) -> Any:
     """A job's call as the page shows it: ``{"args": [...], "kwargs": {...}}``, or the

@@ -204,6 +204,7 @@ def register(bp: Blueprint) -> None:
         "seconds",
         "visible",
         "relative",
+        "head",
     ):
         bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
     bp.add_app_template_filter(present.iso, "ratchet_iso")

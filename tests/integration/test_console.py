@@ -1031,9 +1031,8 @@ def test_recurring_actions_and_refusals_are_reported_and_audited(console: Consol
     ]
     assert rows[0].actor == "127.0.0.1" and rows[0].role == "admin"
     overview = console.get("/ratchet/")
-    assert 'recurring <a href="/ratchet/jobs?recurring=nightly"><code>nightly</code></a>' in (
-        overview.text
-    )
+    nightly = '<a href="/ratchet/jobs?recurring=nightly"><code><bdi>nightly</bdi></code></a>'
+    assert f"recurring {nightly}" in overview.text
 
 
 def test_read_role_sees_recurring_masters_and_cannot_act(app: Flask) -> None:

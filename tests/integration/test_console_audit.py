@@ -38,7 +38,7 @@ def record(at: datetime, actor: str, action: str, scope: str, target: str) -> No
 def shown_targets(html: str) -> list[str]:
     """The "On" cells of the audit table, in order (job ids are shown short: the queue names
     here stand for rows)."""
-    return re.findall(r"queue <a [^>]*><code>([^<]+)</code>", html)
+    return re.findall(r"queue <a [^>]*><code><bdi>([^<]+)</bdi></code>", html)
 
 
 def test_pages_run_newest_first_without_gaps_or_repeats(console: Console) -> None:

@@ -43,7 +43,7 @@ def cards(page: str) -> list[tuple[str, str, int]]:
     """Each card of the page: (task, fingerprint, jobs), in the page's order."""
     found = re.findall(
         r'<section class="panel group" data-task="([^"]*)" data-jobs="(\d+)">\s*<h2><code '
-        r'class="fingerprint" hx-disable>([^<]*)</code>',
+        r'class="fingerprint" dir="auto" hx-disable>([^<]*)</code>',
         page,
     )
     return [(task, text, int(jobs)) for task, jobs, text in found]

@@ -70,7 +70,7 @@ def test_pausing_and_resuming_from_the_console_is_audited(console: Console) -> N
     ratchet.enqueue(send_mail, "a@example.com").submit()
     paused = console.post("/ratchet/queues/pause", {"name": "mail"})
     assert paused.status_code == 200 and "<html" in paused.text  # without JS: a page
-    assert "Queue <code>mail</code> paused" in paused.text
+    assert "Queue <code><bdi>mail</bdi></code> paused" in paused.text
     assert ratchet.claim_due(10, "n") == []
     page = console.get("/ratchet/queues")
     assert 'data-action="resume"' in row_of(page.text, "mail")
@@ -246,7 +246,8 @@ def test_the_queues_page_filters_by_name_and_pages_with_the_filter_kept(
     # LIKE's wildcards are plain characters here.
     assert listed("/ratchet/queues?q=k_m") == ["bulk_mail"]
     assert listed("/ratchet/queues?q=%25") == []
-    assert "No queue has a name holding <code>%</code>" in console.get("/ratchet/queues?q=%25").text
+    none = console.get("/ratchet/queues?q=%25").text
+    assert "No queue has a name holding <code><bdi>%</bdi></code>" in none
     assert listed("/ratchet/queues?q=default") == ["default"]
     monkeypatch.setattr(reads_queues, "MAX_QUEUES", 2)
     first = console.get("/ratchet/queues?q=mail").text

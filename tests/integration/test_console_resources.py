@@ -218,7 +218,7 @@ def test_resources_page_shows_limits_permits_holders_and_waiting_jobs(console: C
     assert names == ["idle-api", "payment-api", "unlimited-api"]
     paid = row_of(page, "data-resource", "payment-api")
     assert "2 / 2" in paid and ">full<" in paid and "1.5 s" in paid
-    assert f'href="/ratchet/jobs?node=node-a">node-a</a> {TIMES} 2' in paid
+    assert f'href="/ratchet/jobs?node=node-a"><bdi>node-a</bdi></a> {TIMES} 2' in paid
     assert "silent" not in paid
     assert '<td class="waiting">3</td>' in paid  # 2 of the 3 running hold one; none started
     assert '>3 <span class="muted">(0 started · 3 waiting)</span></td>' in paid
@@ -235,7 +235,7 @@ def test_resources_page_shows_limits_permits_holders_and_waiting_jobs(console: C
     permit(third, "payment-api", "node-b")  # the limit is full: refused, nothing held
     permit(free, "unlimited-api", "node-b")
     later = row_of(console.get("/ratchet/resources"), "data-resource", "unlimited-api")
-    assert f"node-b</a> {TIMES} 1" in later and ">silent<" in later and "1 / 1" in later
+    assert f"node-b</bdi></a> {TIMES} 1" in later and ">silent<" in later and "1 / 1" in later
     one = console.get("/ratchet/resources/limit?name=payment-api")
     assert one.status_code == 200 and "2 at once, retry after 1.5 s" in one.text
     assert 'name="max_concurrent" type="number" min="1" step="1" value="2"' in one.text
@@ -336,7 +336,7 @@ def test_setting_a_limit_is_validated_audited_and_shown(console: Console) -> Non
     assert "0 / 5" in paid and '<td class="nowrap">1 s</td>' in paid
     assert 'data-action="set-limit"' in page.text  # the form for a new resource
     overview = console.get("/ratchet/").text  # recent actions name the resource
-    assert "resource <a" in overview and "<code>payment-api</code>" in overview
+    assert "resource <a" in overview and "<code><bdi>payment-api</bdi></code>" in overview
 
 
 # -- circuit breakers --------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def test_a_due_job_with_nothing_in_its_way_says_so_and_shows_its_queue(console: 
     live_node("node-a", queues=None)
     job_id = add.enqueue(1, 2).id
     page = console.get(f"/ratchet/jobs/{job_id}").text
-    assert '<dt>Queue</dt><dd><a href="/ratchet/jobs?queue=default">default</a>' in page
+    assert '<dt>Queue</dt><dd dir="auto"><a href="/ratchet/jobs?queue=default">default</a>' in page
     assert why(console, job_id) == [
         "Its time has come and nothing holds it: a worker takes it at its next poll."
     ]

@@ -299,6 +299,8 @@ def test_an_admin_delivers_or_rejects_a_signal_from_the_job_page(app: Flask) -> 
     admin = Console(app.test_client())
     page = admin.get(f"/ratchet/jobs/{delivered}").text
     assert 'data-action="deliver-signal"' in page and 'data-action="reject-signal"' in page
+    # The page polls while the job waits: the refresh keeps the fields being typed in.
+    assert 'id="signal-payload" hx-preserve' in page and 'id="signal-reason" hx-preserve' in page
     sent = admin.post(
         f"/ratchet/jobs/{delivered}/signal",
         {"decision": "deliver", "payload": '{"by": "ops"}'},

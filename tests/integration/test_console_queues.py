@@ -119,13 +119,13 @@ def test_the_job_list_filters_by_queue_and_shows_it(console: Console) -> None:
     assert f'href="/ratchet/jobs/{mail}"' in page.text
     assert f'href="/ratchet/jobs/{plain}"' not in page.text
     assert (
-        '<td class="queue wide-only" title="mail"><a href="/ratchet/jobs?queue=mail">mail</a></td>'
-        in page.text
+        '<td class="queue wide-only" dir="auto" title="mail">'
+        '<a href="/ratchet/jobs?queue=mail"><bdi>mail</bdi></a></td>' in page.text
     )
     everything = console.get("/ratchet/jobs").text
     assert (
         f'href="/ratchet/jobs/{plain}"' in everything
-        and '<a href="/ratchet/jobs?queue=default">default</a>' in (everything)
+        and '<a href="/ratchet/jobs?queue=default"><bdi>default</bdi></a>' in (everything)
     )
     bad = console.get("/ratchet/jobs?queue=a%20b")
     assert bad.status_code == 400 and "queue must be" in bad.text

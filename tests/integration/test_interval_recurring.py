@@ -4,6 +4,7 @@ the same firer with the same once-only guarantee and misfire policies, run by a 
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -84,6 +85,12 @@ def test_a_due_interval_master_fires_one_child_and_advances(app: Flask) -> None:
     m = ratchet.schedule_recurring(timedelta(seconds=10), "UTC", add, 1, 2).submit()
     due = next_fire("@every 10s", "UTC", db_now() - timedelta(seconds=10))
     assert due is not None
+    if due + timedelta(seconds=10) - db_now() < timedelta(seconds=5):
+        # The next occurrence is near: one pass on a busy machine could see both due. Take the
+        # next one, once it has come.
+        due += timedelta(seconds=10)
+        while db_now() < due:
+            time.sleep(0.05)
     set_next_fire(m.id, due)
     result = firer().fire_pass()
     assert [(f.recurring_id, f.fire_time) for f in result.fired] == [(m.id, due)]

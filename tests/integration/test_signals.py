@@ -275,7 +275,7 @@ def test_the_console_lists_waiting_jobs_and_shows_their_key(app: Flask) -> None:
     assert str(job_id) in listed.text and str(other) not in listed.text
     assert "pill status-waiting" in listed.text
     page = client.get(f"/ratchet/jobs/{job_id}", headers=admin).text
-    assert "awaits <code>console-key</code> until" in page
+    assert "awaits <code><bdi>console-key</bdi></code> until" in page
 
 
 def test_a_chain_step_waits_for_its_signal_from_its_release(app: Flask) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from flask import render_template, request
 
 from . import filters, reads
-from .pages import current_runtime
+from .pages import current_runtime, page_args
 
 
 def audit() -> str:
@@ -25,11 +25,7 @@ def audit() -> str:
     return render_template(
         "ratchet/audit.html",
         page=page,
-        args={
-            k: v
-            for k, v in {"actor": actor, "what": action, "size": str(size)}.items()
-            if v and (k != "size" or size != filters.DEFAULT_PAGE_SIZE)
-        },
+        args=page_args(size, actor=actor, what=action),
         cursor=cursor,
         size=size,
         sizes=filters.PAGE_SIZES,

@@ -336,7 +336,7 @@ def batches() -> str:
     return render_template(
         "ratchet/batches.html",
         page=page,
-        args=_page_args(state=wanted, size=size),
+        args=page_args(state=wanted, size=size),
         cursor=cursor,
         live=any(not row.progress.finished for row in page.items),
         now=now,
@@ -372,7 +372,7 @@ def batch_detail(batch_id: str) -> str:
         follow_ups=follow_ups,
         more_follow_ups=more_follow_ups,
         children=children,
-        args=_page_args(status=wanted, size=size),
+        args=page_args(status=wanted, size=size),
         cursor=cursor,
         live=not found.progress.finished,
         now=now,
@@ -383,7 +383,7 @@ def batch_detail(batch_id: str) -> str:
     )
 
 
-def _page_args(size: int, **values: str | None) -> dict[str, str]:
+def page_args(size: int, **values: str | None) -> dict[str, str]:
     """A page's validated parameters, to rebuild its links: no empty ones, no default size."""
     args = {k: v for k, v in values.items() if v}
     if size != filters.DEFAULT_PAGE_SIZE:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -29,6 +30,8 @@ class Page(Generic[T]):
 
 #: The kind of ``find_jobs`` cursors.
 JOB_CURSOR = "j"
+#: Where a time in a cursor counts from: every time ratchet stores is after it.
+_FIRST_INSTANT = datetime(1, 1, 1, tzinfo=UTC)
 
 
 def cursor(kind: str, *keys: object) -> str:
@@ -56,3 +59,19 @@ def cursor_id(text: str, kind: str) -> uuid.UUID:
     (found,) = read_cursor(text, kind, uuid.UUID)
     assert isinstance(found, uuid.UUID)
     return found
+
+
+def instant_key(when: datetime) -> int:
+    """``when`` (aware) as a cursor key: whole microseconds since 0001-01-01 UTC, digits only."""
+    return (when.astimezone(UTC) - _FIRST_INSTANT) // timedelta(microseconds=1)
+
+
+def instant(key: int) -> datetime:
+    """The time an :func:`instant_key` stands for.
+
+    :raises ValueError: if ``key`` is past any time (no list made it).
+    """
+    try:
+        return _FIRST_INSTANT + timedelta(microseconds=key)
+    except OverflowError:
+        raise ValueError(f"{key} microseconds name no time") from None

@@ -4,21 +4,17 @@ and by what they did."""
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from flask_ratchet.columns import aware
-from flask_ratchet.paging import Page, cursor, read_cursor
+from flask_ratchet.paging import Page, cursor, instant, instant_key, read_cursor
 from flask_ratchet.schema import audit
 
-#: The kind of the audit page's cursors: the last row's time (microseconds since the epoch)
-#: and id.
+#: The kind of the audit page's cursors: the last row's time (an ``instant_key``) and id.
 AUDIT_CURSOR = "a"
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 
 def audit_rows(
@@ -40,8 +36,8 @@ def audit_rows(
     if action:
         stmt = stmt.where(audit.c.action == action)
     if after is not None:
-        micros, audit_id = read_cursor(after, AUDIT_CURSOR, int, uuid.UUID)
-        at = _EPOCH + micros * _MICROSECOND
+        key, audit_id = read_cursor(after, AUDIT_CURSOR, int, uuid.UUID)
+        at = instant(key)
         stmt = stmt.where(
             sa.or_(audit.c.at < at, sa.and_(audit.c.at == at, audit.c.audit_id < audit_id))
         )
@@ -49,5 +45,4 @@ def audit_rows(
     if len(rows) <= limit:
         return Page(rows, None)
     last = rows[limit - 1]
-    micros = (aware(last.at) - _EPOCH) // _MICROSECOND
-    return Page(rows[:limit], cursor(AUDIT_CURSOR, micros, last.audit_id))
+    return Page(rows[:limit], cursor(AUDIT_CURSOR, instant_key(aware(last.at)), last.audit_id))

@@ -15,24 +15,24 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.sql import ColumnElement, Select
 
+from flask_ratchet.columns import aware
 from flask_ratchet.paging import cursor as cursor_of
-from flask_ratchet.paging import read_cursor
+from flask_ratchet.paging import instant, instant_key, read_cursor
 from flask_ratchet.schema import job, job_queue
 
 #: The sort that lists FAILED jobs by the time they failed, most recent first.
 FAILED_SORT = "failed"
-#: The kind of its cursors: ``f.<microseconds since 0001-01-01>.<job id>``.
+#: The kind of its cursors: ``f.<instant_key of the end>.<job id>``.
 FAILED_CURSOR = "f"
 #: The fewest hex digits a search takes as an id prefix: the console's short ids show 8.
 MIN_PREFIX = 8
 _PREFIX_TEXT = re.compile(r"[0-9a-fA-F-]{8,36}")
-_EPOCH = datetime(1, 1, 1, tzinfo=UTC)
 
 
 def id_prefix(text: str) -> str | None:
@@ -71,7 +71,7 @@ def where_error(stmt: Select[Any], text: str) -> Select[Any]:
 
 def failed_cursor(finished_at: datetime, job_id: uuid.UUID) -> str:
     """The cursor of the failure-time list after a job that ended at ``finished_at``."""
-    return cursor_of(FAILED_CURSOR, _micros(finished_at), job_id)
+    return cursor_of(FAILED_CURSOR, instant_key(aware(finished_at)), job_id)
 
 
 def by_failure_time(stmt: Select[Any], cursor: str | None) -> Select[Any]:
@@ -84,19 +84,11 @@ def by_failure_time(stmt: Select[Any], cursor: str | None) -> Select[Any]:
     """
     stmt = stmt.where(job.c.finished_at.is_not(None))
     if cursor is not None:
-        micros, after = read_cursor(cursor, FAILED_CURSOR, int, uuid.UUID)
-        try:
-            at = _EPOCH + timedelta(microseconds=int(micros))
-        except OverflowError:  # past 9999-12-31: no list made it
-            raise ValueError(f"cursor {cursor!r} names no time") from None
+        key, after = read_cursor(cursor, FAILED_CURSOR, int, uuid.UUID)
+        at = instant(key)  # ValueError past 9999-12-31: no list made it
         stmt = stmt.where(
             # The first term bounds the index walk; the second breaks ties by id.
             job.c.finished_at <= at,
             sa.or_(job.c.finished_at < at, job.c.job_id < after),
         )
     return stmt.order_by(job.c.finished_at.desc(), job.c.job_id.desc())
-
-
-def _micros(when: datetime) -> int:
-    delta = when.astimezone(UTC) - _EPOCH
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds

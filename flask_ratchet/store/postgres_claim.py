@@ -116,10 +116,14 @@ _BOOSTED = (
 
 
 # Jobs of the tasks the claiming worker refused a moment ago (it does not know them): only while
-# there are some, a look at each candidate's cold row.
+# there are some, a look at each candidate's cold row by its primary key. Not an anti-join
+# (``NOT EXISTS … AND x.task = ANY(…)``): with statistics taken while the table was small, the
+# planner read it through the (task, job_id) index by task alone, every refused job's entry for
+# every candidate, and a claim over 9,000 pending jobs of a refused task took 9 s instead of
+# 24 ms.
 _EXCLUDE = """
-          AND NOT EXISTS (SELECT 1 FROM ratchet_job x
-                          WHERE x.job_id = q.job_id AND x.task = ANY(CAST(:refused AS text[])))"""
+          AND (SELECT x.task FROM ratchet_job x WHERE x.job_id = q.job_id)
+              <> ALL(CAST(:refused AS text[]))"""
 
 
 def _representable(time: str) -> str:

@@ -23,10 +23,35 @@ _COUNTER_MAX = 0xFFF
 _lock = threading.Lock()
 _last_ms = -1
 _counter = 0
+#: Random bytes read from the system's generator in blocks, taken 8 at a time: one
+#: ``os.urandom`` call per id was a sixth of building a job in ``enqueue_many``.
+_POOL_SIZE = 4096
+_pool = b""
+_taken = 0
+
+
+def _forget_random_bytes() -> None:
+    """In a forked child: the parent's unused bytes would repeat the parent's next ids."""
+    global _pool, _taken, _lock
+    _pool, _taken = b"", 0
+    _lock = threading.Lock()  # another thread of the parent may have held it as it forked
+
+
+os.register_at_fork(after_in_child=_forget_random_bytes)
 
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _random_bits(count: int) -> int:
+    """``count`` (at most 64) random bits from the pool; call with ``_lock`` held."""
+    global _pool, _taken
+    if _taken + 8 > len(_pool):
+        _pool, _taken = os.urandom(_POOL_SIZE), 0
+    chunk = _pool[_taken : _taken + 8]
+    _taken += 8
+    return int.from_bytes(chunk) >> (64 - count)
 
 
 def uuid7() -> uuid.UUID:
@@ -36,7 +61,7 @@ def uuid7() -> uuid.UUID:
         ms = _now_ms()
         if ms > _last_ms:
             # Seed the counter in the lower half so a millisecond has room for 2048+ ids.
-            _counter = int.from_bytes(os.urandom(2)) & 0x7FF
+            _counter = _random_bits(11)
         else:
             # Same millisecond, or the clock stepped back: keep counting on the last timestamp.
             ms = _last_ms
@@ -44,10 +69,10 @@ def uuid7() -> uuid.UUID:
             if _counter > _COUNTER_MAX:
                 while (ms := _now_ms()) <= _last_ms:
                     time.sleep(0)
-                _counter = int.from_bytes(os.urandom(2)) & 0x7FF
+                _counter = _random_bits(11)
         _last_ms = ms
         counter = _counter
-    rand_b = int.from_bytes(os.urandom(8)) & 0x3FFF_FFFF_FFFF_FFFF
+        rand_b = _random_bits(62)
     value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | rand_b
     return uuid.UUID(int=value)
 

@@ -32,6 +32,9 @@ JSON_ONLY = (
 )
 _SURROGATE = "holds text that is not valid Unicode (a lone surrogate such as '\\ud800')"
 _CONTAINERS = (list, tuple, dict)
+# Made once: ``json.dumps`` with options builds a new encoder on every call, a sixth of encoding
+# a small job's arguments.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def encode(value: Any, depth: int = MAX_DEPTH) -> tuple[str, int]:
@@ -41,7 +44,7 @@ def encode(value: Any, depth: int = MAX_DEPTH) -> tuple[str, int]:
         ``"holds text …"``), for a caller to prefix with what the value is.
     """
     try:
-        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(value)
     except RecursionError:
         raise PayloadError(_too_deep(depth)) from None
     except (TypeError, ValueError) as exc:
@@ -50,6 +53,8 @@ def encode(value: Any, depth: int = MAX_DEPTH) -> tuple[str, int]:
     # needs no walk.
     if text.count("[") + text.count("{") > depth and _deeper_than(value, depth):
         raise PayloadError(_too_deep(depth))
+    if text.isascii():  # the common case: a character is a byte, and no surrogate is there
+        return text, len(text)
     try:
         size = len(text.encode())
     except UnicodeEncodeError:

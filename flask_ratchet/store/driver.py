@@ -8,15 +8,15 @@ IMMEDIATE``, PostgreSQL's claim and completion batch) are compiled here once ins
 parameters converted by the same type processors SQLAlchemy would use, and sent to the driver's
 cursor.
 
-What stays the same: the statement runs in the connection's transaction (begun first if none
-is), a missing parameter is refused, a driver error comes back as SQLAlchemy's exception class
-for it (``IntegrityError``, ``OperationalError`` …, with ``orig``; parameters hidden if the
-engine hides them), and a lost connection is invalidated. What does not: engine events
-(``before_cursor_execute``, ``handle_error``) do not see these statements (so neither does an
-instrumentation built on them: while tracing is on, each gets a span of ratchet's own, see
+What stays the same: the statement runs in the connection's transaction (begun first if none is,
+unless the connection is in autocommit), a missing parameter is refused, a driver error comes back
+as SQLAlchemy's exception class for it (``IntegrityError``, ``OperationalError`` …, with ``orig``;
+parameters hidden if the engine hides them), and a lost connection is invalidated. What does not:
+engine events (``before_cursor_execute``, ``handle_error``) do not see these statements (so neither
+does an instrumentation built on them: while tracing is on, each gets a span of ratchet's own, see
 :func:`flask_ratchet.tracing.statement`), a lost connection does not invalidate the rest of the
-pool (each pooled connection is found dead at its own next use), and rows come back as the
-driver made them, without result processing.
+pool (each pooled connection is found dead at its own next use), and rows come back as the driver
+made them, without result processing.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ class DriverStatement:
             values = dict(zip(self._binds, converted, strict=True))
         else:
             values = tuple(converted)
-        if not conn.in_transaction():
+        if not conn.in_transaction() and not _autocommit(conn):
             conn.begin()  # as conn.execute would (autobegin): the caller's commit() covers it
         traced = tracing.statement(self._system, self._sql)
         with translated_errors(conn, self._sql, values), traced:
@@ -104,6 +104,14 @@ class DriverStatement:
             value = bind.effective_value
         processor = self._processors[key]
         return value if processor is None else processor(value)
+
+
+def _autocommit(conn: Connection) -> bool:
+    """Whether ``conn`` runs each statement in a transaction of its own (a statement engine's,
+    see :meth:`.Dialect.statement_engine`): then there is nothing to begin, and SQLAlchemy's
+    bookkeeping of a transaction the server never sees (and its rollback at the end) costs
+    about 12 µs of the client's time per statement here."""
+    return conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"
 
 
 @contextmanager

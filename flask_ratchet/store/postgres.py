@@ -38,23 +38,36 @@ _RECORD_COLUMNS = ", ".join(f"{c} {t}" for c, t in SUBMITTED_COLUMNS)  # json_to
 _CONFLICT = """
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING job_id, queue, priority, max_retries, first_due_at, business_key"""
-# What follows the job insert in both submission statements: hot rows, tags (``{tags}`` selects
-# them from the statement's own parameters) and business-key reservations.
-_AFTER_JOB = """
+# What follows the job insert in the submission statements: hot rows, then tags (``{tags}``
+# selects them from the statement's own parameters) and business-key reservations, each only in
+# a statement for jobs that have them (an empty part still costs the server a plan node).
+_QUEUE_ROWS = """
 ), queue AS (
     INSERT INTO ratchet_job_queue (job_id, status, queue, scheduled_time, priority, attempts,
         max_retries, version, updated_at)
-    SELECT job_id, :pending, queue, first_due_at, priority, 0, max_retries, 0, now() FROM job
+    SELECT job_id, :pending, queue, first_due_at, priority, 0, max_retries, 0, now() FROM job"""
+_TAG_ROWS = """
 ), tag AS (
     INSERT INTO ratchet_job_tag (job_id, tag)
-    {tags}
+    {tags}"""
+_RESERVATIONS = """
 ), reservation AS (
     -- No ON CONFLICT: a held key fails the whole statement, so nothing at all is written.
     INSERT INTO ratchet_business_key (business_key, job_id, reserved_at)
-    SELECT business_key, job_id, now() FROM job WHERE business_key IS NOT NULL
+    SELECT business_key, job_id, now() FROM job WHERE business_key IS NOT NULL"""
+_RETURNED = """
 )
 SELECT job_id FROM job
 """
+
+
+def _after_job(tags: str | None, keys: bool) -> str:
+    """The statement's parts after the job insert: tags selected by ``tags`` if given, and
+    reservations if ``keys``."""
+    tagged = _TAG_ROWS.format(tags=tags) if tags is not None else ""
+    return _QUEUE_ROWS + tagged + (_RESERVATIONS if keys else "") + _RETURNED
+
+
 _MANY_TAGS = """SELECT t.job_id, t.tag
     FROM json_to_recordset(CAST(:tags AS json)) AS t(job_id uuid, tag text)
     JOIN job USING (job_id)"""
@@ -81,7 +94,7 @@ WITH input AS (
 ), job AS (
     INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, expires_at, attempts)
     SELECT {_JOB_COLUMNS}, now(), {_DUE.format(**_MANY)}, {_DEADLINE.format(**_MANY)}, 0
-    FROM input{_CONFLICT}{_AFTER_JOB.format(tags=_MANY_TAGS)}"""
+    FROM input{_CONFLICT}{_after_job(_MANY_TAGS, keys=True)}"""
 
 # The same for one job, with scalar parameters: the common case, and cheaper to bind and plan.
 _ONE = {
@@ -94,9 +107,14 @@ _SUBMIT_ONE = f"""
 WITH job AS (
     INSERT INTO ratchet_job ({_JOB_COLUMNS}, created_at, first_due_at, expires_at, attempts)
     VALUES ({_JOB_PARAMS}, now(), {_DUE.format(**_ONE)}, {_DEADLINE.format(**_ONE)}, 0)
-    {_CONFLICT}{_AFTER_JOB.format(tags=_ONE_JOBS_TAGS)}"""
+    {_CONFLICT}"""
 _SUBMIT_STMT = sa.text(_SUBMIT)
-_SUBMIT_ONE_STMT = sa.text(_SUBMIT_ONE)
+#: One job's statement, by (it has tags, it has a business key).
+_SUBMIT_ONE_STMTS = {
+    (tagged, keyed): sa.text(_SUBMIT_ONE + _after_job(_ONE_JOBS_TAGS if tagged else None, keyed))
+    for tagged in (False, True)
+    for keyed in (False, True)
+}
 _KEY_CONSTRAINT = "pk_ratchet_business_key"
 #: The transaction-level advisory lock schema changes hold (the bytes of "ratchet!" as a number,
 #: unlikely to be an app's own key).
@@ -224,7 +242,9 @@ class PostgresDialect(Dialect):
         joined = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
         for part in chunks(jobs, SUBMIT_CHUNK):
             if len(part) == 1:
-                stmt, params = _SUBMIT_ONE_STMT, _submit_one_params(part[0])
+                new = part[0]
+                stmt = _SUBMIT_ONE_STMTS[bool(new.options.tags), new.business_key is not None]
+                params = _submit_one_params(new)
             else:
                 stmt, params = _SUBMIT_STMT, _submit_params(part)
             keyed = any(new.business_key for new in part)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -55,3 +56,19 @@ def test_counter_overflow_waits_for_the_next_millisecond() -> None:
 def test_timestamp_of_refuses_other_versions() -> None:
     with pytest.raises(ValueError, match="version 4 UUID"):
         ids.timestamp_of(uuid.uuid4())
+
+
+def test_a_forked_child_never_repeats_its_parents_next_random_bits() -> None:
+    ids.uuid7()  # the parent has random bytes in hand
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its next id's random part, to the parent
+        os.write(write, ids.uuid7().bytes)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    child = uuid.UUID(bytes=os.read(read, 16))
+    os.close(read)
+    os.close(write)
+    parent = ids.uuid7()
+    low_62_bits = (1 << 62) - 1
+    assert child.int & low_62_bits != parent.int & low_62_bits

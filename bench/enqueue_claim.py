@@ -152,7 +152,10 @@ def analyze() -> None:
             conn.exec_driver_sql("ANALYZE TABLE ratchet_job_queue")
 
 
-def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+Row = tuple[str, str, str]
+
+
+def run(args: argparse.Namespace) -> list[Row]:
     rows: list[tuple[str, str, str]] = []
     with tempfile.TemporaryDirectory() as tmp:
         stores = (
@@ -190,6 +193,9 @@ def run(args: argparse.Namespace) -> list[tuple[str, str, str]]:
             "MariaDB", fresh_database(args.mariadb, "ratchet_bench_queues"), args.deep
         )
         rows += other_queues("SQLite", f"sqlite:///{Path(tmp) / 'queues.db'}", args.deep // 10)
+        rows += refused_claim("PostgreSQL", fresh_database(args.pg, "ratchet_bench_refused"))
+        rows += refused_claim("MariaDB", fresh_database(args.mariadb, "ratchet_bench_refused"))
+        rows += refused_claim("SQLite", f"sqlite:///{Path(tmp) / 'refused.db'}")
     return rows
 
 
@@ -217,6 +223,29 @@ def other_queues(label: str, url: str, deep: int) -> list[tuple[str, str, str]]:
         rows.append((label, what, f"{mean:.2f} ms (p95 {p95:.2f})"))
         db.engine.dispose()
     return rows
+
+
+def refused_claim(label: str, url: str, pending: int = 10_000, rounds: int = 50) -> list[Row]:
+    """Mean and p95 milliseconds of a claim that refuses the task of all ``pending`` jobs."""
+    app = make_app(url)
+    with app.app_context():
+        runtime = ratchet.runtime
+        runtime.ensure_schema()
+        bulk(pending)
+        analyze()
+        times: list[float] = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            with runtime.store.single_statement(runtime.statement_engine) as conn:
+                claimed = runtime.store.jobs.claim_due(conn, 10, "bench", 0, None, [noop.name])
+            times.append((time.perf_counter() - start) * 1000)
+            assert not claimed
+        db.engine.dispose()
+    times.sort()
+    what = f"claim 10, the task of all {pending:,} pending refused"
+    return [
+        (label, what, f"{statistics.fmean(times):.2f} ms (p95 {times[int(len(times) * 0.95)]:.2f})")
+    ]
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 and ratchet on MariaDB.
 
     python -m bench.compare [--jobs 20000] [--enqueue 10000] [--pickups 200] [--quick]
-                            [--encryption]
+                            [--only drain,enqueue,pickup] [--encryption]
                             [--pg postgresql://root@127.0.0.1:5432/]
                             [--mariadb mariadb+pymysql://root@127.0.0.1:3306/test]
                             [--redis redis://127.0.0.1:6379/0]
@@ -22,6 +22,9 @@ measured with ``bench.worker`` and ``bench.enqueue_claim``, in ``bench_peer_ratc
 
 ratchet on MariaDB has no peer here (no Python job queue runs on it); its idle pickup is measured
 twice, polling alone and with wake-ups through Redis (``RATCHET_WAKEUP_URL``).
+
+``--only`` takes the named measurements alone (the others' cells stay empty), e.g. ``--only
+enqueue`` for the enqueue rows of every system in a minute.
 
 ``--encryption`` measures ratchet alone on PostgreSQL and SQLite, every job clear and then
 every job encrypted (``RATCHET_ENCRYPT_ALL``): what payload encryption costs enqueue and drain.
@@ -174,10 +177,13 @@ def peer(python: Path, name: str, args: argparse.Namespace, fresh: Callable[[], 
         r = run_driver(python, name, "pickup", fresh(), args.pickups, PICKUP_CONCURRENCY)
         add_pickup(figures, f"{name} pickup", r["latencies_ms"], args.pickups)
 
-    for conc in (1, 10):
-        measure(f"{name} drain, concurrency {conc}", lambda c=conc: drain(c))
-    measure(f"{name} enqueue", enqueue)
-    measure(f"{name} pickup", pickup)
+    if "drain" in args.only:
+        for conc in (1, 10):
+            measure(f"{name} drain, concurrency {conc}", lambda c=conc: drain(c))
+    if "enqueue" in args.only:
+        measure(f"{name} enqueue", enqueue)
+    if "pickup" in args.only:
+        measure(f"{name} pickup", pickup)
     return figures
 
 
@@ -213,10 +219,12 @@ def ours(
         add_pickup(figures, "ratchet pickup (bench.worker)", latencies, args.pickups, "db ")
 
     if not pickup_only:
-        for conc in (1, 10):
-            measure(f"ratchet drain, concurrency {conc}", lambda c=conc: drain(c))
-        measure("ratchet enqueue", enqueue)
-    if pickups:
+        if "drain" in args.only:
+            for conc in (1, 10):
+                measure(f"ratchet drain, concurrency {conc}", lambda c=conc: drain(c))
+        if "enqueue" in args.only:
+            measure("ratchet enqueue", enqueue)
+    if pickups and "pickup" in args.only:
         measure("ratchet pickup", pickup)
         measure("ratchet pickup (bench.worker)", pickup_db)
     return figures
@@ -341,9 +349,18 @@ def main() -> None:
     parser.add_argument("--pickups", type=int, default=None, help="pickup jobs (200)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2,000 jobs, 50 pickups")
     parser.add_argument(
+        "--only",
+        default="drain,enqueue,pickup",
+        help="the measurements to take, comma-separated (default: all three)",
+    )
+    parser.add_argument(
         "--encryption", action="store_true", help="ratchet alone: clear vs encrypted jobs"
     )
     args = parser.parse_args()
+    args.only = {part.strip() for part in args.only.split(",") if part.strip()}
+    unknown = args.only - {"drain", "enqueue", "pickup"}
+    if unknown:
+        parser.error(f"--only takes drain, enqueue and pickup, not {', '.join(sorted(unknown))}")
     defaults = (2000, 2000, 50) if args.quick else (20_000, 10_000, 200)
     args.jobs = args.jobs or defaults[0]
     args.enqueue = args.enqueue or defaults[1]

@@ -87,8 +87,9 @@ class Worker:
 
     def wake(self) -> None:
         """New work was announced (or a queue paused or resumed): poll now, then fast for a
-        while."""
-        self.store.queues.forget_paused()
+        while. The paused queues are not read again for it: the claim reads them itself, and
+        the read that picks its indexes is at most ``PAUSED_MAX_AGE`` old (reading them at
+        every wake-up was a second round trip before each pickup's claim)."""
         self.polling.wake()
         self._wake.set()
 

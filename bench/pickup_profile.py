@@ -7,7 +7,9 @@ every hand-off stamped on the machine's monotonic clock (``time.perf_counter``, 
 processes here), each as milliseconds after the moment just before the enqueue call:
 
 - ``enqueue returned``: the client's ``enqueue_now`` (its own transaction) is back;
-- ``NOTIFY sent`` / ``NOTIFY answered``: the client's wake-up sender starts and ends its NOTIFY;
+- ``NOTIFY sent`` / ``NOTIFY answered``: the client's wake-up sender starts and ends its NOTIFY
+  (for the jobs whose notice went after the commit; a job due after a quiet spell carries it in
+  its own statement, and has no such row: the row's count says how many jobs it covers);
 - ``worker woken``: the worker's LISTEN thread has the notification;
 - ``claim sent`` / ``claim answered``: the poller starts and ends the claim that took the job;
 - ``job started``: the job function's first line.
@@ -114,7 +116,9 @@ def _first_from(stamps: list[tuple[float, ...]], began: float) -> tuple[float, .
 
 
 def _row(label: str, values: list[float]) -> str:
-    """A table row: ``values``' p50, p95 and p99."""
+    """A table row: ``values``' p50, p95 and p99 (and how many, when not every job's)."""
+    if not values:
+        return f"| {label} (no job) | — | — | — |"
     cells = " | ".join(f"{percentile(sorted(values), p):.2f}" for p in (0.5, 0.95, 0.99))
     return f"| {label} | {cells} |"
 
@@ -161,12 +165,13 @@ def profile(url: str, n: int, spacing: float = 0.02) -> dict[str, list[float]]:
         notify = _first_from(NOTIFIES, began)
         wake = _first_from(woken, began)
         claim = _first_from(claims, began)
-        if i not in started or notify is None or wake is None or claim is None:
+        if i not in started or wake is None or claim is None:
             continue  # found by a poll rather than a wake-up: not this path
+        if notify is not None and notify[0] > wake[0]:
+            notify = None  # a later job's: this one's notice went with its statement
         times = {
             "enqueued": returned,
-            "notify_sent": notify[0],
-            "notify_answered": notify[1],
+            **({} if notify is None else {"notify_sent": notify[0], "notify_answered": notify[1]}),
             "woken": wake[0],
             "claim_sent": claim[0],
             "claim_answered": claim[1],
@@ -221,7 +226,8 @@ def main() -> None:
         woken = len(stages["started"])
         print(f"| **run {round_}** ({woken} of {args.pickups} jobs taken by a wake-up) | | | |")
         for label, key in STAGES:
-            print(_row(label, stages[key]))
+            count = len(stages[key])
+            print(_row(label if count == woken else f"{label} ({count} jobs)", stages[key]))
     print("| **bare round trips** (ms) | | | |")
     for label, values in round_trips(url):
         print(_row(label, values))

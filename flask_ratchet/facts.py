@@ -53,12 +53,8 @@ WAKE = "wake"
 #: Jobs were written (``tasks``: how many of each task): what a session that is never
 #: committed loses (:func:`warn_uncommitted`). Not a signal.
 SUBMITTED = "submitted"
-#: The submission told other processes itself (a NOTIFY in its own statement, see
-#: :meth:`flask_ratchet.wakeups.notices.Wakeups.statement_notice`): waking the workers after the
-#: commit is this process's business alone. Not a signal.
-NOTIFIED = "notified"
 #: The kinds that are no signal, and that no receiver hears.
-UNSIGNALLED = frozenset({WAKE, SUBMITTED, NOTIFIED})
+UNSIGNALLED = frozenset({WAKE, SUBMITTED})
 #: The facts of a job's end (its terminal status was written): what waiters wait for.
 ENDS = frozenset({JOB_COMPLETED, JOB_DEAD_LETTERED, JOB_CANCELED, JOBS_BULK_CANCELED})
 

@@ -380,12 +380,7 @@ class Runtime:
         if len(recorded) == 1 and recorded[0].kind == facts.SUBMITTED:
             return  # the common submission that wakes no worker: nothing to tell anyone
         if recorded:
-            notified = any(event.kind == facts.NOTIFIED for event in recorded)
-            announce(
-                current_app._get_current_object(),  # type: ignore[attr-defined]
-                recorded,
-                lambda: self.wake(notified=notified),
-            )
+            announce(current_app._get_current_object(), recorded, self.wake)  # type: ignore[attr-defined]
             if any(event.kind in facts.ENDS for event in recorded):
                 try:
                     self.tell_ended()
@@ -422,14 +417,12 @@ class Runtime:
             cached = self._wakeups = (engine, Wakeups(channels, dialect, engine.url))
         return cached[1]
 
-    def wake(self, *, notified: bool = False) -> None:
+    def wake(self) -> None:
         """Tell workers that committed work is due: in this process directly, and elsewhere by
         the wake-up channel (PostgreSQL's ``NOTIFY``, Redis; SQLite workers see the commit
-        themselves), unless the transaction ``notified`` them itself."""
+        themselves)."""
         for listener in list(self.wake_listeners):
             listener()
-        if notified:
-            return
         notify = self.wakeups.notifier()
         if notify is not None:
             notify()

@@ -404,10 +404,8 @@ def submit_jobs(runtime: Runtime, builders: Sequence[JobBuilder]) -> list[JobHan
     jobs = [b.build() for b in builders]
     policy.stamp(runtime, jobs)
     urgent = any(b.wakes_workers for b in builders)
-    # One job made due: it may carry its own wake-up (see Wakeups.statement_notice).
-    notify = runtime.wakeups.statement_notice() if urgent and len(jobs) == 1 else None
     outcome = runtime.write_jobs(
-        lambda conn: runtime.store.jobs.insert_jobs(conn, jobs, notify),
+        lambda conn: runtime.store.jobs.insert_jobs(conn, jobs),
         wake=lambda _: urgent,
         own=lambda: runtime.store.single_statement(runtime.statement_engine),
     )

@@ -241,12 +241,9 @@ class Dialect:
         """The parameters :meth:`insert_times` binds for ``new`` (``now``: this process's)."""
         raise NotImplementedError
 
-    def own_insert(
-        self, conn: Connection, jobs: Sequence[NewJob], notify: str | None = None
-    ) -> list[Inserted] | None:
+    def own_insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted] | None:
         """Write ``jobs`` with the dialect's own SQL and return what :mod:`.submission` would,
-        or ``None`` to have the shared SQL write them. ``notify``: a channel the write may
-        notify in its own statement; if it does, it records :data:`.facts.NOTIFIED`."""
+        or ``None`` to have the shared SQL write them."""
         return None
 
     def claim_due(

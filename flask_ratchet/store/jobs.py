@@ -52,13 +52,9 @@ class Jobs:
 
     # -- submission and the claim --------------------------------------------------------------
 
-    def insert_jobs(
-        self, conn: Connection, jobs: Sequence[NewJob], notify: str | None = None
-    ) -> list[Inserted]:
+    def insert_jobs(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs, their queue rows, tags and key reservations (with the dialect's own
         SQL where it has some); return each job's id, or the id its idempotency key matched.
-        ``notify``: a wake-up channel the write may notify itself (see
-        :meth:`.Dialect.own_insert`).
 
         :raises DuplicateBusinessKey: if a business key is held; nothing is written.
 
@@ -67,7 +63,7 @@ class Jobs:
         """
         found = tracing.tracer()
         if found is None or not jobs:
-            return self._insert(conn, jobs, notify)
+            return self._insert(conn, jobs)
         queues = {new.options.queue for new in jobs}
         tasks = {new.task for new in jobs}
         one = str(jobs[0].job_id) if len(jobs) == 1 else None
@@ -75,12 +71,10 @@ class Jobs:
             if context is not None:
                 for new in jobs:
                     new.trace_context = context
-            return self._insert(conn, jobs, notify)
+            return self._insert(conn, jobs)
 
-    def _insert(
-        self, conn: Connection, jobs: Sequence[NewJob], notify: str | None = None
-    ) -> list[Inserted]:
-        inserted = self.dialect.own_insert(conn, jobs, notify)
+    def _insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
+        inserted = self.dialect.own_insert(conn, jobs)
         if inserted is None:
             inserted = self._submission.insert(conn, jobs)
         # What a session that is never committed loses: the warning at a request's end.

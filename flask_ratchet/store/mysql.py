@@ -224,9 +224,7 @@ class MySQLDialect(Dialect):
         conn.execute(stmt.where(key.in_(ids)))
         return list(conn.execute(sa.select(*columns).where(key.in_(ids))))
 
-    def own_insert(
-        self, conn: Connection, jobs: Sequence[NewJob], notify: str | None = None
-    ) -> list[Inserted]:
+    def own_insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         return insert_jobs(self, conn, jobs)
 
     def own_cold_ends(self, conn: Connection, rows: Sequence[dict[str, Any]]) -> bool:

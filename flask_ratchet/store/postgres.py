@@ -19,10 +19,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.sql.elements import ColumnElement
 
-from .. import facts
 from ..columns import UtcDateTime
 from ..errors import ConfigError, DuplicateBusinessKey
-from ..facts import Event
 from ..schema import business_key
 from ..states import LIVE, JobStatus
 from ..wakeups.channels import PgChannels
@@ -61,24 +59,13 @@ _RETURNED = """
 )
 SELECT job_id FROM job
 """
-# The wake-up notice, sent as the statement commits (a SELECT in a WITH runs only if read: the
-# join reads it, once the job is written).
-_NOTICE = """
-), notice AS (
-    SELECT pg_notify(:notify, '')"""
-_RETURNED_NOTIFIED = """
-)
-SELECT job.job_id FROM job CROSS JOIN notice
-"""
 
 
-def _after_job(tags: str | None, keys: bool, notify: bool = False) -> str:
-    """The statement's parts after the job insert: tags selected by ``tags`` if given,
-    reservations if ``keys``, and the wake-up notice if ``notify``."""
+def _after_job(tags: str | None, keys: bool) -> str:
+    """The statement's parts after the job insert: tags selected by ``tags`` if given, and
+    reservations if ``keys``."""
     tagged = _TAG_ROWS.format(tags=tags) if tags is not None else ""
-    reserved = _RESERVATIONS if keys else ""
-    end = _NOTICE + _RETURNED_NOTIFIED if notify else _RETURNED
-    return _QUEUE_ROWS + tagged + reserved + end
+    return _QUEUE_ROWS + tagged + (_RESERVATIONS if keys else "") + _RETURNED
 
 
 _MANY_TAGS = """SELECT t.job_id, t.tag
@@ -122,14 +109,11 @@ WITH job AS (
     VALUES ({_JOB_PARAMS}, now(), {_DUE.format(**_ONE)}, {_DEADLINE.format(**_ONE)}, 0)
     {_CONFLICT}"""
 _SUBMIT_STMT = sa.text(_SUBMIT)
-#: One job's statement, by (it has tags, it has a business key, it sends the wake-up).
+#: One job's statement, by (it has tags, it has a business key).
 _SUBMIT_ONE_STMTS = {
-    (tagged, keyed, notify): sa.text(
-        _SUBMIT_ONE + _after_job(_ONE_JOBS_TAGS if tagged else None, keyed, notify)
-    )
+    (tagged, keyed): sa.text(_SUBMIT_ONE + _after_job(_ONE_JOBS_TAGS if tagged else None, keyed))
     for tagged in (False, True)
     for keyed in (False, True)
-    for notify in (False, True)
 }
 _KEY_CONSTRAINT = "pk_ratchet_business_key"
 #: The transaction-level advisory lock schema changes hold (the bytes of "ratchet!" as a number,
@@ -248,26 +232,19 @@ class PostgresDialect(Dialect):
             else:  # not a statement_engine(): switch this connection (slower)
                 yield conn.execution_options(isolation_level="AUTOCOMMIT")
 
-    def own_insert(
-        self, conn: Connection, jobs: Sequence[NewJob], notify: str | None = None
-    ) -> list[Inserted]:
+    def own_insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs, their queue rows, tags and key reservations: with COPY when none can
-        conflict, else in one statement per chunk. One job in a statement of its own (in
-        autocommit) sends the wake-up on ``notify`` in that statement."""
+        conflict, else in one statement per chunk."""
         if copyable(jobs):
             return copy_jobs(conn, jobs)
         refuse_repeated_business_keys(jobs)
         inserted: set[uuid.UUID] = set()
         joined = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
-        # In a caller's transaction the notice would hold its commit in line too: sent after.
-        notifying = notify is not None and not joined and len(jobs) == 1
         for part in chunks(jobs, SUBMIT_CHUNK):
             if len(part) == 1:
                 new = part[0]
-                stmt = _SUBMIT_ONE_STMTS[
-                    bool(new.options.tags), new.business_key is not None, notifying
-                ]
-                params = _submit_one_params(new) | {"notify": notify}
+                stmt = _SUBMIT_ONE_STMTS[bool(new.options.tags), new.business_key is not None]
+                params = _submit_one_params(new)
             else:
                 stmt, params = _SUBMIT_STMT, _submit_params(part)
             keyed = any(new.business_key for new in part)
@@ -286,8 +263,6 @@ class PostgresDialect(Dialect):
                         delete_jobs(conn, list(inserted))
                     raise DuplicateBusinessKey(self._held_key(conn, part)) from None
                 raise
-        if notifying and inserted:
-            facts.record(conn, [Event(facts.NOTIFIED)])
         return match_duplicates(conn, jobs, inserted)
 
     def own_completion(

@@ -30,7 +30,7 @@ from typing import Protocol
 import sqlalchemy as sa
 
 from ..services import Service
-from .channels import ENDED, WAKEUP, Channels, PgChannels, Publisher
+from .channels import ENDED, WAKEUP, Channels, Publisher
 from .end_watches import ChannelEndWatch, EndWatch
 from .hub import Hub, HubAttachment
 
@@ -39,9 +39,6 @@ log = logging.getLogger("flask_ratchet.worker")
 #: Seconds a process that exits waits for its last notices to be sent (all its notifiers
 #: together).
 FLUSH_AT_EXIT = 2.0
-#: Seconds without a wake-up in a process after which its next submission may send the notice
-#: in its own statement (:meth:`Wakeups.statement_notice`).
-QUIET = 0.1
 #: This process's notifiers, for the flush at exit and the reset after a fork.
 _NOTIFIERS: weakref.WeakSet[Notifier] = weakref.WeakSet()
 
@@ -218,24 +215,6 @@ class Wakeups:
         self._url = url
         self._notifiers: dict[str, Notifier] = {}
         self._lock = threading.Lock()
-        #: When this process last woke workers (``time.monotonic()``).
-        self._last_wake = -QUIET
-
-    def statement_notice(self) -> str | None:
-        """The channel a submission that makes a job due may ``NOTIFY`` in its own statement,
-        or ``None`` to have the notice sent after the commit. Call once per such submission.
-
-        In the statement, a listening worker hears of the job as it commits: no hand-off to
-        the sending thread, no second commit (about a millisecond of an idle pickup here). But
-        every transaction that notifies takes PostgreSQL's notification lock as it commits,
-        one after another: so only a submission after :data:`QUIET` seconds without a
-        wake-up in this process does; the rest of a burst goes to the coalescing sender."""
-        now = time.monotonic()
-        quiet = now - self._last_wake >= QUIET
-        self._last_wake = now
-        if quiet and isinstance(self.channels, PgChannels):
-            return WAKEUP
-        return None
 
     def _notifier(self, channel: str, gap: float) -> Callable[[], None] | None:
         if self.channels is None:
@@ -249,7 +228,6 @@ class Wakeups:
     def notifier(self) -> Callable[[], None] | None:
         """What tells workers in other processes that committed jobs are due; ``None`` where
         they see other processes' commits by themselves or poll."""
-        self._last_wake = time.monotonic()
         return self._notifier(WAKEUP, 0.01)
 
     def ended_notifier(self) -> Callable[[], None] | None:

@@ -1,15 +1,14 @@
 """Where an idle pickup's time goes, on PostgreSQL: one row per stage, p50/p95/p99.
 
-    python -m bench.pickup_profile [--pg URL] [--pickups 200] [--rounds 2]
+    python -m bench.pickup_profile [--pg URL] [--pickups 200] [--rounds 2] [--spacing 0.02]
 
-The pickup of ``bench.stamp`` (200 jobs 20 ms apart to an idle worker at concurrency 4), with
-every hand-off stamped on the machine's monotonic clock (``time.perf_counter``, shared by all
-processes here), each as milliseconds after the moment just before the enqueue call:
+The pickup of ``bench.stamp`` (200 jobs 20 ms apart, or ``--spacing`` seconds, to an idle worker
+at concurrency 4), with every hand-off stamped on the machine's monotonic clock
+(``time.perf_counter``, shared by all processes here), each as milliseconds after the moment
+just before the enqueue call:
 
 - ``enqueue returned``: the client's ``enqueue_now`` (its own transaction) is back;
-- ``NOTIFY sent`` / ``NOTIFY answered``: the client's wake-up sender starts and ends its NOTIFY
-  (for the jobs whose notice went after the commit; a job due after a quiet spell carries it in
-  its own statement, and has no such row: the row's count says how many jobs it covers);
+- ``NOTIFY sent`` / ``NOTIFY answered``: the client's wake-up sender starts and ends its NOTIFY;
 - ``worker woken``: the worker's LISTEN thread has the notification;
 - ``claim sent`` / ``claim answered``: the poller starts and ends the claim that took the job;
 - ``job started``: the job function's first line.
@@ -116,9 +115,7 @@ def _first_from(stamps: list[tuple[float, ...]], began: float) -> tuple[float, .
 
 
 def _row(label: str, values: list[float]) -> str:
-    """A table row: ``values``' p50, p95 and p99 (and how many, when not every job's)."""
-    if not values:
-        return f"| {label} (no job) | — | — | — |"
+    """A table row: ``values``' p50, p95 and p99."""
     cells = " | ".join(f"{percentile(sorted(values), p):.2f}" for p in (0.5, 0.95, 0.99))
     return f"| {label} | {cells} |"
 
@@ -165,13 +162,12 @@ def profile(url: str, n: int, spacing: float = 0.02) -> dict[str, list[float]]:
         notify = _first_from(NOTIFIES, began)
         wake = _first_from(woken, began)
         claim = _first_from(claims, began)
-        if i not in started or wake is None or claim is None:
+        if i not in started or notify is None or wake is None or claim is None:
             continue  # found by a poll rather than a wake-up: not this path
-        if notify is not None and notify[0] > wake[0]:
-            notify = None  # a later job's: this one's notice went with its statement
         times = {
             "enqueued": returned,
-            **({} if notify is None else {"notify_sent": notify[0], "notify_answered": notify[1]}),
+            "notify_sent": notify[0],
+            "notify_answered": notify[1],
             "woken": wake[0],
             "claim_sent": claim[0],
             "claim_answered": claim[1],
@@ -216,18 +212,18 @@ def main() -> None:
     parser.add_argument("--pg", default=DEFAULT_PG)
     parser.add_argument("--pickups", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--spacing", type=float, default=0.02, help="seconds between jobs")
     args = parser.parse_args()
     url = fresh_database(args.pg, "ratchet_bench_pickup")
     _watch_notifies()
     print("| stage (ms after the enqueue call began) | p50 | p95 | p99 |")
     print("|---|---:|---:|---:|")
     for round_ in range(1, args.rounds + 1):
-        stages = profile(url, args.pickups)
+        stages = profile(url, args.pickups, args.spacing)
         woken = len(stages["started"])
         print(f"| **run {round_}** ({woken} of {args.pickups} jobs taken by a wake-up) | | | |")
         for label, key in STAGES:
-            count = len(stages[key])
-            print(_row(label if count == woken else f"{label} ({count} jobs)", stages[key]))
+            print(_row(label, stages[key]))
     print("| **bare round trips** (ms) | | | |")
     for label, values in round_trips(url):
         print(_row(label, values))

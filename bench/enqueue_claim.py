@@ -22,7 +22,7 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,13 +67,17 @@ def sleep_ms(ms: float) -> None:
 BENCH_KEY = "YmVuY2gtYmVuY2gtYmVuY2gtYmVuY2gtYmVuY2gtYmU="
 
 
-def make_app(url: str) -> Flask:
+def make_app(
+    url: str, config: Mapping[str, Any] | None = None, extension: Ratchet | None = None
+) -> Flask:
     """The benchmarks' app on ``url``; wake-ups through ``$BENCH_WAKEUP_URL`` if it is set (the
-    workers a benchmark starts inherit it)."""
+    workers a benchmark starts inherit it). ``config`` is added to the app's configuration, and
+    ``extension`` (a benchmark's own tasks) takes the place of this module's ``ratchet``."""
     app = Flask(__name__)
     app.config["SQLALCHEMY_DATABASE_URI"] = url
     app.config["SQLALCHEMY_ENGINE_OPTIONS"] = {"pool_size": 5}
     app.config["RATCHET_WAKEUP_URL"] = os.environ.get("BENCH_WAKEUP_URL")
+    app.config.update(config or {})
     if os.environ.get("BENCH_POOLED"):  # through PgBouncer (bench.pgbouncer)
         app.config["SQLALCHEMY_ENGINE_OPTIONS"]["connect_args"] = {"prepare_threshold": None}
         app.config["RATCHET_TRANSACTION_POOLING"] = True
@@ -83,7 +87,7 @@ def make_app(url: str) -> Flask:
         app.config["RATCHET_ENCRYPTION_CURRENT_KEY"] = "bench"
         app.config["RATCHET_ENCRYPT_ALL"] = True
     db.init_app(app)
-    ratchet.init_app(app)
+    (extension or ratchet).init_app(app)
     return app
 
 

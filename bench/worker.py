@@ -54,17 +54,24 @@ def worker(
     *args: str,
     app: str = "bench.worker:bench_app()",
     env: dict[str, str] | None = None,
+    log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """A ``flask ratchet worker`` process on ``url`` with ``args``, loading ``app``, with
-    ``env`` added to this process's environment."""
+    ``env`` added to this process's environment; what it prints goes to ``log`` (else nowhere)."""
     added = {"BENCH_URL": url, "PYTHONPATH": str(ROOT)} | (env or {})
-    return subprocess.Popen(
-        [sys.executable, "-m", "flask", "--app", app, "ratchet", "worker", *args],
-        cwd=ROOT,
-        env=os.environ | added,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [sys.executable, "-m", "flask", "--app", app, "ratchet", "worker", *args]
+    if log is None:
+        return subprocess.Popen(
+            command,
+            cwd=ROOT,
+            env=os.environ | added,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    with log.open("wb") as out:  # the child has its own copy of the file
+        return subprocess.Popen(
+            command, cwd=ROOT, env=os.environ | added, stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def bench_app():  # type: ignore[no-untyped-def]

@@ -10,6 +10,9 @@ with its Unix socket in its own directory. Run as root, the servers run as ``pos
     with running_replica() as pair:
         pair.primary_url()   # postgresql+psycopg://postgres@127.0.0.1:<port>/app
         pair.replica_url()
+
+:func:`running_server` starts a server alone, with initdb's defaults: autovacuum runs there
+(the soak, ``bench.soak --own-server``, needs it; the machine's server may have it off).
 """
 
 from __future__ import annotations
@@ -126,18 +129,11 @@ def running_replica() -> Iterator[ReplicaPair]:
     yield their ports once the replica is in recovery; stop both and remove their files."""
     if not (BIN / "initdb").exists():
         raise ReplicaError(f"PostgreSQL's server programs are not in {BIN} (RATCHET_PG_BIN)")
-    home = Path(tempfile.mkdtemp(prefix="ratchet_replica_"))
-    shutil.chown(home, USER, USER)
-    home.chmod(0o700)
+    home = _home("ratchet_replica_")
     primary, replica = home / "primary", home / "replica"
     pair = ReplicaPair(free_port(), free_port())
     try:
-        _as_postgres(
-            BIN / "initdb", "-D", primary, "-U", USER, "-A", "trust", "-E", "UTF8", "--no-sync"
-        )
-        (primary / "pg_hba.conf").write_text(_HBA)
-        with (primary / "postgresql.conf").open("a") as conf:
-            conf.write(_SETTINGS)
+        _initdb(primary, _SETTINGS)
         _start(primary, pair.primary_port)
         _as_postgres(
             BIN / "createdb", "-h", "127.0.0.1", "-p", str(pair.primary_port), "-U", USER, DATABASE
@@ -166,6 +162,41 @@ def running_replica() -> Iterator[ReplicaPair]:
         for data in (replica, primary):
             _stop(data)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@contextmanager
+def running_server(settings: str = "") -> Iterator[int]:
+    """Start a PostgreSQL server alone, with initdb's defaults (autovacuum on, as in
+    production) and ``settings`` (``postgresql.conf`` lines) added, in a new directory of the
+    system's temporary one; yield its port (``postgres`` trusted on 127.0.0.1, its database
+    ``postgres``); stop it and remove its files."""
+    if not (BIN / "initdb").exists():
+        raise ReplicaError(f"PostgreSQL's server programs are not in {BIN} (RATCHET_PG_BIN)")
+    home = _home("ratchet_server_")
+    data, port = home / "server", free_port()
+    try:
+        _initdb(data, "listen_addresses = '127.0.0.1'\n" + settings)
+        _start(data, port)
+        yield port
+    finally:
+        _stop(data)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _home(prefix: str) -> Path:
+    """A new directory for servers' files, ``postgres``'s alone."""
+    home = Path(tempfile.mkdtemp(prefix=prefix))
+    shutil.chown(home, USER, USER)
+    home.chmod(0o700)
+    return home
+
+
+def _initdb(data: Path, settings: str) -> None:
+    """A new cluster in ``data``: trust on loopback, ``settings`` added to its configuration."""
+    _as_postgres(BIN / "initdb", "-D", data, "-U", USER, "-A", "trust", "-E", "UTF8", "--no-sync")
+    (data / "pg_hba.conf").write_text(_HBA)
+    with (data / "postgresql.conf").open("a") as conf:
+        conf.write(settings)
 
 
 def _wait_for_recovery(url: str) -> None:

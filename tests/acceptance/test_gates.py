@@ -89,10 +89,11 @@ def test_a_rate_holds_across_workers(app: Flask, workers: Workers, dialect: str)
     assert len(starts) == 60
     assert [job(i).attempts for i in ids] == [1] * 60  # waiting for the window spent none
     # Each job's code notes when it starts, a moment after its start is counted (a moment
-    # that varies a little from job to job): the eleventh start after any one is nearly a
-    # second later (0.7 s leaves the variation room; with no rate they are milliseconds apart).
+    # that varies from job to job, by a third of a second on a loaded machine): the eleventh
+    # start after any one is nearly a second later (0.5 s leaves the variation room; with no
+    # rate they are milliseconds apart).
     gaps = [later - first for first, later in zip(starts, starts[10:], strict=False)]
-    assert min(gaps) > 0.7, gaps
+    assert min(gaps) > 0.5, gaps
     took = starts[-1] - starts[0]
     assert 4.5 < took < 30, took
     deferred = sum(workers.output(p).count("had its 10/s starts") for p in procs)

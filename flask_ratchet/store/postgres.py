@@ -25,7 +25,7 @@ from ..schema import business_key
 from ..states import LIVE, JobStatus
 from ..wakeups.channels import PgChannels
 from .dialect import Dialect, chunks
-from .driver import driver_statement
+from .driver import autocommit, driver_statement
 from .postgres_claim import claim
 from .postgres_completion import COMPLETE_STMT, complete_params
 from .postgres_copy import SUBMITTED_COLUMNS, copy_jobs, copyable
@@ -227,7 +227,7 @@ class PostgresDialect(Dialect):
     @contextmanager
     def single_statement(self, engine: Engine) -> Iterator[Connection]:
         with engine.connect() as conn:
-            if conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT":
+            if autocommit(conn):
                 yield conn
             else:  # not a statement_engine(): switch this connection (slower)
                 yield conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -239,7 +239,7 @@ class PostgresDialect(Dialect):
             return copy_jobs(conn, jobs)
         refuse_repeated_business_keys(jobs)
         inserted: set[uuid.UUID] = set()
-        joined = conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
+        joined = not autocommit(conn)
         for part in chunks(jobs, SUBMIT_CHUNK):
             if len(part) == 1:
                 new = part[0]

@@ -60,7 +60,9 @@ test-fast: lint setup-test
 	$(BYTECODE) $(PY) -m pytest -n $(JOBS) --dist worksteal -m "not slow"
 
 # The unit and integration tiers on the lowest versions pyproject.toml allows (.ci/lowest.txt),
-# in a virtualenv of their own.
+# in a virtualenv of their own: every call into a library, on each database. The tests marked
+# slow (processes, volume, generated inputs) test ratchet's own code, not the libraries' ages:
+# `make test` runs them, once.
 LOWEST ?= .venv-lowest
 # Fewer processes: CI runs it beside `make test`.
 LOWEST_JOBS ?= 2
@@ -68,7 +70,7 @@ test-lowest: system-deps
 	python3 -m venv $(LOWEST)
 	$(LOWEST)/bin/python -m pip install --quiet --upgrade "pip>=25.1"
 	$(LOWEST)/bin/python -m pip install --quiet -c .ci/lowest.txt -e . --group dev --group mysqlclient
-	$(BYTECODE) $(LOWEST)/bin/python -m pytest -n $(LOWEST_JOBS) --dist worksteal tests/unit tests/integration
+	$(BYTECODE) $(LOWEST)/bin/python -m pytest -n $(LOWEST_JOBS) --dist worksteal -m "not slow" tests/unit tests/integration
 
 demo: setup
 	$(PY) -m examples.demo

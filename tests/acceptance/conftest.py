@@ -69,6 +69,9 @@ class Workers:
             "RATCHET_TEST_URL": self.url,
             "RATCHET_TEST_CONFIG": json.dumps(self.config | config),
             "PYTHONPATH": str(ROOT),
+            # A worker that will not stop is ended with SIGABRT (stop_all): it prints where
+            # every thread of it stood into its log first.
+            "PYTHONFAULTHANDLER": "1",
         }
         log = open(self.logs / f"worker-{len(self.procs)}.log", "wb")
         proc = subprocess.Popen(
@@ -98,8 +101,12 @@ class Workers:
         for proc in self.procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
-                proc.kill()
-                proc.wait(10)
+                proc.send_signal(signal.SIGABRT)  # every thread's stack into its log
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
 
 
 @pytest.fixture

@@ -427,6 +427,7 @@ def site(app: Flask) -> Site:
     return Site(app)
 
 
+@pytest.mark.slow  # hundreds of examples
 @PROPERTY
 @given(route=st.sampled_from(sorted(GET_ROUTES)), role=ROLES, segment=SEGMENTS, data=st.data())
 def test_arbitrary_query_strings_never_answer_500(
@@ -444,6 +445,7 @@ def test_arbitrary_query_strings_never_answer_500(
     assert_console_headers(answer, url)
 
 
+@pytest.mark.slow  # hundreds of examples
 @PROPERTY
 @given(route=st.sampled_from(sorted(POST_ROUTES)), role=ROLES, segment=SEGMENTS, data=st.data())
 def test_arbitrary_forms_never_answer_500(

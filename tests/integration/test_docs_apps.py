@@ -41,6 +41,7 @@ def python_in(folder: Path, engine: sa.Engine) -> Callable[..., str]:
     return run
 
 
+@pytest.mark.slow  # the real CLIs in subprocesses
 def test_the_existing_app_section_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
     block = section_block(GUIDES / "existing-apps.md", "# Adding flask-ratchet to an existing app")
     (tmp_path / "myapp.py").write_text(block)
@@ -63,6 +64,7 @@ def test_the_existing_app_section_runs_as_written(empty_engine: sa.Engine, tmp_p
     assert list((tmp_path / "migrations" / "versions").glob("*.py")) == []
 
 
+@pytest.mark.slow  # the real CLIs in subprocesses
 def test_the_quick_start_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
     """Its app on this test's database (the block names a SQLite file): a sign-up's user and job
     appear together, and a worker runs the job."""

@@ -9,6 +9,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from tests.acceptance.test_sample_app_tests import pytest_in
@@ -24,6 +25,7 @@ def shop_py() -> str:
     return ported
 
 
+@pytest.mark.slow  # the real CLIs in subprocesses
 def test_the_worked_port_runs_as_written(empty_engine: sa.Engine, tmp_path: Path) -> None:
     (tmp_path / "shop.py").write_text(shop_py())
     run = python_in(tmp_path, empty_engine)
@@ -66,6 +68,7 @@ def test_the_worked_port_runs_as_written(empty_engine: sa.Engine, tmp_path: Path
     assert progress == ["resizing"] * 3
 
 
+@pytest.mark.slow  # a pytest run in a subprocess
 def test_the_pytest_flask_example_passes(database_url: str, tmp_path: Path) -> None:
     conftest, tests = section_blocks(PAGE, "## pytest and pytest-flask")
     project = tmp_path / "project"

@@ -566,6 +566,7 @@ _PATHS: dict[str, Callable[[list[Any], str, Any, Draw], Callable[[], Any]]] = {
 }
 
 
+@pytest.mark.slow  # hundreds of examples
 @settings(
     max_examples=150,
     deadline=None,

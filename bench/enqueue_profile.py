@@ -15,6 +15,9 @@ each, as ``bench.compare``'s single enqueue), in a fresh database:
   ``cProfile`` (arguments checked and encoded; the job built: id, options, JSON; the
   transaction with its statement; the wake-up request; the rest), scaled to the wall time of
   the unprofiled run, so the parts add up to what a caller waits.
+- **the floor**: a bare one-row ``INSERT`` (an id, a task name, a payload; a primary key and
+  nothing else), committed, ``--jobs`` times on a connection of the same pool and driver: what
+  any design pays per job on this database and machine before its own rows, indexes and Python.
 
 Prints one table. Nothing is asserted.
 """
@@ -28,6 +31,7 @@ import pstats
 import tempfile
 import threading
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -164,8 +168,49 @@ def measure(url: str, store: str, jobs: int) -> list[tuple[str, str]]:
         ):
             share = seconds / total if total else 0.0
             rows.append((f"µs: {label}", f"{share * wall * 1e6:,.0f}"))
+        bare = floor(store, jobs)
+        rows.append(("µs: the floor, a bare one-row INSERT committed", f"{bare:,.0f}"))
         db.engine.dispose()
     return rows
+
+
+#: The floor's table, and its insert in each driver's parameter style.
+FLOOR_TABLE = "bench_floor"
+FLOOR_INSERT = {
+    "sqlite": f"INSERT INTO {FLOOR_TABLE} VALUES (?, ?, ?)",
+    "postgresql": f"INSERT INTO {FLOOR_TABLE} VALUES (%s, %s, %s)",
+    "mariadb": f"INSERT INTO {FLOOR_TABLE} VALUES (%s, %s, %s)",
+}
+
+
+def floor(store: str, jobs: int) -> float:
+    """Microseconds per bare one-row insert, each committed (the driver's autocommit), on a
+    DBAPI connection of the app's pool."""
+    raw = db.engine.raw_connection()
+    try:
+        conn: Any = raw.driver_connection
+        if store == "sqlite":
+            conn.isolation_level = None
+        else:
+            conn.autocommit(True) if store == "mariadb" else setattr(conn, "autocommit", True)
+        cursor = conn.cursor()
+        cursor.execute(f"DROP TABLE IF EXISTS {FLOOR_TABLE}")
+        cursor.execute(
+            f"CREATE TABLE {FLOOR_TABLE} (id CHAR(36) PRIMARY KEY, task VARCHAR(200), payload TEXT)"
+        )
+        sql = FLOOR_INSERT[store]
+        extra = {"prepare": True} if store == "postgresql" else {}  # as ratchet's statement
+        for i in range(200):  # warm up
+            cursor.execute(sql, (str(uuid.uuid4()), "noop", f"[{i}]"), **extra)
+        began = time.perf_counter()
+        for i in range(jobs):
+            cursor.execute(sql, (str(uuid.uuid4()), "noop", f"[{i}]"), **extra)
+        seconds = (time.perf_counter() - began) / jobs
+        cursor.execute(f"DROP TABLE {FLOOR_TABLE}")
+        cursor.close()
+    finally:
+        raw.close()
+    return seconds * 1e6
 
 
 def main() -> None:

@@ -60,6 +60,10 @@ NOT_SECRET_LAST = frozenset(
 _SEGMENT = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 
+#: Keys up to this length are split at once: the substring searches would cost more.
+_SHORT_KEY = 64
+
+
 def segments(text: str) -> list[str]:
     """The lower-case words of a key: split on ``_``, ``-``, ``.``, spaces and camelCase."""
     return [m.group().lower() for m in _SEGMENT.finditer(text)]
@@ -68,7 +72,14 @@ def segments(text: str) -> list[str]:
 def secret_key(key: object) -> bool:
     """Whether values under ``key`` are masked: a whole segment is a secret word, and the key
     does not end in a word that makes it a count or size of one (``token_count``)."""
-    parts = segments(str(key))
+    name = str(key)
+    if len(name) > _SHORT_KEY:
+        # A word of the list can only be a segment where it is a substring: a few searches
+        # in C settle most long keys (a 10 MB key written by hand) before any split.
+        folded = name.lower()
+        if not any(word in folded for word in SECRET_WORDS):
+            return False
+    parts = segments(name)
     if not parts or parts[-1] in NOT_SECRET_LAST:
         return False
     return any(p in SECRET_WORDS for p in parts)
@@ -169,6 +180,8 @@ _SECRET_VALUES = re.compile(
 
 def url_passwords_masked(text: str, mark: str = TEXT_MASK) -> str:
     """``text`` with the password of every ``scheme://user:password@`` replaced by ``mark``."""
+    if "@" not in text:  # no URL password without one: a search in C, not the pattern's pass
+        return text
     return _URL_CREDENTIALS.sub(lambda m: f"{m['user']}{mark}@", text)
 
 
@@ -185,21 +198,28 @@ def text_masked(text: str) -> str:
     >>> text_masked("postgresql://app:hunter2@db failed, token=abc")
     'postgresql://app:***@db failed, token=***'
     """
-    if not might_show_secret(text):
-        return text
-    return _SECRET_VALUES.sub(_value_masked, url_passwords_masked(text))
+    if _URL_TELLTALE in text:
+        text = url_passwords_masked(text)
+    if _names_secret(text.casefold()):
+        text = _SECRET_VALUES.sub(_value_masked, text)
+    return text
 
 
-#: Every text the two patterns can mask holds one of these (case-folded, as the patterns match
-#: case-insensitively): a URL's ``://``, or a word their key must contain.
-_TELLTALES = ("://", "passw", "pwd", "token", "secret", "api", "authorization")
+#: Every text the URL pattern can mask holds this.
+_URL_TELLTALE = "://"
+#: Every text the secret-value pattern can mask holds one of these (case-folded, as the pattern
+#: matches case-insensitively): a word its key must contain.
+_TELLTALES = ("passw", "pwd", "token", "secret", "api", "authorization")
+
+
+def _names_secret(folded: str) -> bool:
+    return any(telltale in folded for telltale in _TELLTALES)
 
 
 def might_show_secret(text: str) -> bool:
     """Whether :func:`text_masked` could change ``text``: a check of a few substrings, far
     cheaper than the patterns, that most log lines and errors fail."""
-    folded = text.casefold()
-    return any(telltale in folded for telltale in _TELLTALES)
+    return _URL_TELLTALE in text or _names_secret(text.casefold())
 
 
 def stored_text_masked(value: object) -> str:

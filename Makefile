@@ -47,9 +47,12 @@ lint: setup
 	$(VENV)/bin/codespell
 
 # The documentation site, into docs/_build/html: any warning fails it, a broken cross-reference
-# included (-n). Offline: intersphinx reads docs/_inventories/.
+# included (-n). Offline: intersphinx reads docs/_inventories/. docs/_build/html.clean says the
+# last build had no warning (the reference test builds on from it, see tests/docs).
 docs: setup system-deps
+	rm -f docs/_build/html.clean
 	$(VENV)/bin/sphinx-build -W --keep-going -n -q -b html docs docs/_build/html
+	touch docs/_build/html.clean
 
 test: lint docs setup-test
 	$(BYTECODE) $(PY) -m pytest -n $(JOBS) --dist worksteal --durations=15

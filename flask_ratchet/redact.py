@@ -198,28 +198,21 @@ def text_masked(text: str) -> str:
     >>> text_masked("postgresql://app:hunter2@db failed, token=abc")
     'postgresql://app:***@db failed, token=***'
     """
-    if _URL_TELLTALE in text:
-        text = url_passwords_masked(text)
+    text = url_passwords_masked(text)
     if _names_secret(text.casefold()):
         text = _SECRET_VALUES.sub(_value_masked, text)
     return text
 
 
-#: Every text the URL pattern can mask holds this.
-_URL_TELLTALE = "://"
 #: Every text the secret-value pattern can mask holds one of these (case-folded, as the pattern
 #: matches case-insensitively): a word its key must contain.
 _TELLTALES = ("passw", "pwd", "token", "secret", "api", "authorization")
 
 
 def _names_secret(folded: str) -> bool:
+    """Whether the secret-value pattern could match: a few substring searches, far cheaper
+    than the pattern, that most log lines and errors fail."""
     return any(telltale in folded for telltale in _TELLTALES)
-
-
-def might_show_secret(text: str) -> bool:
-    """Whether :func:`text_masked` could change ``text``: a check of a few substrings, far
-    cheaper than the patterns, that most log lines and errors fail."""
-    return _URL_TELLTALE in text or _names_secret(text.casefold())
 
 
 def stored_text_masked(value: object) -> str:

@@ -24,18 +24,21 @@ REMEMBERED = 1 << 20
 class _Flow:
     """One client connection and its connection to the server."""
 
-    def __init__(self, client: socket.socket, server: socket.socket) -> None:
+    def __init__(self, client: socket.socket, server: socket.socket, trap: bytes | None) -> None:
         self.client = client
         self.server = server
         self.sent = bytearray()  # what the client sent, its first REMEMBERED bytes
         self.dead = False  # blackholed: nothing is forwarded any more, either way
         self.closed = False
+        self.trap = trap  # the flow dies as its client sends these bytes, before they pass
 
     def pump(self, source: socket.socket, target: socket.socket, remember: bool) -> None:
         try:
             while data := source.recv(65536):
                 if remember and len(self.sent) < REMEMBERED:
                     self.sent += data
+                if remember and self.trap is not None and self.trap in data:
+                    self.dead = True
                 if not self.dead:  # a dead flow reads on (the kernel acknowledges) and drops
                     target.sendall(data)
         except OSError:
@@ -62,6 +65,9 @@ class Proxy:
         self.port: int = self._listener.getsockname()[1]
         self._flows: list[_Flow] = []
         self._lock = threading.Lock()
+        #: New connections go half-open the moment their client sends these bytes (the same
+        #: packet is not forwarded): e.g. a listener's ``LISTEN``, after its start-up went well.
+        self.trap: bytes | None = None
         threading.Thread(target=self._accept, name="test-proxy", daemon=True).start()
 
     def url(self, url: str) -> str:
@@ -79,7 +85,7 @@ class Proxy:
             except OSError:
                 client.close()
                 continue
-            flow = _Flow(client, server)
+            flow = _Flow(client, server, self.trap)
             with self._lock:
                 self._flows.append(flow)
             for source, target, remember in ((client, server, True), (server, client, False)):

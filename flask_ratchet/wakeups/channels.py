@@ -41,6 +41,9 @@ PG_CONNECT_OPTIONS: dict[str, int] = {
     "keepalives_count": 3,
     "tcp_user_timeout": 30_000,
 }
+#: Seconds a new listening connection's ``LISTEN`` may take to be answered (its start-up is
+#: bounded by ``connect_timeout``).
+SUBSCRIBE_TIMEOUT = 5.0
 #: Redis: seconds to connect or to wait for an answer, and between health checks of an idle
 #: subscription (a PING through it: a connection that stopped delivering is found out).
 REDIS_TIMEOUT = 5.0
@@ -132,8 +135,10 @@ class PgSubscription:
             psycopg.conninfo.make_conninfo(dsn, **PG_CONNECT_OPTIONS), autocommit=True
         )
         try:
-            for channel in channels:
-                self._conn.execute(f"LISTEN {channel}")
+            # Bounded as a check is: a connection that went half-open between its start-up and
+            # its LISTEN would otherwise hold the listening thread for ever, never replaced.
+            listen = "; ".join(f"LISTEN {channel}" for channel in channels)
+            self._round_trip(listen.encode(), "LISTEN", SUBSCRIBE_TIMEOUT)
         except BaseException:
             self._conn.close()
             raise
@@ -147,20 +152,26 @@ class PgSubscription:
     def check(self, timeout: float) -> set[str]:
         # A listening connection only ever reads: one that a proxy or a middlebox keeps open
         # while forwarding nothing would wait for ever, unnoticed by the kernel's keepalives
-        # (the proxy's own kernel answers them). A SELECT 1, sent and awaited through libpq's
-        # non-blocking calls (psycopg has no deadline on a statement), finds it out.
+        # (the proxy's own kernel answers them). A SELECT 1 with a deadline finds it out.
+        return self._round_trip(b"SELECT 1", "a check", timeout)
+
+    def _round_trip(self, query: bytes, what: str, timeout: float) -> set[str]:
+        """Send ``query`` and read its answer, through libpq's non-blocking calls (psycopg has
+        no deadline on a statement); raise psycopg's ``OperationalError`` naming ``what`` if
+        it is not all there within ``timeout`` seconds. The channels of the notices that came
+        with it."""
         import psycopg
 
         pgconn = self._conn.pgconn
         deadline = time.monotonic() + timeout
         heard = set()
         with self._conn.lock:
-            pgconn.send_query(b"SELECT 1")
+            pgconn.send_query(query)
             while pgconn.flush():  # 1: more to send, once the socket takes it
-                _ready(pgconn.socket, deadline, timeout, write=True)
+                _ready(pgconn.socket, deadline, what, timeout, write=True)
             pgconn.consume_input()
             while pgconn.is_busy():
-                _ready(pgconn.socket, deadline, timeout)
+                _ready(pgconn.socket, deadline, what, timeout)
                 pgconn.consume_input()
             while (result := pgconn.get_result()) is not None:
                 if result.error_message:
@@ -173,9 +184,9 @@ class PgSubscription:
         self._conn.close()
 
 
-def _ready(fd: int, deadline: float, timeout: float, *, write: bool = False) -> None:
+def _ready(fd: int, deadline: float, what: str, timeout: float, *, write: bool = False) -> None:
     """Wait until ``fd`` can be read (or written); past ``deadline``, raise psycopg's
-    ``OperationalError``."""
+    ``OperationalError`` saying the server did not answer ``what``."""
     import psycopg
 
     # A selector, not select(): a descriptor past 1023 is fine.
@@ -184,7 +195,7 @@ def _ready(fd: int, deadline: float, timeout: float, *, write: bool = False) -> 
         ready = selector.select(max(0.0, deadline - time.monotonic()))
     if not ready:
         raise psycopg.OperationalError(
-            f"the server did not answer a check within {timeout:g}s (a network or a proxy "
+            f"the server did not answer {what} within {timeout:g}s (a network or a proxy "
             "that stopped forwarding)"
         )
 

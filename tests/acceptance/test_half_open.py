@@ -32,9 +32,8 @@ def test_a_worker_whose_connections_stop_delivering_goes_on(pg_url: str, tmp_pat
             job_id = ratchet.enqueue_now(record_run, 1).id
             wait_until(lambda: status(job_id) == JobStatus.SUCCEEDED, what="a polled pickup")
             wait_until(lambda: proxy.opened(LISTENER) >= 2, what="a new listening connection")
-            assert "wake-up connection lost (the server did not answer a check within 5s" in (
-                pool.output(proc)
-            )
+            # Its check, or its LISTEN if it went deaf before that was answered.
+            assert "wake-up connection lost (the server did not answer " in pool.output(proc)
 
             # The claim connection goes deaf mid-claim: the worker cuts it 5 s past the claim
             # timeout and claims on a new one.

@@ -16,6 +16,7 @@ import sqlalchemy as sa
 from flask import Flask
 
 from flask_ratchet.store import Store
+from flask_ratchet.wakeups import channels as channels_module
 from flask_ratchet.wakeups import hub as hub_module
 from flask_ratchet.wakeups.channels import PgChannels, conninfo
 from flask_ratchet.wakeups.hub import Hub
@@ -61,6 +62,31 @@ def test_a_listener_that_stopped_delivering_is_replaced(
         assert woken.acquire(timeout=30)
     finally:
         stop.set()
+
+
+def test_a_listen_that_goes_unanswered_fails_in_bounded_time(
+    pg_url: str, pg_proxy: Proxy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that goes half-open after its start-up, as it sends its LISTEN, fails the
+    subscription within its bound (the hub then connects again), never holding its thread."""
+    monkeypatch.setattr(channels_module, "SUBSCRIBE_TIMEOUT", 1.0)
+    pg_proxy.trap = b"LISTEN"
+    channels = PgChannels(sa.make_url(pg_proxy.url(pg_url)))
+    began = time.monotonic()
+    failure = in_thread(lambda: channels.subscription("ratchet_wakeup", "ratchet_ended"))
+    assert isinstance(failure, psycopg.OperationalError)
+    assert "did not answer LISTEN within 1s" in str(failure)
+    assert time.monotonic() - began < 30
+    assert pg_proxy.opened(b"LISTEN ratchet_wakeup; LISTEN ratchet_ended") == 1
+
+    pg_proxy.trap = None  # the path works again: the next subscription listens
+    subscription = channels.subscription("ratchet_wakeup")
+    try:
+        with psycopg.connect(conninfo(sa.make_url(pg_url)), autocommit=True) as conn:
+            conn.execute("NOTIFY ratchet_wakeup")
+        assert subscription.heard(30) == {"ratchet_wakeup"}
+    finally:
+        subscription.close()
 
 
 def test_a_listener_that_delivers_is_checked_and_kept(

@@ -43,12 +43,17 @@ def _job_fk(**kw: Any) -> sa.Column[Any]:
     )
 
 
-def _index_where(name: str | None, *columns: str, where: str) -> sa.Index:
+def _index_where(name: str | None, *columns: str, where: str, unique: bool = False) -> sa.Index:
     """An index of only the rows where the SQL condition ``where`` holds (PostgreSQL, SQLite;
     on MariaDB and MySQL see :func:`index_columns`)."""
     predicate = sa.text(where)
     return sa.Index(
-        name, *columns, postgresql_where=predicate, sqlite_where=predicate, info={"where": where}
+        name,
+        *columns,
+        unique=unique,
+        postgresql_where=predicate,
+        sqlite_where=predicate,
+        info={"where": where},
     )
 
 
@@ -86,6 +91,12 @@ def table_options(dialect: Dialect) -> dict[str, str]:
     return {f"{prefix}_{k}": v for prefix in MYSQL_NAMES for k, v in options.items()}
 
 
+#: The unique index of idempotency keys, and the rows it holds: an ``INSERT … ON CONFLICT`` on
+#: it names both (a partial unique index is only inferred from a conflict target that says its
+#: condition).
+IDEMPOTENCY_INDEX = "uq_ratchet_job_idempotency_key"
+IDEMPOTENCY_WHERE = "idempotency_key IS NOT NULL"
+
 STATUS = sa.String(16)
 KEY = sa.String(255)
 QUEUE = sa.String(QUEUE_MAX_LENGTH)
@@ -112,7 +123,7 @@ job = sa.Table(
     sa.Column("backoff_base", DOUBLE, nullable=False),
     sa.Column("timeout", DOUBLE),
     sa.Column("resource_name", sa.String(100)),
-    sa.Column("idempotency_key", KEY, unique=True),
+    sa.Column("idempotency_key", KEY),
     sa.Column("business_key", KEY),
     _id("depends_on"),
     _id("superseded_by"),
@@ -147,8 +158,18 @@ job = sa.Table(
     sa.Column("signal_payload", LONG_TEXT),
     # Who submitted the job (RATCHET_PRINCIPAL), as the host app names them; NULL: nobody said.
     sa.Column("principal", sa.String(255)),
-    sa.UniqueConstraint("recurring_id", "fire_time"),  # a recurring master fires once per time
     sa.Index(None, "task", "job_id"),
+    # Unique where set: a key is held for ever, and a recurring master fires once per time.
+    # Partial, as the indexes below, so that a job without either pays for no entry. On
+    # MariaDB and MySQL they hold every row (NULLs never collide there either).
+    _index_where(IDEMPOTENCY_INDEX, "idempotency_key", where=IDEMPOTENCY_WHERE, unique=True),
+    _index_where(
+        "uq_ratchet_job_recurring_id_fire_time",
+        "recurring_id",
+        "fire_time",
+        where="recurring_id IS NOT NULL",
+        unique=True,
+    ),
     # Partial where most rows hold NULL: a job is written (and ended) without an entry in
     # an index that would never find it, which spares the submission and completion paths.
     _partial_index("business_key", where="business_key"),
@@ -490,5 +511,5 @@ def metadata_for(dialect: Dialect) -> sa.MetaData:
             wanted = index_columns(dialect, columns, wheres.get(index.name))
             if wanted != columns:
                 moved.indexes.discard(index)
-                sa.Index(index.name, *(moved.c[name] for name in wanted))
+                sa.Index(index.name, *(moved.c[name] for name in wanted), unique=index.unique)
     return copy

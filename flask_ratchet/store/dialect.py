@@ -190,11 +190,14 @@ class Dialect:
 
     # -- inserts -------------------------------------------------------------------------------
 
-    def insert_ignoring(self, table: sa.Table, key: str) -> Any:
+    def insert_ignoring(self, table: sa.Table, key: str, where: str | None = None) -> Any:
         """``INSERT INTO table``, that inserts nothing where a row with the same ``key``
-        (a unique column) exists: add ``.values()`` or ``.from_select()``, and ``.returning()``
+        (a unique column, or the column of a unique index of the rows where the SQL condition
+        ``where`` holds) exists: add ``.values()`` or ``.from_select()``, and ``.returning()``
         to learn which rows went in."""
-        return self.insert(table).on_conflict_do_nothing(index_elements=[key])
+        return self.insert(table).on_conflict_do_nothing(
+            index_elements=[key], index_where=None if where is None else sa.text(where)
+        )
 
     def upsert(
         self,

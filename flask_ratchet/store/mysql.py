@@ -164,7 +164,7 @@ class MySQLDialect(Dialect):
 
     # -- writes --------------------------------------------------------------------------------
 
-    def insert_ignoring(self, table: sa.Table, key: str) -> Any:
+    def insert_ignoring(self, table: sa.Table, key: str, where: str | None = None) -> Any:
         # Every table this is used on has ``key`` as its only unique key (jobs, which have
         # three, are written by own_insert), so IGNORE skips exactly the conflicts on it.
         assert [c.name for c in table.primary_key.columns] == [key], table.name

@@ -24,16 +24,12 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import DuplicateBusinessKey
-from ..schema import business_key, job, job_queue, job_tag
+from ..schema import IDEMPOTENCY_INDEX, business_key, job, job_queue, job_tag
 from ..states import JobStatus
 from .dialect import Dialect, chunks
 from .driver import driver_statement
 from .submission import job_values, refuse_repeated_business_keys
 from .types import Inserted, NewJob
-
-#: The unique key a second job with an existing idempotency key conflicts on (MariaDB's error
-#: names it).
-_KEY_INDEX = "uq_ratchet_job_idempotency_key"
 
 
 def insert_jobs(dialect: Dialect, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
@@ -53,7 +49,7 @@ def insert_jobs(dialect: Dialect, conn: Connection, jobs: Sequence[NewJob]) -> l
                 _write(dialect, conn, fresh)
             break
         except sa.exc.IntegrityError as exc:
-            if last_try or _KEY_INDEX not in str(exc.orig):
+            if last_try or IDEMPOTENCY_INDEX not in str(exc.orig):
                 raise
     written = {new.job_id for new in fresh}
     return [

@@ -21,7 +21,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from ..columns import UtcDateTime
 from ..errors import ConfigError, DuplicateBusinessKey
-from ..schema import business_key
+from ..schema import IDEMPOTENCY_WHERE, business_key
 from ..states import LIVE, JobStatus
 from ..wakeups.channels import PgChannels
 from .dialect import Dialect, chunks
@@ -35,8 +35,8 @@ from .types import ClaimedJob, Finished, Inserted, NewJob, ReplicaLag
 _JOB_COLUMNS = ", ".join(c for c, _ in SUBMITTED_COLUMNS)
 _JOB_PARAMS = ", ".join(f":{c}" for c, _ in SUBMITTED_COLUMNS)
 _RECORD_COLUMNS = ", ".join(f"{c} {t}" for c, t in SUBMITTED_COLUMNS)  # json_to_recordset's
-_CONFLICT = """
-    ON CONFLICT (idempotency_key) DO NOTHING
+_CONFLICT = f"""
+    ON CONFLICT (idempotency_key) WHERE {IDEMPOTENCY_WHERE} DO NOTHING
     RETURNING job_id, queue, priority, max_retries, first_due_at, business_key"""
 # What follows the job insert in the submission statements: hot rows, then tags (``{tags}``
 # selects them from the statement's own parameters) and business-key reservations, each only in

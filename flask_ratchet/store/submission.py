@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import DuplicateBusinessKey
-from ..schema import business_key, job, job_queue, job_tag
+from ..schema import IDEMPOTENCY_WHERE, business_key, job, job_queue, job_tag
 from ..states import JobStatus
 from .dialect import Dialect, chunks
 from .driver import driver_statement
@@ -36,7 +36,7 @@ class Submission:
     def _job_insert(self) -> sa.Insert:
         times = self.dialect.insert_times()
         stmt: sa.Insert = (
-            self.dialect.insert_ignoring(job, "idempotency_key")
+            self.dialect.insert_ignoring(job, "idempotency_key", IDEMPOTENCY_WHERE)
             .values(created_at=times["created"], first_due_at=times["due"])
             .returning(job.c.job_id)
         )

@@ -249,3 +249,52 @@ def test_0015_gives_failed_jobs_their_fingerprints_a_chunk_at_a_time(
     migrate.downgrade(empty_engine, "0014")
     columns_left = {c["name"] for c in sa.inspect(empty_engine).get_columns("ratchet_job")}
     assert "fingerprint" not in columns_left
+
+
+def test_0017_keeps_every_job_and_still_refuses_a_key_or_a_fire_time_twice(
+    empty_engine: sa.Engine,
+) -> None:
+    """Jobs written at 0016 (on SQLite the table is copied into a new one) are all there with
+    their hot rows, and the unique indexes, now of the rows where they are set, still refuse
+    a second job with a held key or a second child for one fire time; down again, too."""
+    migrate.upgrade(empty_engine, "0016")
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    base = 0x0190F0A0_0000_7000_8000_000000000000
+
+    def cold(n: int, **extra: object) -> dict[str, object]:
+        return dict(
+            job_id=uuid.UUID(int=base + n), task="t", job_type="SINGLE", priority=2,
+            payload="{}", max_retries=0, backoff="NONE", backoff_base=1, created_at=at,
+            first_due_at=at, attempts=0, queue="default", follow_up=False,
+            idempotency_key=None, recurring_id=None, fire_time=None,
+        ) | extra  # fmt: skip
+
+    def hot(n: int) -> dict[str, object]:
+        return dict(
+            job_id=uuid.UUID(int=base + n), status="PENDING", queue="default",
+            scheduled_time=at, priority=2, attempts=0, max_retries=0, version=0, updated_at=at,
+        )  # fmt: skip
+
+    rows = [cold(0, idempotency_key="k"), cold(1, recurring_id="r", fire_time=at)]
+    rows += [cold(n) for n in range(2, 50)]
+    with empty_engine.begin() as conn:
+        conn.execute(sa.insert(schema.job), rows)
+        conn.execute(sa.insert(schema.job_queue), [hot(n) for n in range(50)])
+    migrate.upgrade(empty_engine)
+    assert diff(empty_engine) == []
+    with empty_engine.connect() as conn:
+        kept = conn.execute(sa.select(schema.job.c.job_id)).scalars().all()
+        queued = conn.execute(sa.select(schema.job_queue.c.job_id)).scalars().all()
+    assert sorted(kept) == sorted(queued) == [uuid.UUID(int=base + n) for n in range(50)]
+
+    for again in (cold(50, idempotency_key="k"), cold(51, recurring_id="r", fire_time=at)):
+        with pytest.raises(sa.exc.IntegrityError), empty_engine.begin() as conn:
+            conn.execute(sa.insert(schema.job).values(again))
+    with empty_engine.begin() as conn:  # neither set: as many as wanted
+        conn.execute(sa.insert(schema.job), [cold(52), cold(53)])
+
+    migrate.downgrade(empty_engine, "0016")
+    with pytest.raises(sa.exc.IntegrityError), empty_engine.begin() as conn:
+        conn.execute(sa.insert(schema.job).values(cold(54, idempotency_key="k")))
+    migrate.upgrade(empty_engine)
+    assert diff(empty_engine) == []

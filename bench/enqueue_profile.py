@@ -15,6 +15,8 @@ each, as ``bench.compare``'s single enqueue), in a fresh database:
   ``cProfile`` (arguments checked and encoded; the job built: id, options, JSON; the
   transaction with its statement; the wake-up request; the rest), scaled to the wall time of
   the unprofiled run, so the parts add up to what a caller waits.
+- **pages written to the WAL** per enqueue (SQLite): what each commit writes to the log, a
+  page per table and index it touched, counted over :data:`WAL_SAMPLE` enqueues;
 - **the floor**: a bare one-row ``INSERT`` (an id, a task name, a payload; a primary key and
   nothing else), committed, ``--jobs`` times on a connection of the same pool and driver: what
   any design pays per job on this database and machine before its own rows, indexes and Python.
@@ -149,6 +151,8 @@ def measure(url: str, store: str, jobs: int) -> list[tuple[str, str]]:
             time.sleep(0.05)  # the last notice
         trips = "statements run" if store == "sqlite" else "round trips"
         rows.append((f"{trips} per enqueue (caller)", f"{counts['main'] / SAMPLE:.2f}"))
+        if store == "sqlite":
+            rows.append(("pages written to the WAL per enqueue", f"{wal_pages(url):.1f}"))
         if counts["other"]:
             rows.append(
                 (f"{trips} of the wake-up sender, per enqueue", f"{counts['other'] / SAMPLE:.2f}")
@@ -172,6 +176,26 @@ def measure(url: str, store: str, jobs: int) -> list[tuple[str, str]]:
         rows.append(("µs: the floor, a bare one-row INSERT committed", f"{bare:,.0f}"))
         db.engine.dispose()
     return rows
+
+
+#: Enqueues whose WAL pages are counted: fewer than SQLite's automatic checkpoint (1,000 pages)
+#: would start, so that every page they write is still in the log.
+WAL_SAMPLE = 50
+
+
+def wal_pages(url: str) -> float:
+    """Pages (WAL frames) one SQLite enqueue writes: the log emptied by a checkpoint, then
+    :data:`WAL_SAMPLE` enqueues, then the log's frames counted by a passive checkpoint."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)").all()
+        enqueue(WAL_SAMPLE)
+        with engine.connect() as conn:
+            _busy, frames, _done = conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").one()
+    finally:
+        engine.dispose()
+    return float(frames) / WAL_SAMPLE
 
 
 #: The floor's table, and its insert in each driver's parameter style.

@@ -5,10 +5,10 @@ MariaDB and MySQL, :func:`adapt` gives their migration context an implementation
 what they describe the way those databases need it:
 
 - every table InnoDB, ``utf8mb4`` with a binary collation without padding
-  (:func:`flask_ratchet.schema.table_options`), the version table too;
+  (:func:`flask_ratchet.schema_ddl.table_options`), the version table too;
 - each generic type as :mod:`flask_ratchet.columns` stores it there (``BINARY(16)`` ids,
   ``DATETIME(6)`` times, ``LONGTEXT``, ``DOUBLE``);
-- a partial index as :func:`flask_ratchet.schema.index_columns` builds it;
+- a partial index as :func:`flask_ratchet.schema_ddl.index_columns` builds it;
 - every step re-runnable: their DDL is not transactional (each statement commits), so a
   revision interrupted halfway left some of its steps done. Run again, a step whose work is
   there (a table, an index, a column) is skipped, and a drop of what is gone too;
@@ -25,7 +25,7 @@ from alembic.ddl.mysql import MariaDBImpl, MySQLImpl
 from alembic.runtime.migration import MigrationContext
 
 from .columns import DOUBLE, LONG_TEXT, StoredUuid, UtcDateTime, is_mysql
-from .schema import index_columns, table_options
+from .schema_ddl import index_columns, table_options
 
 #: MariaDB's error for dropping an index a foreign key needs.
 _NEEDED_BY_FOREIGN_KEY = 1553

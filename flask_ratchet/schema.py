@@ -10,14 +10,11 @@ RUNNING, PAUSED) and carries everything the claim needs, so the claim touches on
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Dialect
 
-from .columns import DOUBLE, LONG_TEXT, MYSQL_NAMES, StoredUuid, UtcDateTime, is_mysql
+from .columns import DOUBLE, LONG_TEXT, StoredUuid, UtcDateTime
 from .fingerprints import MAX_FINGERPRINT
 from .options import DEFAULT_QUEUE, QUEUE_MAX_LENGTH, Priority
 from .states import JobStatus
@@ -45,7 +42,7 @@ def _job_fk(**kw: Any) -> sa.Column[Any]:
 
 def _index_where(name: str | None, *columns: str, where: str, unique: bool = False) -> sa.Index:
     """An index of only the rows where the SQL condition ``where`` holds (PostgreSQL, SQLite;
-    on MariaDB and MySQL see :func:`index_columns`)."""
+    on MariaDB and MySQL see :func:`flask_ratchet.schema_ddl.index_columns`)."""
     predicate = sa.text(where)
     return sa.Index(
         name,
@@ -60,35 +57,6 @@ def _index_where(name: str | None, *columns: str, where: str, unique: bool = Fal
 def _partial_index(*columns: str, where: str) -> sa.Index:
     """An index of the rows whose ``where`` column is not NULL."""
     return _index_where(None, *columns, where=f"{where} IS NOT NULL")
-
-
-_EQUALITY = re.compile(r"(\w+) = '")
-
-
-def index_columns(dialect: Dialect, columns: Sequence[str], where: str | None) -> list[str]:
-    """The columns of an index of the rows where ``where`` holds, as ``dialect`` builds it.
-
-    MariaDB and MySQL have no partial indexes: there the index holds every row, and where the
-    condition is an equality (``status = 'PENDING'``) its column leads, so that the rows the
-    condition selects are still one range of the index (the claim reads PENDING rows only, in
-    due order, whatever else the table holds)."""
-    lead = _EQUALITY.match(where or "")
-    if lead is None or not is_mysql(dialect):
-        return list(columns)
-    return [lead.group(1), *(c for c in columns if c != lead.group(1))]
-
-
-def table_options(dialect: Dialect) -> dict[str, str]:
-    """``CREATE TABLE`` options for ``dialect``, never taken from the server's defaults.
-
-    On MariaDB and MySQL: InnoDB, ``utf8mb4`` and a binary collation without padding, so that
-    keys differing in case, accents or trailing spaces are distinct, as they are on PostgreSQL
-    and SQLite (``utf8mb4_bin`` still pads: ``'k'`` equals ``'k '``)."""
-    if not is_mysql(dialect):
-        return {}
-    collation = "utf8mb4_nopad_bin" if dialect.is_mariadb else "utf8mb4_0900_bin"  # type: ignore[attr-defined]
-    options = {"engine": "InnoDB", "charset": "utf8mb4", "collate": collation}
-    return {f"{prefix}_{k}": v for prefix in MYSQL_NAMES for k, v in options.items()}
 
 
 #: The unique index of idempotency keys, and the rows it holds: an ``INSERT … ON CONFLICT`` on
@@ -495,21 +463,3 @@ audit = sa.Table(
     sa.Column("requested", sa.Integer, nullable=False),
     sa.Column("changed", sa.Integer, nullable=False),
 )
-
-
-def metadata_for(dialect: Dialect) -> sa.MetaData:
-    """ratchet's tables as they are on ``dialect``'s database: :data:`metadata` itself, or on
-    MariaDB and MySQL a copy whose partial indexes are built by :func:`index_columns`."""
-    if not is_mysql(dialect):
-        return metadata
-    copy = sa.MetaData(naming_convention=NAMING)
-    for table in metadata.sorted_tables:
-        moved = table.to_metadata(copy)
-        wheres = {index.name: index.info.get("where") for index in table.indexes}
-        for index in list(moved.indexes):
-            columns = [c.name for c in index.columns]
-            wanted = index_columns(dialect, columns, wheres.get(index.name))
-            if wanted != columns:
-                moved.indexes.discard(index)
-                sa.Index(index.name, *(moved.c[name] for name in wanted), unique=index.unique)
-    return copy

@@ -4,7 +4,7 @@
 2. The candidates: for each priority level (and, for a worker that names its queues, each of
    its queues), the oldest due PENDING rows, at most ``limit`` of each, read in order from the
    claim index (whose first column on MariaDB is ``status``: see
-   :func:`flask_ratchet.schema.index_columns`) and locked with ``FOR UPDATE SKIP LOCKED``, all
+   :func:`flask_ratchet.schema_ddl.index_columns`) and locked with ``FOR UPDATE SKIP LOCKED``, all
    in one ``UNION ALL``. Concurrent claimers take disjoint rows and never wait on each other.
 3. The pick, in Python: the ``limit`` best by effective priority
    (``priority + floor(wait_minutes / boost)``, then due time, then id), at most a queue's

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from flask_ratchet import migrate, schema
+from flask_ratchet import migrate, schema, schema_ddl
 
 
 def diff(engine: sa.Engine) -> list[object]:
@@ -22,7 +22,7 @@ def diff(engine: sa.Engine) -> list[object]:
         ctx = MigrationContext.configure(
             conn, opts={"compare_type": True, "include_object": migrate.include_object}
         )
-        return list(compare_metadata(ctx, schema.metadata_for(conn.dialect)))
+        return list(compare_metadata(ctx, schema_ddl.metadata_for(conn.dialect)))
 
 
 def ratchet_tables(engine: sa.Engine) -> set[str]:

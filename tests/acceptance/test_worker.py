@@ -49,7 +49,7 @@ def scalar(sql: str, **params: object) -> object:
 
 @pytest.mark.slow
 def test_no_job_is_lost_or_run_twice(app: Flask, workers: Workers, dialect: str) -> None:
-    processes, jobs = (4, 20_000) if dialect == "postgresql" else (2, 4_000)
+    processes, jobs = (4, 10_000) if dialect == "postgresql" else (2, 4_000)
     ratchet.enqueue_many(ratchet.enqueue(record_run, i) for i in range(jobs))
     # Sixteen job threads committing to one SQLite file: give the jobs' own writes the same
     # patient busy timeout the worker's engine has (SQLite's lock waits are not fair).

@@ -5,6 +5,7 @@ Each command parses its options and calls the same API a program would; no logic
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -135,6 +136,10 @@ def worker(
             metrics_port=metrics_port,
         )
         _stop_on_signals(built)
+        # What is built by now (modules, the app, the worker's parts) lives as long as the
+        # process: out of the collector's sight, each full collection while jobs run, and the
+        # last one at exit, no longer walks it (a tenth of a second at every start and stop).
+        gc.freeze()
         code = built.run()
     except SchemaNotReady as exc:
         raise click.ClickException(str(exc)) from None  # one line, exit code 1: no traceback

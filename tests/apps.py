@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -121,6 +122,12 @@ def record_run(n: int) -> int:
     db.session.add(Run(job_id=str(JobContext.current().job_id), pid=os.getpid()))
     db.session.commit()
     return n
+
+
+@ratchet.task
+def frozen_objects() -> int:
+    """How many objects the worker running this job moved out of the collector's sight."""
+    return gc.get_freeze_count()
 
 
 @ratchet.task

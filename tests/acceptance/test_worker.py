@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import signal
 import sqlite3
 import subprocess
@@ -20,6 +21,7 @@ from tests.apps import (
     create_app,
     db,
     fail_until,
+    frozen_objects,
     never_returns,
     ratchet,
     record_run,
@@ -65,6 +67,16 @@ def test_no_job_is_lost_or_run_twice(app: Flask, workers: Workers, dialect: str)
     assert ratchet.queue_health()["counts"]["SUCCEEDED"] == jobs
     pids = scalar("SELECT count(DISTINCT pid) FROM run")
     assert pids == processes, "every worker took a share"
+
+
+def test_a_worker_freezes_what_it_built_before_its_first_job(app: Flask, workers: Workers) -> None:
+    # gc.freeze(): the app, its modules and the worker's parts are never walked again by the
+    # collector (see flask_ratchet.cli.worker); this test process itself froze nothing.
+    assert gc.get_freeze_count() == 0
+    job_id = ratchet.enqueue_now(frozen_objects).id
+    proc = workers.start("--burst")
+    assert proc.wait(timeout=120) == 0, workers.output(proc)
+    assert job(job_id).result > 10_000
 
 
 def test_outcomes_retries_and_dead_letters(app: Flask, workers: Workers) -> None:

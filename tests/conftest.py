@@ -9,6 +9,7 @@ at the end. If a server cannot be reached the tests fail: they never skip.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from collections.abc import Iterator
@@ -38,6 +39,13 @@ MARIADB_SERVER = os.environ.get(
 RUN_DATABASE = f"ratchet_test_{os.getpid()}"
 #: The databases every integration test runs on.
 DATABASES = ["sqlite", "postgresql", "mariadb"]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Move what the test process holds once its tests are collected (modules, test items)
+    out of the garbage collector's sight, as a worker does (``gc.freeze``): the collections that
+    thousands of apps and engines set off no longer walk it. A tenth of a console test's CPU."""
+    gc.freeze()
 
 
 @contextmanager

@@ -83,8 +83,12 @@ compiled_templates = CompiledTemplates()
 def dispose_made() -> None:
     """Close the connections of every app :func:`create_app` made so far."""
     while made:
-        with made.pop().app_context():
+        app = made.pop()
+        with app.app_context():
             db.session.remove()
+            # The wake-up notices' connection otherwise stays open for 10 s after the last
+            # one: a test process would hold one per app made in that time, a few dozen in all.
+            app.extensions["ratchet"].wakeups.close()
             for engine in db.engines.values():
                 engine.dispose()
 

@@ -74,6 +74,8 @@ class Notifier:
         self._wanted = threading.Event()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        #: Set to end the current sending thread (see :meth:`close`).
+        self._closing = threading.Event()
         self._pid = 0
         self.sent = 0
         #: Requests made, and the count the last notice sent answered (for the flush at exit).
@@ -90,10 +92,23 @@ class Notifier:
         with self._lock:
             if self._thread is None or self._pid != os.getpid() or not self._thread.is_alive():
                 self._pid = os.getpid()
+                self._closing = threading.Event()
                 self._thread = threading.Thread(
-                    target=self._run, name="ratchet-notify", daemon=True
+                    target=self._run, args=(self._closing,), name="ratchet-notify", daemon=True
                 )
                 self._thread.start()
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what was asked, then end the sending thread and close its connection now, as
+        ``idle`` seconds without requests would (a later request starts them again). For an
+        app that is done with (a test's), whose connection would otherwise stay open that long.
+        """
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._closing.set()
+        if thread is not None and thread is not threading.current_thread():
+            self._wanted.set()  # wakes it: the notice it then sends answers what was asked
+            thread.join(timeout)
 
     def flush(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every request made so far in this process to be
@@ -110,6 +125,7 @@ class Notifier:
         self._lock = threading.Lock()
         self._progress = threading.Condition()
         self._thread, self._pid = None, 0
+        self._closing = threading.Event()
         self._asked = self._answered = 0
 
     def _answer(self, asked: int) -> None:
@@ -117,14 +133,15 @@ class Notifier:
             self._answered = asked
             self._progress.notify_all()
 
-    def _run(self) -> None:
+    def _run(self, closing: threading.Event) -> None:
         publisher: Publisher | None = None
         try:
-            while True:
+            while not closing.is_set() or self._wanted.is_set():
                 if not self._wanted.wait(self._idle):
                     with self._lock:
                         if not self._wanted.is_set():
-                            self._thread = None  # the next request starts a new thread
+                            if not closing.is_set():
+                                self._thread = None  # the next request starts a new thread
                             return
                 self._wanted.clear()
                 with self._progress:
@@ -224,6 +241,13 @@ class Wakeups:
             if found is None:
                 found = self._notifiers[channel] = Notifier(self.channels, channel, gap=gap)
         return found.request
+
+    def close(self) -> None:
+        """Close the connections this app's notices hold (see :meth:`Notifier.close`)."""
+        with self._lock:
+            notifiers = list(self._notifiers.values())
+        for notifier in notifiers:
+            notifier.close()
 
     def notifier(self) -> Callable[[], None] | None:
         """What tells workers in other processes that committed jobs are due; ``None`` where

@@ -417,6 +417,13 @@ class Runtime:
             cached = self._wakeups = (engine, Wakeups(channels, dialect, engine.url))
         return cached[1]
 
+    def close_wakeups(self) -> None:
+        """Close the connections this app's wake-up notices hold, if it sent any (see
+        :meth:`.Wakeups.close`): for an app that is done with, a test's for instance. Reads
+        nothing from the database."""
+        if self._wakeups is not None:
+            self._wakeups[1].close()
+
     def wake(self) -> None:
         """Tell workers that committed work is due: in this process directly, and elsewhere by
         the wake-up channel (PostgreSQL's ``NOTIFY``, Redis; SQLite workers see the commit

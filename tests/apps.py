@@ -88,7 +88,9 @@ def dispose_made() -> None:
             db.session.remove()
             # The wake-up notices' connection otherwise stays open for 10 s after the last
             # one: a test process would hold one per app made in that time, a few dozen in all.
-            app.extensions["ratchet"].wakeups.close()
+            runtime = app.extensions.get("ratchet")  # none if its configuration was refused
+            if runtime is not None:
+                runtime.close_wakeups()
             for engine in db.engines.values():
                 engine.dispose()
 

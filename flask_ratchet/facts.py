@@ -3,7 +3,7 @@
 A store operation records facts on the connection it wrote on (:func:`record`): "job X ended
 CANCELED", "dependent Y is due now". Whoever commits that connection's transaction takes them
 (:func:`take`) and, once it has committed, turns them into signals and callbacks
-(:func:`flask_ratchet.runtime.announce`): a receiver never hears of a change that was rolled back.
+(:func:`flask_ratchet.delivery.announce`): a receiver never hears of a change that was rolled back.
 The store knows the facts; it knows nothing of who listens.
 
 When the app's ``db.session`` owns the transaction (a request), the facts wait with the session

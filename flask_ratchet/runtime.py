@@ -14,20 +14,20 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, TypeVar
 
-from blinker import NamedSignal
-from flask import Flask, current_app, has_request_context
+from flask import current_app, has_request_context
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session
 
-from . import events, facts, migrate
+from . import facts, migrate
 from .config import RatchetConfig
 from .database import OwnDatabase, in_reading, replica_for
+from .delivery import announce
 from .errors import SchemaNotReady
 from .facts import Event
 from .flows import BatchCounts
@@ -446,61 +446,20 @@ class Runtime:
         ``None`` where waiters see the commit themselves or read every second)."""
         return self.wakeups.ended_notifier()
 
-
-def announce(app: Flask, items: Iterable[Event], wake: Callable[[], None]) -> None:
-    """Send the events a committed transaction recorded: signals, and job and batch callbacks
-    (call inside ``app``'s app context). ``wake`` is called once, first, if any of them made
-    jobs due: workers start on them before receivers run.
-
-    A callback is a registered task (or an allow-listed function) called in this process: a
-    job's ``on_success``/``on_failure`` callback gets the job's :class:`~flask_ratchet.job.Job`
-    snapshot, a batch's ``on_progress`` callback a :class:`~flask_ratchet.job.BatchProgress`.
-    A receiver or callback that raises is logged and changes nothing: the outcome it reacts to
-    is already committed.
-    """
-    items = list(items)
-    if any(event.kind == facts.WAKE for event in items):
-        try:
-            wake()
-        except Exception:
-            log.exception("waking workers failed; they find the jobs at their next poll")
-    for event in items:
-        try:
-            if event.kind in facts.UNSIGNALLED:
-                continue
-            if event.kind == facts.CALLBACK:
-                _call_back(app, event.data)
-            else:
-                send(app, events.SIGNALS[event.kind], event.data)
-        except Exception:
-            log.exception("a callback for %s raised; the job's outcome is unchanged", event.kind)
-
-
-def send(app: Flask, signal: NamedSignal, data: dict[str, Any]) -> None:
-    """Send ``signal`` to each receiver on its own: one that raises is logged and does not keep
-    the others from hearing (``signal.send`` stops at the first exception)."""
-    if not events.wanted(signal):
-        return
-    for receiver in signal.receivers_for(app):
-        try:
-            receiver(app, **data)
-        except Exception:
-            log.exception("a receiver of %s raised; the job's outcome is unchanged", signal.name)
-
-
-def _call_back(app: Flask, data: dict[str, Any]) -> None:
-    runtime: Runtime = app.extensions["ratchet"]
-    task = runtime.registry.for_run(data["task"], runtime.config.allowed_modules)
-    counts = data.get("counts")
-    if isinstance(counts, BatchCounts):
-        batch_id: uuid.UUID = data["batch_id"]
-        with runtime.connection() as conn:
-            found = runtime.store.flows.batches.batch_progress(conn, batch_id)
-        task.func(
-            found or BatchProgress(batch_id, "", counts.total, counts.succeeded, counts.failed)
-        )
-        return
-    with runtime.connection() as conn:
-        job = runtime.store.jobs.get_job(conn, data["job_id"])
-    if job is not None:
-        task.func(opened(job, runtime.keyring))
+    def call_back(self, data: dict[str, Any]) -> None:
+        """Run a committed callback event's task in this thread: a job's ``on_success`` or
+        ``on_failure`` with the job's snapshot, a batch's ``on_progress`` with its progress."""
+        task = self.registry.for_run(data["task"], self.config.allowed_modules)
+        counts = data.get("counts")
+        if isinstance(counts, BatchCounts):
+            batch_id: uuid.UUID = data["batch_id"]
+            with self.connection() as conn:
+                found = self.store.flows.batches.batch_progress(conn, batch_id)
+            task.func(
+                found or BatchProgress(batch_id, "", counts.total, counts.succeeded, counts.failed)
+            )
+            return
+        with self.connection() as conn:
+            job = self.store.jobs.get_job(conn, data["job_id"])
+        if job is not None:
+            task.func(opened(job, self.keyring))

@@ -8,8 +8,9 @@ from typing import Any
 
 from flask import Flask
 
+from ..delivery import announce
 from ..facts import Event
-from ..runtime import Runtime, announce
+from ..runtime import Runtime
 from ..services import QueueService
 
 

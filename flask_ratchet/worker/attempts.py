@@ -29,6 +29,7 @@ from flask import Flask
 from .. import events, payload, tracing
 from ..breaker import Breakers, BreakerState
 from ..context import context_parameter
+from ..delivery import send
 from ..errors import (
     ConfigError,
     PayloadError,
@@ -38,7 +39,6 @@ from ..errors import (
     UnreadableJob,
 )
 from ..registry import Task
-from ..runtime import send
 from ..sealing import is_sealed
 from ..store.types import Finished, Outcome, Permit
 from .claimed import read_claimed

@@ -24,9 +24,10 @@ from sqlalchemy.engine import Engine
 
 from ..api.jobs import claim_due, get
 from ..context import CaptureHandler, job_logger
+from ..delivery import announce
 from ..errors import JobFailed, JobNotFound
 from ..facts import Event
-from ..runtime import Runtime, announce
+from ..runtime import Runtime
 from ..store import Store
 from ..store.types import ClaimedJob, Finished, Outcome
 from .announcer import predicate_evaluator

@@ -134,12 +134,24 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
 
         return tolerant
 
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        # SQLite's text, written in one call: SQLAlchemy's DATETIME formats the fields one by
+        # one (a few microseconds a value, on the path of every submission). The same text:
+        # "YYYY-MM-DD HH:MM:SS.ffffff", which sorts in time order.
+        def sqlite_text(value: datetime | None) -> str | None:
+            if value is None:
+                return None
+            return _utc(value).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+        return sqlite_text
+
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
             return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: pass an aware datetime (e.g. tzinfo=UTC)")
-        value = value.astimezone(UTC)
+        value = _utc(value)
         return value if dialect.name == "postgresql" else value.replace(tzinfo=None)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
@@ -152,6 +164,13 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
         if value.tzinfo is None:
             return value.replace(tzinfo=UTC)  # type: ignore[no-any-return]
         return value.astimezone(UTC)  # type: ignore[no-any-return]
+
+
+def _utc(value: datetime) -> datetime:
+    """``value`` in UTC; a naive one is refused (its zone is unknown)."""
+    if value.tzinfo is None:
+        raise ValueError(f"naive datetime {value!r}: pass an aware datetime (e.g. tzinfo=UTC)")
+    return value.astimezone(UTC)
 
 
 def _nearest_end(text: Any) -> datetime:

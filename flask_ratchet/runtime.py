@@ -105,6 +105,7 @@ class Runtime:
         self.replica = replica_for(config)
         #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
         self.recurring_definitions = recurring_definitions
+        self._engine: Engine | None = None
         self._stores: dict[int, Store] = {}
         self._statement_engine: tuple[Engine, Engine] | None = None
         self._schema_ready = False
@@ -119,11 +120,20 @@ class Runtime:
 
     @property
     def engine(self) -> Engine:
-        """The app's default Flask-SQLAlchemy engine (needs an app context), or ratchet's own."""
-        if self._own is not None:
-            return self._own.engine
-        assert self.db is not None
-        return self.db.engine
+        """The app's default Flask-SQLAlchemy engine (the first use needs an app context), or
+        ratchet's own."""
+        engine = self._engine
+        if engine is None:
+            if self._own is not None:
+                engine = self._own.engine
+            else:
+                assert self.db is not None
+                # Flask-SQLAlchemy makes an app's engines once, in its init_app, and this
+                # runtime is one app's: kept, the look-up through current_app is saved on
+                # every operation.
+                engine = self.db.engine
+            self._engine = engine
+        return engine
 
     def session(self) -> Session | None:
         """The app's ``db.session`` of this app context, which operations join in a request or
@@ -230,13 +240,12 @@ class Runtime:
         session = self.session()
         return session is not None and session.in_transaction()
 
-    @contextmanager
     def connection(
         self,
         own: Callable[[], AbstractContextManager[Connection]] | None = None,
         *,
         atomic: bool = False,
-    ) -> Iterator[Connection]:
+    ) -> AbstractContextManager[Connection]:
         """The joined connection, or a transaction of its own (``own``, default a write
         transaction) that commits at the end. The events recorded on it are sent once the
         transaction has committed: the joined one's when the app commits it.
@@ -246,11 +255,23 @@ class Runtime:
         nothing already. Inside :func:`~flask_ratchet.database.reading` (pure reads), with a
         read replica and outside ``ratchet.transaction()``: a read-only one of the replica's.
         """
-        if self.replica is not None and in_reading() and _transaction.get() is None:
-            with self.replica.connect() as conn:
-                yield conn
-            return
-        joined = self.joined_connection()
+        if self._reads_replica():
+            assert self.replica is not None
+            return self.replica.connect()
+        return self._on(self.joined_connection(), own, atomic)
+
+    def _reads_replica(self) -> bool:
+        """Whether :meth:`connection` gives the read replica's (see there)."""
+        return self.replica is not None and in_reading() and _transaction.get() is None
+
+    @contextmanager
+    def _on(
+        self,
+        joined: Connection | None,
+        own: Callable[[], AbstractContextManager[Connection]] | None,
+        atomic: bool,
+    ) -> Iterator[Connection]:
+        """:meth:`connection` once the joined connection is known (``joined``, else ``None``)."""
         if joined is not None:
             with self._all_or_nothing(joined) if atomic else nullcontext():
                 yield joined
@@ -330,13 +351,17 @@ class Runtime:
         to run again from the start, as every operation here is. Joined to the caller's
         transaction it runs once: that transaction is the caller's to run again.
         """
-        if self.joined_connection() is not None:
-            with self.connection(own, atomic=atomic) as conn:
+        joined = self.joined_connection()
+        if self._reads_replica():
+            with self.connection() as conn:
+                return work(conn)
+        if joined is not None:
+            with self._on(joined, own, atomic) as conn:
                 return work(conn)
         attempt = 1
         while True:
-            try:
-                with self.connection(own, atomic=atomic) as conn:
+            try:  # a transaction of its own: the joined connection cannot appear in between
+                with self._on(None, own, atomic) as conn:
                     return work(conn)
             except DBAPIError as exc:
                 if not self.again_after(exc, attempt):

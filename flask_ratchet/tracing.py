@@ -293,14 +293,14 @@ class Statement:
 
 
 #: What :func:`statement` gives while tracing is off: shared, as it records nothing.
-_UNTRACED = Statement(None, "", "")
+UNTRACED = Statement(None, "", "")
 
 
 def statement(system: str, sql: str) -> Statement:
     """The :class:`Statement` span of one statement on the driver's cursor (``system``: the
     database, ``postgresql`` or ``sqlite``); one that makes nothing while tracing is off."""
     found = tracer()
-    return _UNTRACED if found is None else Statement(found, system, sql)
+    return UNTRACED if found is None else Statement(found, system, sql)
 
 
 _COMMENT = re.compile(r"--[^\n]*")

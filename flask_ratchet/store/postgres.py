@@ -186,10 +186,6 @@ class PostgresDialect(Dialect):
         with engine.begin() as conn:
             yield conn
 
-    def statement_engine(self, engine: Engine) -> Engine:
-        # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
-        return engine.execution_options(isolation_level="AUTOCOMMIT")
-
     def claim_engine(self, engine: Engine, timeout: float | None = None) -> Engine:
         # Claims commit without waiting for the WAL flush (a disk flush per claim saved). A
         # claim lost in a server crash only leaves its jobs PENDING, as if never claimed: the
@@ -226,11 +222,20 @@ class PostgresDialect(Dialect):
 
     @contextmanager
     def single_statement(self, engine: Engine) -> Iterator[Connection]:
+        # One statement is atomic by itself: autocommit saves the BEGIN and COMMIT round trips.
         with engine.connect() as conn:
-            if autocommit(conn):
+            if autocommit(conn):  # a claim engine's, in autocommit for good
                 yield conn
-            else:  # not a statement_engine(): switch this connection (slower)
-                yield conn.execution_options(isolation_level="AUTOCOMMIT")
+                return
+            # A connection of the app's pool, switched for the block on the driver itself:
+            # through SQLAlchemy (isolation_level="AUTOCOMMIT") the switch and its undoing at
+            # check-in cost 14 µs more, a twentieth of a single enqueue.
+            raw: Any = conn.connection.driver_connection
+            raw.autocommit = True
+            try:
+                yield conn
+            finally:
+                _end_autocommit(conn, raw)
 
     def own_insert(self, conn: Connection, jobs: Sequence[NewJob]) -> list[Inserted]:
         """Insert jobs, their queue rows, tags and key reservations: with COPY when none can
@@ -448,6 +453,17 @@ def _due(new: NewJob) -> dict[str, Any]:
         "expires_at": new.expires_at,
         "expires_in": new.expires_in,
     }
+
+
+def _end_autocommit(conn: Connection, raw: Any) -> None:
+    """Give ``conn`` back to the pool as it was taken: out of autocommit (or invalidated, if
+    that fails: a connection lost meanwhile)."""
+    if conn.invalidated or raw.closed:
+        return
+    try:
+        raw.autocommit = False
+    except Exception as exc:  # the driver's: the connection is no longer usable
+        conn.invalidate(exc)
 
 
 def _constraint(exc: sa.exc.IntegrityError) -> str | None:

@@ -8,6 +8,8 @@ import pytest
 import sqlalchemy as sa
 from flask import Flask
 
+from flask_ratchet import schema
+from flask_ratchet.errors import DuplicateBusinessKey
 from flask_ratchet.schema import lock
 from flask_ratchet.store.driver import DriverStatement
 from tests.apps import add, create_app, db, ratchet
@@ -105,3 +107,24 @@ def test_a_lost_connection_is_invalidated(pg_url: str) -> None:
     finally:
         engine.dispose()
         admin.dispose()
+
+
+def test_a_submission_of_its_own_gives_its_connection_back_out_of_autocommit(pg_url: str) -> None:
+    """PostgreSQL's single statement switches the pooled connection to autocommit for itself
+    (store/postgres.py): the app's next transaction on that connection must be one again, after
+    a submission that was written and after one that was refused."""
+    truncate_all(pg_url)
+    app = create_app(pg_url, SQLALCHEMY_ENGINE_OPTIONS={"pool_size": 1, "max_overflow": 0})
+    with app.app_context():
+        ratchet.enqueue(add, 1, 2).with_business_key("held").submit()
+        with pytest.raises(DuplicateBusinessKey):
+            ratchet.enqueue(add, 3, 4).with_business_key("held").submit()
+        with db.engine.connect() as conn:  # the pool's one connection
+            assert conn.connection.driver_connection.autocommit is False  # type: ignore[union-attr]
+        with app.test_request_context():  # a request's enqueue is rolled back with it
+            ratchet.enqueue_now(add, 5, 6)
+            db.session.rollback()
+        with db.engine.connect() as conn:
+            count = conn.execute(sa.select(sa.func.count()).select_from(schema.job)).scalar_one()
+        db.engine.dispose()
+    assert count == 1

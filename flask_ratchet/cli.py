@@ -136,6 +136,8 @@ def worker(
             metrics_port=metrics_port,
         )
         _stop_on_signals(built)
+        # A worker runs no `flask db` command, and pushes an app context per job.
+        migrate.unguard_host_migrations(app)
         # What is built by now (modules, the app, the worker's parts) lives as long as the
         # process: out of the collector's sight, each full collection while jobs run, and the
         # last one at exit, no longer walks it (a tenth of a second at every start and stop).

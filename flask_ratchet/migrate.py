@@ -143,6 +143,12 @@ def guard_host_migrations(app: Flask) -> None:
     appcontext_pushed.connect(_guard_flask_migrate, app, weak=False)
 
 
+def unguard_host_migrations(app: Flask) -> None:
+    """Undo :func:`guard_host_migrations` in a process that runs no ``flask db`` command and
+    pushes an app context per job (a worker): the receiver is a call more per job."""
+    appcontext_pushed.disconnect(_guard_flask_migrate, app)
+
+
 def _guard_flask_migrate(app: Flask, **_: Any) -> None:
     migrate = app.extensions.get("migrate")
     args = getattr(migrate, "configure_args", None)

@@ -12,7 +12,7 @@ from typing import Any
 import jinja2
 import sqlalchemy as sa
 import sqlalchemy.orm
-from flask import Flask
+from flask import Flask, appcontext_pushed, current_app
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -134,6 +134,12 @@ def record_run(n: int) -> int:
 def frozen_objects() -> int:
     """How many objects the worker running this job moved out of the collector's sight."""
     return gc.get_freeze_count()
+
+
+@ratchet.task
+def context_receivers() -> int:
+    """How many receivers hear each app context this job's worker pushes (one per job)."""
+    return len(list(appcontext_pushed.receivers_for(current_app._get_current_object())))
 
 
 @ratchet.task

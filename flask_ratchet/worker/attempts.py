@@ -253,6 +253,8 @@ class Attempts:
     def settle_breaker(self, run: Run, success: bool | None) -> None:
         """Tell the breaker that let the attempt through how it went (``None``: it never ran).
         Once only: the watchdog may have reported a timeout while the job's code still runs."""
+        if run.breaker is None:  # the common case, no breaker: nothing to tell, no lock taken
+            return  # (run.breaker only ever goes from a breaker to None)
         with run.lock:
             breaker, run.breaker = run.breaker, None
         if breaker is None:

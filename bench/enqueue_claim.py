@@ -240,7 +240,7 @@ def refused_claim(label: str, url: str, pending: int = 10_000, rounds: int = 50)
         times: list[float] = []
         for _ in range(rounds):
             start = time.perf_counter()
-            with runtime.store.single_statement(runtime.statement_engine) as conn:
+            with runtime.store.single_statement(runtime.engine) as conn:
                 claimed = runtime.store.jobs.claim_due(conn, 10, "bench", 0, None, [noop.name])
             times.append((time.perf_counter() - start) * 1000)
             assert not claimed

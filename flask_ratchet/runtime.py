@@ -107,7 +107,6 @@ class Runtime:
         self.recurring_definitions = recurring_definitions
         self._engine: Engine | None = None
         self._stores: dict[int, Store] = {}
-        self._statement_engine: tuple[Engine, Engine] | None = None
         self._schema_ready = False
         self._lock = threading.Lock()
         #: Called with no arguments after a transaction that wrote a due job commits.
@@ -150,15 +149,6 @@ class Runtime:
             store = self._stores[id(engine)] = store_for(engine, self.config)
             fresh_pool_after_fork(engine)
         return store
-
-    @property
-    def statement_engine(self) -> Engine:
-        """The engine single-statement operations run on (autocommit on PostgreSQL)."""
-        engine = self.engine
-        cached = self._statement_engine
-        if cached is None or cached[0] is not engine:
-            cached = self._statement_engine = (engine, self.store.statement_engine(engine))
-        return cached[1]
 
     @property
     def auto_create(self) -> bool:
@@ -260,6 +250,18 @@ class Runtime:
             return self.replica.connect()
         return self._on(self.joined_connection(), own, atomic)
 
+    def _connection_for(
+        self,
+        joined: Connection | None,
+        own: Callable[[], AbstractContextManager[Connection]] | None,
+        atomic: bool,
+    ) -> AbstractContextManager[Connection]:
+        """:meth:`connection`, the joined connection (or ``None``) being known already."""
+        if self._reads_replica():
+            assert self.replica is not None
+            return self.replica.connect()
+        return self._on(joined, own, atomic)
+
     def _reads_replica(self) -> bool:
         """Whether :meth:`connection` gives the read replica's (see there)."""
         return self.replica is not None and in_reading() and _transaction.get() is None
@@ -352,16 +354,13 @@ class Runtime:
         transaction it runs once: that transaction is the caller's to run again.
         """
         joined = self.joined_connection()
-        if self._reads_replica():
-            with self.connection() as conn:
-                return work(conn)
         if joined is not None:
-            with self._on(joined, own, atomic) as conn:
+            with self._connection_for(joined, own, atomic) as conn:
                 return work(conn)
         attempt = 1
         while True:
-            try:  # a transaction of its own: the joined connection cannot appear in between
-                with self._on(None, own, atomic) as conn:
+            try:
+                with self._connection_for(None, own, atomic) as conn:
                     return work(conn)
             except DBAPIError as exc:
                 if not self.again_after(exc, attempt):

@@ -342,7 +342,7 @@ def claim_due(
         wanted = queues if isinstance(queues, Mapping) else dict.fromkeys(queues, limit)
         quotas = {validate_queue(name): quota for name, quota in wanted.items()}
     runtime.ensure_schema()
-    with runtime.store.single_statement(runtime.statement_engine) as conn:
+    with runtime.store.single_statement(runtime.engine) as conn:
         return runtime.store.jobs.claim_due(
             conn, limit, node_id, runtime.config.priority_boost_minutes, quotas
         )

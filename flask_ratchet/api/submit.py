@@ -407,6 +407,6 @@ def submit_jobs(runtime: Runtime, builders: Sequence[JobBuilder]) -> list[JobHan
     outcome = runtime.write_jobs(
         lambda conn: runtime.store.jobs.insert_jobs(conn, jobs),
         wake=lambda _: urgent,
-        own=lambda: runtime.store.single_statement(runtime.statement_engine),
+        own=lambda: runtime.store.single_statement(runtime.engine),
     )
     return [JobHandle(o.job_id, o.created) for o in outcome]

@@ -74,10 +74,6 @@ class Store:
         """A savepoint in ``conn``'s transaction (see :meth:`.Dialect.savepoint`)."""
         return self.dialect.savepoint(conn)
 
-    def statement_engine(self, engine: Engine) -> Engine:
-        """The engine :meth:`single_statement` runs on (see :meth:`.Dialect.statement_engine`)."""
-        return self.dialect.statement_engine(engine)
-
     def claim_engine(self, engine: Engine, timeout: float | None = None) -> Engine:
         """The engine a worker claims with (see :meth:`.Dialect.claim_engine`)."""
         return self.dialect.claim_engine(engine, timeout)

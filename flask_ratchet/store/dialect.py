@@ -87,16 +87,12 @@ class Dialect:
         that) if it raises; released otherwise."""
         return savepoint(conn)
 
-    def statement_engine(self, engine: Engine) -> Engine:
-        """The engine to pass to :meth:`single_statement`; make it once and keep it."""
-        return engine
-
     def claim_engine(self, engine: Engine, timeout: float | None = None) -> Engine:
         """The engine a worker claims with (through :meth:`single_statement`); the worker
         makes it once from its own ``engine`` and disposes of it when it stops. With
         ``timeout``, the server ends a statement of it that runs longer, where it can (a
         server setting; the worker bounds the wait for an answer itself)."""
-        return self.statement_engine(engine)
+        return engine
 
     def single_statement(self, engine: Engine) -> AbstractContextManager[Connection]:
         """A connection for work that is one atomic write (the claim, a submission)."""

@@ -14,7 +14,7 @@ as SQLAlchemy's exception class for it (``IntegrityError``, ``OperationalError``
 parameters hidden if the engine hides them), and a lost connection is invalidated. What does not:
 engine events (``before_cursor_execute``, ``handle_error``) do not see these statements (so neither
 does an instrumentation built on them: while tracing is on, each gets a span of ratchet's own, see
-:func:`flask_ratchet.tracing.statement`), a lost connection does not invalidate the rest of the
+:class:`flask_ratchet.tracing.Statement`), a lost connection does not invalidate the rest of the
 pool (each pooled connection is found dead at its own next use), and rows come back as the driver
 made them, without result processing.
 """
@@ -67,8 +67,8 @@ class DriverStatement:
             key: bind.type.dialect_impl(dialect).bind_processor(dialect)
             for key, bind in binds.items()
         }
-        #: (name, processor) in the order the driver takes the parameters; no processor for a
-        #: type whose processor passes ``None`` through when the value is ``None`` (most of a
+        #: (name, processor, whether it gives None for None) in the order the driver takes the
+        #: parameters: a None value skips a processor that would give None back (most of a
         #: job's columns are NULL: each call saved is a few hundred nanoseconds).
         self._plan = [
             (k, self._processors[k], _keeps_none(self._processors[k]))
@@ -126,8 +126,9 @@ class DriverStatement:
 
 def autocommit(conn: Connection) -> bool:
     """Whether ``conn`` runs each statement in a transaction of its own (PostgreSQL's
-    :meth:`.Dialect.single_statement`), rather than in a caller's: read off the driver's
-    connection, which a psycopg connection in autocommit has set. The driver then begins
+    :meth:`.Dialect.single_statement`, or a claim engine's), rather than in a caller's: read off
+    psycopg's connection (``autocommit``; the MariaDB drivers' is a method, and ratchet never
+    puts their connections, nor SQLite's, in autocommit). The driver then begins
     nothing: SQLAlchemy's bookkeeping of a transaction the server never sees (and its rollback
     at the end) costs about 12 µs of the client's time per statement here."""
     return getattr(conn.connection.driver_connection, "autocommit", None) is True

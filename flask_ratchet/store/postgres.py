@@ -456,9 +456,12 @@ def _due(new: NewJob) -> dict[str, Any]:
 
 
 def _end_autocommit(conn: Connection, raw: Any) -> None:
-    """Give ``conn`` back to the pool as it was taken: out of autocommit (or invalidated, if
-    that fails: a connection lost meanwhile)."""
-    if conn.invalidated or raw.closed:
+    """Give ``conn`` back to the pool as it was taken: out of autocommit, or invalidated if
+    that cannot be done (a connection lost meanwhile)."""
+    if conn.invalidated:
+        return
+    if raw.closed:
+        conn.invalidate()
         return
     try:
         raw.autocommit = False

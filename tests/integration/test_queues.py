@@ -289,10 +289,10 @@ def test_a_claim_leaves_out_the_tasks_its_worker_refused(app: Flask) -> None:
     plain = ratchet.enqueue(add, 1, 1).submit().id
     mail = ratchet.enqueue(send_mail, "x").submit().id
     store = ratchet.runtime.store
-    with store.single_statement(ratchet.runtime.statement_engine) as conn:
+    with store.single_statement(ratchet.runtime.engine) as conn:
         claimed = store.jobs.claim_due(conn, 10, "n", 15, None, ["tests.apps:add"])
     assert [c.job_id for c in claimed] == [mail]
-    with store.single_statement(ratchet.runtime.statement_engine) as conn:
+    with store.single_statement(ratchet.runtime.engine) as conn:
         claimed = store.jobs.claim_due(conn, 10, "n", 15, {"default": 5}, ["tests.apps:add"])
     assert claimed == []
     assert [c.job_id for c in ratchet.claim_due(10, "n")] == [plain]

@@ -314,7 +314,7 @@ def test_a_bulk_insert_the_database_refuses_raises_sqlalchemys_error_and_writes_
         for i in range(2)
     ]
     runtime = ratchet.runtime
-    own = runtime.store.single_statement(runtime.statement_engine)
+    own = runtime.store.single_statement(runtime.engine)
     with pytest.raises(sa.exc.IntegrityError), ratchet.transaction() if joined else own as conn:
         runtime.store.jobs.insert_jobs(conn, jobs)
     assert rows_written() == dict.fromkeys(rows_written(), 0)

@@ -243,7 +243,8 @@ def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], 
 def encode_value(what: str, value: Any, limit: int) -> str:
     """Encode params or a result; refuse what cannot be stored (see :func:`encode`) and
     oversized values."""
-    text, size = encode_valid(what, value)
+    # None, what most tasks return, without the encoder (a worker encodes a result per job).
+    text, size = ("null", 4) if value is None else encode_valid(what, value)
     _check_size(what, size, limit)
     return text
 

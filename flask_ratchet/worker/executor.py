@@ -189,6 +189,7 @@ class Executor:
     def _take(self, claimed: Sequence[ClaimedJob]) -> list[Run]:
         """Count claimed jobs as taken and make their runs."""
         now = time.monotonic()
+        tracer = tracing.tracer()  # once for the batch: None unless OpenTelemetry is set up
         runs = [
             Run(
                 job,
@@ -208,6 +209,7 @@ class Executor:
                     _last_check=now,
                 ),
                 now,
+                tracer=tracer,
             )
             for job in claimed
         ]
@@ -231,8 +233,8 @@ class Executor:
         began = time.monotonic()
         try:
             with self._app.app_context(), run.ctx.bound():
-                tracer = tracing.tracer()  # None unless OpenTelemetry is set up: no span
                 attempts = self._attempts
+                tracer = run.tracer  # no span without one
                 outcome = attempts.run(run) if tracer is None else attempts.traced(run, tracer)
             self._finish(run, outcome)
         except Exception as exc:

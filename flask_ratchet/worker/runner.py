@@ -329,12 +329,15 @@ class Worker:
         log.info(burst_ends(self.store, self.engine, self.queues, handed_back, until))
         return True
 
-    def _free(self) -> int:
-        """Jobs to claim now. Outcomes waiting to be written beyond one capacity's worth count
-        as taken: a completer that falls behind must not let RUNNING rows pile up without bound
-        (at most two capacities' worth are claimed and unwritten at any time)."""
-        unwritten = max(0, self.completer.backlog - self.executor.capacity)
-        return max(0, self.executor.free - unwritten)
+    def _free(self, capacity: int | None = None) -> int:
+        """Jobs to claim now (``capacity``: the executor's, if the caller has it already).
+        Outcomes waiting to be written beyond one capacity's worth count as taken: a completer
+        that falls behind must not let RUNNING rows pile up without bound (at most two
+        capacities' worth are claimed and unwritten at any time)."""
+        if capacity is None:
+            capacity = self.executor.capacity
+        unwritten = max(0, self.completer.backlog - capacity)
+        return max(0, capacity - self.executor.busy - unwritten)
 
     # -- what the parts tell it (see WorkerHooks) ------------------------------------------------
 
@@ -358,7 +361,10 @@ class Worker:
         """Room was made (a job ended, or outcomes were written). After a full claim there is
         probably more work waiting: claim again once half the capacity is free, so that claims
         come in batches, not one by one."""
-        if (self._last_claim_full or self.burst) and self._free() * 2 >= self.executor.capacity:
+        if not (self._last_claim_full or self.burst) or self._wake.is_set():
+            return  # nothing to hasten, or the poller is woken already (once per job: cheap)
+        capacity = self.executor.capacity
+        if self._free(capacity) * 2 >= capacity:
             self._wake.set()
 
     def _release(self, runs: list[Run]) -> None:

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from types import ModuleType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..breaker import CircuitBreaker
 from ..context import JobContext
@@ -20,6 +20,9 @@ from ..retry import NO_RULES, Decision, RetryRules, describe, format_traceback
 from ..store.types import ClaimedJob, Finished, Outcome
 from .claimed import retry_decision
 from .logs import claimed_fields
+
+if TYPE_CHECKING:  # opentelemetry is the otel extra
+    from opentelemetry.trace import Tracer
 
 log = logging.getLogger("flask_ratchet.worker")
 
@@ -84,6 +87,9 @@ class Run:
     sentry_scope: object = None
     #: Its task's retry rules, once the task is known (from the registry, not the row).
     rules: RetryRules = NO_RULES
+    #: The tracer its run is recorded with (:func:`flask_ratchet.tracing.tracer`, looked up
+    #: once per claimed batch), ``None`` while tracing is off.
+    tracer: Tracer | None = None
 
     @property
     def deadline(self) -> float | None:

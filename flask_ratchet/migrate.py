@@ -140,13 +140,22 @@ def guard_host_migrations(app: Flask) -> None:
     after ratchet: each time an app context is pushed (every ``flask db`` command pushes one),
     Flask-Migrate's arguments for alembic get :func:`host_include_name`, combined with the app's
     own ``include_name`` if it passed one. A dictionary lookup per context once that is done."""
-    appcontext_pushed.connect(_guard_flask_migrate, app, weak=False)
+
+    def guard(sender: Flask, **_: Any) -> None:  # this app's own: see unguard_host_migrations
+        _guard_flask_migrate(sender)
+
+    _GUARD_OF[app] = guard
+    appcontext_pushed.connect(guard, app, weak=False)
 
 
 def unguard_host_migrations(app: Flask) -> None:
     """Undo :func:`guard_host_migrations` in a process that runs no ``flask db`` command and
-    pushes an app context per job (a worker): the receiver is a call more per job."""
-    appcontext_pushed.disconnect(_guard_flask_migrate, app)
+    pushes an app context per job (a worker): the receiver is a call more per job. The app's
+    receiver is disconnected from every sender, so that the signal has none left to look up
+    (blinker keeps a receiver disconnected from one sender only)."""
+    guard = _GUARD_OF.pop(app, None)
+    if guard is not None:
+        appcontext_pushed.disconnect(guard)
 
 
 def _guard_flask_migrate(app: Flask, **_: Any) -> None:
@@ -164,6 +173,9 @@ def _guard_flask_migrate(app: Flask, **_: Any) -> None:
     _GUARDS.add(include_name)
     args["include_name"] = include_name
 
+
+#: Each app's receiver of ``appcontext_pushed`` (see :func:`guard_host_migrations`).
+_GUARD_OF: weakref.WeakKeyDictionary[Flask, Callable[..., None]] = weakref.WeakKeyDictionary()
 
 #: The hooks :func:`_guard_flask_migrate` installed, so that it installs one per app only.
 _GUARDS: weakref.WeakSet[Callable[..., bool]] = weakref.WeakSet()

@@ -79,6 +79,8 @@ class Executor:
         self._prefetch = prefetch
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
+        #: Threads in :meth:`wait_idle` (a drain): only then is the end of each job told.
+        self._idle_waiters = 0
         self._attempts = Attempts(app, runtime, supervisor)
         #: This process's circuit breakers, by service.
         self.breakers = self._attempts.breakers
@@ -151,11 +153,15 @@ class Executor:
         """Wait until no attempt is in flight; False if ``timeout`` passed first."""
         deadline = time.monotonic() + timeout
         with self._idle:
-            while any(not r.expired for r in self._runs.values()):
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._idle.wait(left)
+            self._idle_waiters += 1
+            try:
+                while any(not r.expired for r in self._runs.values()):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._idle.wait(left)
+            finally:
+                self._idle_waiters -= 1
         return True
 
     def start(self) -> None:
@@ -253,7 +259,8 @@ class Executor:
                 self._busy_in[run.claimed.queue] -= 1
                 if self._runs.get(run.claimed.job_id) is run:
                     del self._runs[run.claimed.job_id]
-                self._idle.notify_all()
+                if self._idle_waiters:
+                    self._idle.notify_all()
             self._on_free()
 
     def _fail_unexpectedly(self, run: Run, exc: Exception) -> None:

@@ -245,21 +245,8 @@ class Runtime:
         nothing already. Inside :func:`~flask_ratchet.database.reading` (pure reads), with a
         read replica and outside ``ratchet.transaction()``: a read-only one of the replica's.
         """
-        if self._reads_replica():
-            assert self.replica is not None
-            return self.replica.connect()
-        return self._on(self.joined_connection(), own, atomic)
-
-    def _connection_for(
-        self,
-        joined: Connection | None,
-        own: Callable[[], AbstractContextManager[Connection]] | None,
-        atomic: bool,
-    ) -> AbstractContextManager[Connection]:
-        """:meth:`connection`, the joined connection (or ``None``) being known already."""
-        if self._reads_replica():
-            assert self.replica is not None
-            return self.replica.connect()
+        # Reading the replica, the request's session is left as it is: no transaction begun.
+        joined = None if self._reads_replica() else self.joined_connection()
         return self._on(joined, own, atomic)
 
     def _reads_replica(self) -> bool:
@@ -274,6 +261,11 @@ class Runtime:
         atomic: bool,
     ) -> Iterator[Connection]:
         """:meth:`connection` once the joined connection is known (``joined``, else ``None``)."""
+        if self._reads_replica():
+            assert self.replica is not None
+            with self.replica.connect() as conn:
+                yield conn
+            return
         if joined is not None:
             with self._all_or_nothing(joined) if atomic else nullcontext():
                 yield joined
@@ -355,12 +347,12 @@ class Runtime:
         """
         joined = self.joined_connection()
         if joined is not None:
-            with self._connection_for(joined, own, atomic) as conn:
+            with self._on(joined, own, atomic) as conn:
                 return work(conn)
         attempt = 1
         while True:
             try:
-                with self._connection_for(None, own, atomic) as conn:
+                with self._on(None, own, atomic) as conn:
                     return work(conn)
             except DBAPIError as exc:
                 if not self.again_after(exc, attempt):

@@ -106,12 +106,12 @@ class Runtime:
         #: Masters declared with ``@ratchet.recurring``, by id; workers register them at start.
         self.recurring_definitions = recurring_definitions
         self._engine: Engine | None = None
-        self._stores: dict[int, Store] = {}
+        self._store: Store | None = None
         self._schema_ready = False
         self._lock = threading.Lock()
         #: Called with no arguments after a transaction that wrote a due job commits.
         self.wake_listeners: list[Callable[[], None]] = []
-        self._wakeups: tuple[Engine, Wakeups] | None = None
+        self._wakeups: Wakeups | None = None
         #: Eager mode (``flask_ratchet.testing``): runs a commit's due jobs here, right after it.
         self.run_inline: Callable[[], object] | None = None
         #: The testing kit's in-process runner of this app, made at its first use.
@@ -142,11 +142,11 @@ class Runtime:
     @property
     def store(self) -> Store:
         """The store for :attr:`engine`'s dialect."""
-        engine = self.engine
-        store = self._stores.get(id(engine))
+        store = self._store
         if store is None:
+            engine = self.engine
             check_shared(engine, self.config)
-            store = self._stores[id(engine)] = store_for(engine, self.config)
+            store = self._store = store_for(engine, self.config)
             fresh_pool_after_fork(engine)
         return store
 
@@ -420,9 +420,9 @@ class Runtime:
         """How this app's processes tell each other that jobs are due or ended: over the Redis
         of ``RATCHET_WAKEUP_URL``, else the database's own channel or watch (see
         :mod:`flask_ratchet.wakeups.notices`)."""
-        engine = self.engine
-        cached = self._wakeups
-        if cached is None or cached[0] is not engine:
+        found = self._wakeups
+        if found is None:
+            engine = self.engine
             dialect = self.store.dialect
             url = self.config.wakeup_url
             if url is not None:
@@ -430,15 +430,15 @@ class Runtime:
                 channels: Channels | None = RedisChannels(url, prefix)
             else:
                 channels = dialect.channels(engine.url)
-            cached = self._wakeups = (engine, Wakeups(channels, dialect, engine.url))
-        return cached[1]
+            found = self._wakeups = Wakeups(channels, dialect, engine.url)
+        return found
 
     def close_wakeups(self) -> None:
         """Close the connections this app's wake-up notices hold, if it sent any (see
         :meth:`.Wakeups.close`): for an app that is done with, a test's for instance. Reads
         nothing from the database."""
         if self._wakeups is not None:
-            self._wakeups[1].close()
+            self._wakeups.close()
 
     def wake(self) -> None:
         """Tell workers that committed work is due: in this process directly, and elsewhere by

@@ -91,12 +91,12 @@ class DriverStatement:
             values = tuple(converted)
         if not conn.in_transaction() and not autocommit(conn):
             conn.begin()  # as conn.execute would (autobegin): the caller's commit() covers it
-        found = tracing.tracer()
+        traced = tracing.statement(self._system, self._sql)
         try:  # errors as SQLAlchemy's (see translated_errors; written out: a context manager
             # costs microseconds on a path taken per job)
-            if found is None:  # the common case, without a span's bookkeeping
-                return self._send(conn, values, tracing.UNTRACED)
-            with tracing.Statement(found, self._system, self._sql) as traced:
+            if traced is tracing.UNTRACED:  # the common case, without a span's bookkeeping
+                return self._send(conn, values, traced)
+            with traced:
                 return self._send(conn, values, traced)
         except conn.dialect.loaded_dbapi.Error as exc:
             raise _translated(conn, self._sql, values, exc) from exc

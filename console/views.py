@@ -10,6 +10,7 @@ the checks every request passes in :mod:`.security`.
 from __future__ import annotations
 
 import functools
+import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -21,26 +22,11 @@ from werkzeug.wrappers import Response
 
 from flask_ratchet.errors import SchemaNotReady
 
-from . import (
-    actions,
-    audit_page,
-    batch_actions,
-    error_pages,
-    filters,
-    metrics,
-    pages,
-    present,
-    queue_actions,
-    queue_pages,
-    recurring_pages,
-    replica,
-    resource_actions,
-    resource_pages,
-    security,
-    signal_actions,
-    workflow_pages,
-)
+from . import error_pages, security
 from .htmx import CHANGED_EVENT, is_htmx
+
+#: The package the views' modules are in (``flask_ratchet.console``).
+_PACKAGE = __name__.rpartition(".")[0]
 
 #: Reflected into the page head so htmx never injects a style element (the CSP forbids it) and
 #: never evaluates strings as code. Attributes are not inherited: a form inside a live region
@@ -63,6 +49,8 @@ HTMX_CONFIG = {
 
 
 def _template_globals() -> dict[str, Any]:
+    from . import pages, replica
+
     return {
         "can_act": security.can_act(),
         "csrf_token": security.csrf_token(),
@@ -81,9 +69,11 @@ def _template_globals() -> dict[str, Any]:
 def _guard() -> None:
     """The checks every console request passes: the role, the CSRF token and origin of a state
     change, then no NUL character in any parameter."""
+    from .filters import refuse_nul_characters
+
     security.authorize()
-    filters.refuse_nul_characters(request.args)
-    filters.refuse_nul_characters(request.form)
+    refuse_nul_characters(request.args)
+    refuse_nul_characters(request.form)
 
 
 def _schema_ready() -> Response | None:
@@ -149,6 +139,43 @@ def _headers(response: Response) -> Response:
     return response
 
 
+#: Every (module, function, shown) the views name, for the test that each exists.
+NAMED: set[tuple[str, str, bool]] = set()
+
+
+@functools.cache
+def _loaded(module: str, name: str, shown: bool) -> Callable[..., Any]:
+    view: Callable[..., Any] = getattr(importlib.import_module(f"{_PACKAGE}.{module}"), name)
+    if shown:
+        from .replica import from_replica
+
+        view = from_replica(view)
+    return view
+
+
+def _lazy(module: str, name: str, *, shown: bool = False) -> Callable[..., Any]:
+    """The function ``name`` of the console's module ``module``, imported at its first call.
+
+    The pages, actions and their reads are imported by the first request that needs them: a
+    process that loads the app and never serves the console (a worker, a ``flask ratchet``
+    command) does not load them, which was a tenth of its start-up. ``shown``: a page that
+    only shows, whose reads go to the read replica if there is one (see :mod:`.replica`)."""
+
+    NAMED.add((module, name, shown))
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return _loaded(module, name, shown)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    call.__module__ = f"{_PACKAGE}.{module}"
+    return call
+
+
+def _shown(module: str, name: str) -> Callable[..., Any]:
+    """:func:`_lazy` for a page that only shows: its reads go to the read replica."""
+    return _lazy(module, name, shown=True)
+
+
 def _retried(action: Callable[..., Any]) -> Callable[..., Any]:
     """``action`` run in one transaction committed when it returns (``Runtime.unit_of_work``:
     the request's ``db.session``, or a transaction of ratchet's own database), and run again
@@ -206,64 +233,86 @@ def register(bp: Blueprint) -> None:
         "relative",
         "head",
     ):
-        bp.add_app_template_filter(getattr(present, name), f"ratchet_{name}")
-    bp.add_app_template_filter(present.iso, "ratchet_iso")
-    bp.add_app_template_filter(pages.ago, "ratchet_ago")
+        bp.add_app_template_filter(_lazy("present", name), f"ratchet_{name}")
+    bp.add_app_template_filter(_lazy("present", "iso"), "ratchet_iso")
+    bp.add_app_template_filter(_lazy("pages", "ago"), "ratchet_ago")
 
     # Pages that only show read from the read replica, if there is one (see .replica); the
     # pages leading to an action (a confirmation, a limit's form) read the database itself.
-    shown = replica.from_replica
-    bp.add_url_rule("/", "overview", shown(pages.overview))
-    bp.add_url_rule("/alarms", "alarms", shown(pages.alarms))
-    bp.add_url_rule("/jobs", "jobs", shown(pages.jobs))
-    bp.add_url_rule("/jobs/new-count", "jobs_new", shown(pages.jobs_new))
-    bp.add_url_rule("/jobs/<job_id>", "job", shown(pages.job_detail))
-    bp.add_url_rule("/dead-letters", "dead_letters", shown(pages.dead_letters))
-    bp.add_url_rule("/nodes", "nodes", shown(pages.nodes))
-    bp.add_url_rule("/audit", "audit", shown(audit_page.audit))
-    bp.add_url_rule("/metrics", "metrics", metrics.metrics)  # reads the replica itself
-    bp.add_url_rule("/queues", "queues", shown(queue_pages.queues))
-    bp.add_url_rule("/recurring", "recurring", shown(recurring_pages.recurring))
+    bp.add_url_rule("/", "overview", _shown("pages", "overview"))
+    bp.add_url_rule("/alarms", "alarms", _shown("pages", "alarms"))
+    bp.add_url_rule("/jobs", "jobs", _shown("pages", "jobs"))
+    bp.add_url_rule("/jobs/new-count", "jobs_new", _shown("pages", "jobs_new"))
+    bp.add_url_rule("/jobs/<job_id>", "job", _shown("pages", "job_detail"))
+    bp.add_url_rule("/dead-letters", "dead_letters", _shown("pages", "dead_letters"))
+    bp.add_url_rule("/nodes", "nodes", _shown("pages", "nodes"))
+    bp.add_url_rule("/audit", "audit", _shown("audit_page", "audit"))
+    bp.add_url_rule("/metrics", "metrics", _lazy("metrics", "metrics"))  # reads the replica itself
+    bp.add_url_rule("/queues", "queues", _shown("queue_pages", "queues"))
+    bp.add_url_rule("/recurring", "recurring", _shown("recurring_pages", "recurring"))
     bp.add_url_rule(
-        "/recurring/cancel", "confirm_recurring_cancel", recurring_pages.recurring_cancel
+        "/recurring/cancel",
+        "confirm_recurring_cancel",
+        _lazy("recurring_pages", "recurring_cancel"),
     )
-    bp.add_url_rule("/batches", "batches", shown(pages.batches))
-    bp.add_url_rule("/batches/<batch_id>", "batch", shown(pages.batch_detail))
-    bp.add_url_rule("/batches/<batch_id>/<action>", "confirm_batch_action", batch_actions.confirm)
-    bp.add_url_rule("/workflows", "workflows", shown(workflow_pages.workflows))
-    bp.add_url_rule("/resources", "resources", shown(resource_pages.resources))
-    bp.add_url_rule("/resources/limit", "resource_limit", resource_pages.resource_limit)
-    bp.add_url_rule("/breakers", "breakers", shown(resource_pages.breakers))
-    bp.add_url_rule("/breakers/reset", "confirm_breaker_reset", resource_pages.breaker_reset)
+    bp.add_url_rule("/batches", "batches", _shown("pages", "batches"))
+    bp.add_url_rule("/batches/<batch_id>", "batch", _shown("pages", "batch_detail"))
+    bp.add_url_rule(
+        "/batches/<batch_id>/<action>", "confirm_batch_action", _lazy("batch_actions", "confirm")
+    )
+    bp.add_url_rule("/workflows", "workflows", _shown("workflow_pages", "workflows"))
+    bp.add_url_rule("/resources", "resources", _shown("resource_pages", "resources"))
+    bp.add_url_rule("/resources/limit", "resource_limit", _lazy("resource_pages", "resource_limit"))
+    bp.add_url_rule("/breakers", "breakers", _shown("resource_pages", "breakers"))
+    bp.add_url_rule(
+        "/breakers/reset", "confirm_breaker_reset", _lazy("resource_pages", "breaker_reset")
+    )
 
     bp.add_url_rule(
-        "/jobs/<job_id>/signal", "act_signal", _retried(signal_actions.decide), methods=["POST"]
-    )
-    bp.add_url_rule("/jobs/<job_id>/<action>", "act_one", _retried(actions.one), methods=["POST"])
-    bp.add_url_rule("/jobs/selected", "act_selected", _retried(actions.selected), methods=["POST"])
-    bp.add_url_rule("/jobs/bulk", "confirm_bulk", actions.confirm_filter, methods=["GET"])
-    bp.add_url_rule("/jobs/bulk", "act_bulk", _retried(actions.on_filter), methods=["POST"])
-    bp.add_url_rule(
-        "/batches/<batch_id>/<action>",
-        "act_batch",
-        _retried(batch_actions.act),
+        "/jobs/<job_id>/signal",
+        "act_signal",
+        _retried(_lazy("signal_actions", "decide")),
         methods=["POST"],
     )
     bp.add_url_rule(
-        "/recurring/<action>", "act_recurring", _retried(actions.recurring_one), methods=["POST"]
+        "/jobs/<job_id>/<action>", "act_one", _retried(_lazy("actions", "one")), methods=["POST"]
+    )
+    bp.add_url_rule(
+        "/jobs/selected", "act_selected", _retried(_lazy("actions", "selected")), methods=["POST"]
+    )
+    bp.add_url_rule(
+        "/jobs/bulk", "confirm_bulk", _lazy("actions", "confirm_filter"), methods=["GET"]
+    )
+    bp.add_url_rule(
+        "/jobs/bulk", "act_bulk", _retried(_lazy("actions", "on_filter")), methods=["POST"]
+    )
+    bp.add_url_rule(
+        "/batches/<batch_id>/<action>",
+        "act_batch",
+        _retried(_lazy("batch_actions", "act")),
+        methods=["POST"],
+    )
+    bp.add_url_rule(
+        "/recurring/<action>",
+        "act_recurring",
+        _retried(_lazy("actions", "recurring_one")),
+        methods=["POST"],
     )
     bp.add_url_rule(
         "/resources/limit",
         "act_resource_limit",
-        _retried(resource_actions.set_limit),
+        _retried(_lazy("resource_actions", "set_limit")),
         methods=["POST"],
     )
     bp.add_url_rule(
         "/breakers/reset",
         "act_breaker_reset",
-        _retried(resource_actions.reset_breaker),
+        _retried(_lazy("resource_actions", "reset_breaker")),
         methods=["POST"],
     )
     bp.add_url_rule(
-        "/queues/<action>", "act_queue", _retried(queue_actions.set_paused), methods=["POST"]
+        "/queues/<action>",
+        "act_queue",
+        _retried(_lazy("queue_actions", "set_paused")),
+        methods=["POST"],
     )

@@ -30,8 +30,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from croniter import croniter
-
 from .fields import DAYS, MONTHS, CronError, check_ascii, fail, values
 
 __all__ = ["MACROS", "UnixSchedule", "parse_unix"]
@@ -70,6 +68,10 @@ class UnixSchedule:
 
     def wall_times_after(self, start: datetime) -> Iterator[datetime]:
         """Every matching naive wall-clock time strictly after ``start`` (naive), in order."""
+        # Imported here: most processes that load the app never compute a fire time, and
+        # croniter and dateutil take about 9 ms to import, 5 % of ratchet's own import.
+        from croniter import croniter
+
         # A naive start makes croniter step through wall-clock times, with no zone: the caller
         # maps each one to an instant by the module's daylight-saving rules.
         times = croniter(

@@ -5,6 +5,7 @@ too), against the code's own lists, so a new name without its documentation fail
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shutil
 import warnings
@@ -28,13 +29,30 @@ BUILT = DOCS / "_build" / "html"
 CLEAN = DOCS / "_build" / "html.clean"
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built as ``make docs`` builds it. From a copy of ``make docs``'s last build
-    when it had no warning (as before ``make test``): Sphinx then reads again only the pages
-    changed since and those generated from code that changed, and warns about them (3 s
-    instead of 15 to 40); else from nothing."""
-    out = tmp_path_factory.mktemp("site") / "html"
+@pytest.fixture(scope="session")
+def site(tmp_path_factory: pytest.TempPathFactory, testrun_uid: str) -> Path:
+    """The site, built as ``make docs`` builds it, once for the whole run: the first test
+    process to ask builds it under a lock while the others wait for it (the tests of this
+    module are spread over the processes of a parallel run, and each build costs 10 s of CPU).
+
+    From a copy of ``make docs``'s last build when it had no warning (as before ``make test``):
+    Sphinx then reads again only the pages changed since and those generated from code that
+    changed, and warns about them (3 s instead of 15 to 40); else from nothing."""
+    # The parent of this process's temporary folder is shared by every process of the run.
+    shared = tmp_path_factory.getbasetemp().parent / f"site-{testrun_uid}"
+    shared.mkdir(exist_ok=True)
+    out, status_file = shared / "html", shared / "status"
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        if not status_file.exists():
+            status_file.write_text(str(_build(out)))
+        status = int(status_file.read_text())
+    assert status == 0, "the docs build failed: run `make docs` to see why"
+    return out
+
+
+def _build(out: Path) -> int:
+    """Build the site into ``out`` (see :func:`site`); Sphinx's exit status."""
     if CLEAN.exists() and BUILT.is_dir():
         shutil.copytree(BUILT, out)
     with warnings.catch_warnings():
@@ -42,9 +60,10 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # include reads env.app): not the docs' warnings, which -W turns into a failed build.
         warnings.simplefilter("ignore", DeprecationWarning)
         warnings.simplefilter("ignore", PendingDeprecationWarning)
-        status = build_main(["-W", "--keep-going", "-n", "-q", "-b", "html", str(DOCS), str(out)])
-    assert status == 0, "the docs build failed: run `make docs` to see why"
-    return out
+        status: int = build_main(
+            ["-W", "--keep-going", "-n", "-q", "-b", "html", str(DOCS), str(out)]
+        )
+    return status
 
 
 def documented(site: Path) -> set[str]:

@@ -6,6 +6,7 @@ too), against the code's own lists, so a new name without its documentation fail
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 import shutil
 import warnings
@@ -30,7 +31,7 @@ CLEAN = DOCS / "_build" / "html.clean"
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory: pytest.TempPathFactory, testrun_uid: str) -> Path:
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The site, built as ``make docs`` builds it, once for the whole run: the first test
     process to ask builds it under a lock while the others wait for it (the tests of this
     module are spread over the processes of a parallel run, and each build costs 10 s of CPU).
@@ -38,14 +39,23 @@ def site(tmp_path_factory: pytest.TempPathFactory, testrun_uid: str) -> Path:
     From a copy of ``make docs``'s last build when it had no warning (as before ``make test``):
     Sphinx then reads again only the pages changed since and those generated from code that
     changed, and warns about them (3 s instead of 15 to 40); else from nothing."""
-    # The parent of this process's temporary folder is shared by every process of the run.
-    shared = tmp_path_factory.getbasetemp().parent / f"site-{testrun_uid}"
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in the workers of a parallel run
+    if run is None:  # one test process: none to share it with
+        out = tmp_path_factory.mktemp("site") / "html"
+        assert _build(out) == 0, "the docs build failed: run `make docs` to see why"
+        return out
+    # The parent of a worker's temporary folder is shared by every worker of the run.
+    shared = tmp_path_factory.getbasetemp().parent / f"site-{run}"
     shared.mkdir(exist_ok=True)
     out, status_file = shared / "html", shared / "status"
     with (shared / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
         if not status_file.exists():
-            status_file.write_text(str(_build(out)))
+            status = 1  # a build that raised: the others fail too, and do not build again
+            try:
+                status = _build(out)
+            finally:
+                status_file.write_text(str(status))
         status = int(status_file.read_text())
     assert status == 0, "the docs build failed: run `make docs` to see why"
     return out

@@ -43,6 +43,8 @@ def encode(value: Any, depth: int = MAX_DEPTH) -> tuple[str, int]:
     :raises PayloadError: saying what is wrong (``"is not JSON: …"``, ``"is nested …"`` or
         ``"holds text …"``), for a caller to prefix with what the value is.
     """
+    if value is None:  # what most tasks return: a worker encodes a result per job
+        return "null", 4
     try:
         text = _ENCODER.encode(value)
     except RecursionError:
@@ -243,8 +245,7 @@ def encode_arguments(task: str, args: Sequence[Any], kwargs: Mapping[str, Any], 
 def encode_value(what: str, value: Any, limit: int) -> str:
     """Encode params or a result; refuse what cannot be stored (see :func:`encode`) and
     oversized values."""
-    # None, what most tasks return, without the encoder (a worker encodes a result per job).
-    text, size = ("null", 4) if value is None else encode_valid(what, value)
+    text, size = encode_valid(what, value)
     _check_size(what, size, limit)
     return text
 

@@ -245,9 +245,12 @@ class Runtime:
         nothing already. Inside :func:`~flask_ratchet.database.reading` (pure reads), with a
         read replica and outside ``ratchet.transaction()``: a read-only one of the replica's.
         """
-        # Reading the replica, the request's session is left as it is: no transaction begun.
-        joined = None if self._reads_replica() else self.joined_connection()
-        return self._on(joined, own, atomic)
+        return self._on(self._joined(), own, atomic)
+
+    def _joined(self) -> Connection | None:
+        """:meth:`joined_connection`, except while reading the replica: the request's session
+        is then left as it is, no transaction begun on the primary for nothing."""
+        return None if self._reads_replica() else self.joined_connection()
 
     def _reads_replica(self) -> bool:
         """Whether :meth:`connection` gives the read replica's (see there)."""
@@ -345,7 +348,7 @@ class Runtime:
         to run again from the start, as every operation here is. Joined to the caller's
         transaction it runs once: that transaction is the caller's to run again.
         """
-        joined = self.joined_connection()
+        joined = self._joined()
         if joined is not None:
             with self._on(joined, own, atomic) as conn:
                 return work(conn)

@@ -14,11 +14,17 @@ from typing import Any
 
 import pytest
 
+from tests.preloaded import Process, launcher
+
 ROOT = Path(__file__).resolve().parents[2]
 
 #: SQLite: job threads of several processes commit to one file; give the jobs' own writes the
 #: patient busy timeout the worker's engine has (see test_worker.py).
 PATIENT = {"SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"timeout": 30}}}
+#: PostgreSQL: the job threads of a worker share four connections of the app's. Several workers
+#: of eight threads each would otherwise hold half of the server's hundred connections at once,
+#: and two such tests side by side in a parallel run would find none left.
+SHARED = {"SQLALCHEMY_ENGINE_OPTIONS": {"pool_size": 4, "max_overflow": 0}}
 
 
 def wait_until(check: Callable[[], Any], timeout: float = 120.0, what: str = "condition") -> Any:
@@ -60,11 +66,19 @@ class Workers:
             "RATCHET_POLL_MAX_INTERVAL": 1,
             "RATCHET_DEEP_IDLE_AFTER": 60,
         }
-        self.procs: list[subprocess.Popen[bytes]] = []
+        self.procs: list[subprocess.Popen[bytes] | Process] = []
 
     def start(
-        self, *args: str, app: str = "tests.apps:create_app()", **config: Any
-    ) -> subprocess.Popen[bytes]:
+        self,
+        *args: str,
+        app: str = "tests.apps:create_app()",
+        fresh: bool = False,
+        **config: Any,
+    ) -> subprocess.Popen[bytes] | Process:
+        """``flask --app APP ratchet worker *args``, with ``config`` over the app's.
+
+        Forked from this test process's launcher (:mod:`tests.preloaded`), which has imported
+        the libraries already; ``fresh`` starts a new interpreter instead."""
         env = os.environ | {
             "RATCHET_TEST_URL": self.url,
             "RATCHET_TEST_CONFIG": json.dumps(self.config | config),
@@ -73,28 +87,24 @@ class Workers:
             # every thread of it stood into its log first.
             "PYTHONFAULTHANDLER": "1",
         }
-        log = open(self.logs / f"worker-{len(self.procs)}.log", "wb")
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "flask",
-                "--app",
-                app,
-                "ratchet",
-                "worker",
-                *args,
-            ],
-            cwd=ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        argv = ["--app", app, "ratchet", "worker", *args]
+        path = self.logs / f"worker-{len(self.procs)}.log"
+        proc: subprocess.Popen[bytes] | Process
+        if fresh:
+            with open(path, "wb") as log:
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "flask", *argv],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+        else:
+            proc = launcher().start(argv, env, ROOT, path)
         self.procs.append(proc)
         return proc
 
-    def output(self, proc: subprocess.Popen[bytes]) -> str:
+    def output(self, proc: subprocess.Popen[bytes] | Process) -> str:
         return (self.logs / f"worker-{self.procs.index(proc)}.log").read_text(errors="replace")
 
     def stop_all(self) -> None:

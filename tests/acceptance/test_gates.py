@@ -13,7 +13,7 @@ from flask import Flask
 
 from flask_ratchet import JobStatus
 from flask_ratchet.job import Job
-from tests.acceptance.conftest import PATIENT, Workers, most_at_once, wait_until
+from tests.acceptance.conftest import PATIENT, SHARED, Workers, most_at_once, wait_until
 from tests.apps import call_flaky_service, db, hold_probe_api, ratchet
 from tests.integration.helpers import stored_id
 
@@ -52,8 +52,7 @@ def test_a_resource_limit_holds_across_workers_and_waiting_spends_no_attempt(
         # Written by every worker as it starts, before its first claim.
         "RATCHET_RESOURCES": {"probe-api": {"max_concurrent": 2, "retry_delay": 0.1}},
     }
-    if dialect == "sqlite":
-        config |= PATIENT
+    config |= {"sqlite": PATIENT, "postgresql": SHARED}.get(dialect, {})
     ids = [
         h.id
         for h in ratchet.enqueue_many(ratchet.enqueue(hold_probe_api, 0.15) for _ in range(jobs))
@@ -78,8 +77,7 @@ def test_a_rate_holds_across_workers(app: Flask, workers: Workers, dialect: str)
     # 60 jobs, at most 10 starts in any second across 3 workers: about 6 s, not 1 (no limit)
     # and not 60 (a start per second).
     config: dict[str, Any] = {"RATCHET_RESOURCES": {"rated-api": {"rate": "10/s"}}}
-    if dialect == "sqlite":
-        config |= PATIENT
+    config |= {"sqlite": PATIENT, "postgresql": SHARED}.get(dialect, {})
     batch = [ratchet.enqueue(hold_probe_api, 0).with_resource("rated-api") for _ in range(60)]
     ids = [h.id for h in ratchet.enqueue_many(batch)]
     procs = [workers.start("--concurrency", "8", **config) for _ in range(3)]

@@ -15,7 +15,7 @@ from flask import Flask
 
 from flask_ratchet import JobStatus
 from flask_ratchet.job import Job, Progress
-from tests.acceptance.conftest import Workers, wait_until
+from tests.acceptance.conftest import PATIENT, SHARED, Workers, wait_until
 from tests.apps import (
     context_receivers,
     create_app,
@@ -55,12 +55,7 @@ def test_no_job_is_lost_or_run_twice(app: Flask, workers: Workers, dialect: str)
     ratchet.enqueue_many(ratchet.enqueue(record_run, i) for i in range(jobs))
     # Sixteen job threads committing to one SQLite file: give the jobs' own writes the same
     # patient busy timeout the worker's engine has (SQLite's lock waits are not fair).
-    patient = {"SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"timeout": 30}}}
-    # On PostgreSQL, the eight job threads of a worker share four connections of the app's:
-    # four workers would otherwise hold some sixty of the server's hundred at once, beside the
-    # rest of a parallel run.
-    shared = {"SQLALCHEMY_ENGINE_OPTIONS": {"pool_size": 4, "max_overflow": 0}}
-    config = {"sqlite": patient, "postgresql": shared}.get(dialect, {})
+    config = {"sqlite": PATIENT, "postgresql": SHARED}.get(dialect, {})
     procs = [workers.start("--burst", "--concurrency", "8", **config) for _ in range(processes)]
     for proc in procs:
         assert proc.wait(timeout=600) == 0, workers.output(proc)

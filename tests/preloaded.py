@@ -13,7 +13,7 @@ The child is the launcher's, not the test's: :class:`Process` gives a test the m
 
 The protocol is one JSON object a line: the test writes ``{"argv", "env", "cwd", "log"}`` to
 the launcher's standard input; the launcher answers ``{"started": pid}`` and, when a child
-ends, ``{"ended": pid, "returncode": code}`` on its standard output.
+ends, ``{"ended": pid, "returncode": code, "cpu": seconds}`` on its standard output.
 """
 
 from __future__ import annotations
@@ -104,6 +104,8 @@ class Launcher:
         self._started: list[int] = []
         self._ended: dict[int, int] = {}
         self._gone = False
+        #: CPU seconds of the children that have ended (``tests.cpu_report`` counts them).
+        self.children_cpu = 0.0
         self._start_lock = threading.Lock()
         threading.Thread(target=self._read, name="launcher-answers", daemon=True).start()
 
@@ -115,6 +117,7 @@ class Launcher:
                     self._started.append(answer["started"])
                 else:
                     self._ended[answer["ended"]] = answer["returncode"]
+                    self.children_cpu += answer["cpu"]
                 self._changed.notify_all()
         with self._changed:
             self._gone = True
@@ -150,6 +153,7 @@ class Launcher:
 
 
 _launcher: Launcher | None = None
+_all: list[Launcher] = []
 _launcher_lock = threading.Lock()
 
 
@@ -159,12 +163,18 @@ def _close() -> None:
         _launcher.close()
 
 
+def children_cpu() -> float:
+    """CPU seconds of the children of this process's launchers that have ended so far."""
+    return sum(each.children_cpu for each in _all)
+
+
 def launcher() -> Launcher:
     """This test process's launcher."""
     global _launcher
     with _launcher_lock:
         if _launcher is None or _launcher._gone:
             _launcher = Launcher()
+            _all.append(_launcher)
         return _launcher
 
 
@@ -199,13 +209,17 @@ def serve() -> dict[str, Any]:
                 os.read(wake_read, 4096)
                 while True:
                     try:
-                        pid, status = os.waitpid(-1, os.WNOHANG)
+                        pid, status, usage = os.wait4(-1, os.WNOHANG)
                     except ChildProcessError:
                         break
                     if pid == 0:
                         break
-                    code = os.waitstatus_to_exitcode(status)
-                    answers.write(json.dumps({"ended": pid, "returncode": code}).encode() + b"\n")
+                    ended = {
+                        "ended": pid,
+                        "returncode": os.waitstatus_to_exitcode(status),
+                        "cpu": usage.ru_utime + usage.ru_stime,
+                    }
+                    answers.write(json.dumps(ended).encode() + b"\n")
                 answers.flush()
                 continue
             line = requests.readline()

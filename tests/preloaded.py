@@ -1,19 +1,21 @@
-"""Worker processes forked from an interpreter that has already imported the libraries.
+"""Python processes forked from an interpreter that has already imported the libraries.
 
-A test process starts hundreds of ``flask ratchet worker`` processes. A new interpreter spends
-half of a worker's start-up CPU importing Flask, SQLAlchemy and psycopg, the same modules each
-time. So each test process starts one launcher (``python -m tests.preloaded``) that imports
-them once and then forks a child per worker, like gunicorn's ``--preload``: the child sets the
-environment, working directory and output it was given, and runs ``python -m flask`` with the
-test's arguments, exactly as a new interpreter would from there (its own pid, signals and exit
-status; the app itself is imported in the child, from the test's environment).
+A test process starts hundreds of ``flask ratchet worker`` processes and CLI commands. A new
+interpreter spends half of a worker's start-up CPU importing Flask, SQLAlchemy and psycopg, the
+same modules each time. So each test process starts one launcher (``python -m tests.preloaded``)
+that imports them once and then forks a child per command, like gunicorn's ``--preload``: the
+child takes the environment, working directory, ``sys.path`` and output it was given, and runs
+the command line (``-m module``, ``-c code`` or a script, with its arguments) as a new
+interpreter would from there: its own pid, signals and exit status. The app itself is imported
+in the child, from the command's environment.
 
 The child is the launcher's, not the test's: :class:`Process` gives a test the methods of
 :class:`subprocess.Popen` it uses, with the exit status the launcher reports.
 
-The protocol is one JSON object a line: the test writes ``{"argv", "env", "cwd", "log"}`` to
-the launcher's standard input; the launcher answers ``{"started": pid}`` and, when a child
-ends, ``{"ended": pid, "returncode": code, "cpu": seconds}`` on its standard output.
+The protocol is one JSON object a line: the test writes ``{"args", "env", "cwd", "stdout",
+"stderr"}`` to the launcher's standard input; the launcher answers ``{"started": pid}`` and,
+when a child ends, ``{"ended": pid, "returncode": code, "cpu": seconds}`` on its standard
+output.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from typing import IO, Any
@@ -52,11 +55,14 @@ PRELOAD = (
 class Process:
     """A child of the launcher, as much of :class:`subprocess.Popen` as the tests use."""
 
-    def __init__(self, launcher: Launcher, pid: int, args: list[str]) -> None:
+    def __init__(
+        self, launcher: Launcher, pid: int, args: list[str], output: tuple[Path, Path]
+    ) -> None:
         self._launcher = launcher
         self.pid = pid
         self.args = args
         self.returncode: int | None = None
+        self._output = output
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -69,6 +75,12 @@ class Process:
             if self.returncode is None:
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
         return self.returncode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        """Wait for the end; what it wrote to standard output and to standard error."""
+        self.wait(timeout)
+        out, err = (path.read_text(errors="replace") for path in self._output)
+        return out, (err if self._output[1] != self._output[0] else "")
 
     def send_signal(self, sig: int) -> None:
         if self.poll() is None:  # as Popen: never signal a pid that may be another's by now
@@ -84,6 +96,8 @@ class Process:
 #: The environment the launcher imports in: the test process's as it started, never one a test
 #: has changed for itself (each child gets the environment its test gives it).
 _ENVIRONMENT = dict(os.environ)
+#: The launcher's $PYTHONPATH, one entry: the tests' root, so that it can import them.
+_LAUNCHER_PATH = str(ROOT)
 
 
 class Launcher:
@@ -93,7 +107,7 @@ class Launcher:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "tests.preloaded"],
             cwd=ROOT,
-            env=_ENVIRONMENT | {"PYTHONPATH": str(ROOT)},
+            env=_ENVIRONMENT | {"PYTHONPATH": _LAUNCHER_PATH},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -123,19 +137,35 @@ class Launcher:
             self._gone = True
             self._changed.notify_all()
 
-    def start(self, argv: list[str], env: dict[str, str], cwd: Path, log: Path) -> Process:
-        """Fork a child that runs ``python -m flask *argv``, writing to ``log``."""
-        log.touch()
-        request = {"argv": argv, "env": env, "cwd": str(cwd), "log": str(log)}
+    def start(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        stdout: Path,
+        stderr: Path | None = None,
+    ) -> Process:
+        """Fork a child that runs ``python *args``, writing to ``stdout`` and ``stderr`` (the
+        same file if ``None``)."""
+        stdout.write_bytes(b"")
+        if stderr is not None:
+            stderr.write_bytes(b"")
+        request = {
+            "args": args,
+            "env": env,
+            "cwd": str(cwd),
+            "stdout": str(stdout),
+            "stderr": str(stderr or stdout),
+        }
         with self._start_lock:
             self._requests.write(json.dumps(request).encode() + b"\n")
             self._requests.flush()
             with self._changed:
                 self._changed.wait_for(lambda: self._started or self._gone, timeout=60)
                 if not self._started:
-                    raise RuntimeError("the worker launcher did not answer (see its stderr)")
+                    raise RuntimeError("the launcher did not answer (see its stderr)")
                 pid = self._started.pop()
-        return Process(self, pid, [sys.executable, "-m", "flask", *argv])
+        return Process(self, pid, [sys.executable, *args], (stdout, stderr or stdout))
 
     def returncode(self, pid: int, timeout: float | None) -> int | None:
         """``pid``'s exit status once it has ended, waiting up to ``timeout`` seconds."""
@@ -176,6 +206,23 @@ def launcher() -> Launcher:
             _launcher = Launcher()
             _all.append(_launcher)
         return _launcher
+
+
+def run(
+    args: list[str], *, env: dict[str, str], cwd: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([sys.executable, *args], capture_output=True, text=True)``, forked
+    from this process's launcher; its output goes through two temporary files."""
+    with tempfile.TemporaryDirectory(prefix="preloaded-") as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
+        proc = launcher().start(args, env, cwd, out, err)
+        try:
+            stdout, stderr = proc.communicate(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+    return subprocess.CompletedProcess(proc.args, proc.wait(), stdout, stderr)
 
 
 # -- the launcher's side --------------------------------------------------------------------------
@@ -239,7 +286,7 @@ def serve() -> dict[str, Any]:
 
 
 def become(request: dict[str, Any]) -> None:
-    """Turn this forked child into ``python -m flask *argv`` as a new interpreter would start it."""
+    """Turn this forked child into ``python *args`` as a new interpreter would start it."""
     import faulthandler
     import io
     import runpy
@@ -250,10 +297,13 @@ def become(request: dict[str, Any]) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    log = os.open(request["log"], os.O_WRONLY)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
+    out = os.open(request["stdout"], os.O_WRONLY)
+    err = os.open(request["stderr"], os.O_WRONLY) if request["stderr"] != request["stdout"] else out
+    os.dup2(out, 1)
+    os.dup2(err, 2)
+    os.close(out)
+    if err != out:
+        os.close(err)
     # The streams a new interpreter would open on these descriptors (-u or not).
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
 
@@ -275,8 +325,29 @@ def become(request: dict[str, Any]) -> None:
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
     if os.environ.get("PYTHONFAULTHANDLER"):
         faulthandler.enable(all_threads=True)
-    sys.argv = ["flask", *request["argv"]]
-    runpy.run_module("flask", run_name="__main__", alter_sys=True)
+
+    # sys.path as a new interpreter builds it: where the command is, then $PYTHONPATH, then
+    # the interpreter's own: the launcher's, less its first entry and its $PYTHONPATH's one.
+    args = request["args"]
+    base = sys.path[2:]
+    extra = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if args[0] == "-m":
+        first = os.getcwd()
+    elif args[0] == "-c":
+        first = ""
+    else:
+        first = os.path.dirname(os.path.abspath(args[0]))
+    sys.path[:] = [first, *extra, *base]
+
+    if args[0] == "-m":
+        sys.argv = ["-m", *args[2:]]
+        runpy.run_module(args[1], run_name="__main__", alter_sys=True)
+    elif args[0] == "-c":
+        sys.argv = ["-c", *args[2:]]
+        exec(compile(args[1], "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        sys.argv = list(args)
+        runpy.run_path(args[0], run_name="__main__")
 
 
 if __name__ == "__main__":

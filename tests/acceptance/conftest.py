@@ -100,7 +100,7 @@ class Workers:
                     stderr=subprocess.STDOUT,
                 )
         else:
-            proc = launcher().start(argv, env, ROOT, path)
+            proc = launcher().start(["-m", "flask", *argv], env, ROOT, path)
         self.procs.append(proc)
         return proc
 

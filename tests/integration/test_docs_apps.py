@@ -5,14 +5,13 @@ access rule and the metrics token grant what they say."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from tests import preloaded
 from tests.docs.pages import DOCS, README, section_block
 
 GUIDES = DOCS / "guides"
@@ -27,14 +26,7 @@ def python_in(folder: Path, engine: sa.Engine) -> Callable[..., str]:
     }
 
     def run(*args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, *args],
-            cwd=folder,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = preloaded.run(list(args), cwd=folder, env=env, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 from flask_ratchet import migrate, schema, schema_ddl
+from tests import preloaded
 
 
 def diff(engine: sa.Engine) -> list[object]:
@@ -83,12 +82,10 @@ def test_flask_migrate_never_writes_a_migration_touching_ratchet_tables(
     folder = tmp_path / "migrations"
 
     def flask_db(*args: str) -> None:
-        done = subprocess.run(
-            [sys.executable, "-m", "flask", "--app", "tests.host_app:create_app()", "db", *args],
+        done = preloaded.run(
+            ["-m", "flask", "--app", "tests.host_app:create_app()", "db", *args],
             cwd=ROOT,
             env=env,
-            capture_output=True,
-            text=True,
             timeout=120,
         )
         assert done.returncode == 0, done.stdout + done.stderr

@@ -4,8 +4,6 @@ upgrades at once converge."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,22 +12,23 @@ import sqlalchemy as sa
 from flask_ratchet import SchemaNotReady, migrate
 from tests.apps import add, create_app, ratchet
 from tests.integration.test_console import ADMIN
+from tests.preloaded import Process, launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD = "0004"
 
 
-def host_cli(engine: sa.Engine, *args: str, **env: str) -> subprocess.Popen[str]:
-    """``flask <args>`` of tests.host_app on ``engine``'s database, started (not waited for)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "flask", "--app", "tests.host_app:create_app()", *args],
-        cwd=ROOT,
-        env=os.environ
-        | {"HOST_DATABASE_URL": engine.url.render_as_string(hide_password=False)}
-        | env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+def host_cli(engine: sa.Engine, output: Path, *args: str, **env: str) -> Process:
+    """``flask <args>`` of tests.host_app on ``engine``'s database, started (not waited for),
+    writing into the folder ``output``."""
+    output.mkdir(exist_ok=True)
+    number = len(list(output.iterdir()))
+    return launcher().start(
+        ["-m", "flask", "--app", "tests.host_app:create_app()", *args],
+        os.environ | {"HOST_DATABASE_URL": engine.url.render_as_string(hide_password=False)} | env,
+        ROOT,
+        output / f"{number}.out",
+        output / f"{number}.err",
     )
 
 
@@ -92,9 +91,9 @@ def test_the_console_shows_what_to_run(empty_engine: sa.Engine) -> None:
     ids=lambda command: " ".join(command[:2]),
 )
 def test_a_command_without_its_tables_exits_with_one_line(
-    empty_engine: sa.Engine, command: tuple[str, ...]
+    empty_engine: sa.Engine, command: tuple[str, ...], tmp_path: Path
 ) -> None:
-    run = host_cli(empty_engine, "ratchet", *command, HOST_RATCHET_AUTO_CREATE="false")
+    run = host_cli(empty_engine, tmp_path, "ratchet", *command, HOST_RATCHET_AUTO_CREATE="false")
     out, err = run.communicate(timeout=120)
     assert run.returncode == 1, out + err
     assert "Traceback" not in err, err
@@ -102,9 +101,9 @@ def test_a_command_without_its_tables_exits_with_one_line(
     assert "are missing" in line and "Run 'flask ratchet db upgrade' once" in line
 
 
-def test_several_upgrades_at_once_converge(empty_engine: sa.Engine) -> None:
+def test_several_upgrades_at_once_converge(empty_engine: sa.Engine, tmp_path: Path) -> None:
     """The pods of one deploy, each running `flask ratchet db upgrade` as it starts."""
-    upgrades = [host_cli(empty_engine, "ratchet", "db", "upgrade") for _ in range(4)]
+    upgrades = [host_cli(empty_engine, tmp_path, "ratchet", "db", "upgrade") for _ in range(4)]
     for upgrade in upgrades:
         out, err = upgrade.communicate(timeout=120)
         assert upgrade.returncode == 0, out + err

@@ -7,11 +7,13 @@ import json
 import logging
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import jinja2
 import sqlalchemy as sa
 import sqlalchemy.orm
+import werkzeug.routing
 from flask import Flask, appcontext_pushed, current_app
 from flask_sqlalchemy import SQLAlchemy
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -80,6 +82,32 @@ class CompiledTemplates(jinja2.BytecodeCache):
 compiled_templates = CompiledTemplates()
 
 
+class CompiledRule(werkzeug.routing.Rule):
+    """A URL rule whose URL builders are compiled once per process, not once per app.
+
+    Werkzeug compiles two builder functions for every rule of every app (Python source made
+    from the rule, then ``compile()``): for the console's 33 routes, 15 of the 17 ms an app
+    takes to make, in every test. A builder depends only on the rule's parts, its defaults and
+    converters, and reads everything else from the rule it is bound to when called, so rules
+    that are alike share one. Werkzeug releases without the hook compile as before.
+    """
+
+    _builders: ClassVar[dict[tuple[Any, ...], Callable[..., tuple[str, str]]]] = {}
+
+    def _compile_builder(self, append_unknown: bool = True) -> Callable[..., tuple[str, str]]:
+        key = (
+            self.rule,
+            tuple(self._trace),
+            repr(sorted((self.defaults or {}).items())),
+            tuple(sorted((name, type(each)) for name, each in self._converters.items())),
+            append_unknown,
+        )
+        builder = self._builders.get(key)
+        if builder is None:
+            builder = self._builders[key] = super()._compile_builder(append_unknown)
+        return builder
+
+
 def dispose_made() -> None:
     """Close the connections of every app :func:`create_app` made so far."""
     while made:
@@ -99,6 +127,7 @@ def create_app(url: str | None = None, **config: Any) -> Flask:
     """An app on ``url`` (default ``$RATCHET_TEST_URL``) with ratchet's console open to admins."""
     app = Flask(__name__)
     app.jinja_options = {**app.jinja_options, "bytecode_cache": compiled_templates}
+    app.url_rule_class = CompiledRule
     app.config["SQLALCHEMY_DATABASE_URI"] = url or os.environ["RATCHET_TEST_URL"]
     app.config["RATCHET_CONSOLE_AUTH"] = lambda request: request.headers.get("X-Role")
     app.config.update(json.loads(os.environ.get("RATCHET_TEST_CONFIG", "{}")))  # from a test

@@ -58,7 +58,10 @@ def test_a_ten_megabyte_error_does_not_stall_the_worker(app: Flask, workers: Wor
     assert all(job(i).status == JobStatus.SUCCEEDED for i in (chatty, *others))
 
     messages = [
-        r.message for r in rows("SELECT message FROM ratchet_job_log WHERE job_id = :id", chatty)
+        r.message
+        for r in rows(
+            "SELECT message FROM ratchet_job_log WHERE job_id = :id ORDER BY log_id", chatty
+        )
     ]
     assert sum(len(m.encode()) for m in messages) <= MAX_LOG_BYTES
     assert messages[0] == "connecting to postgresql://app:***@db/prod"

@@ -76,7 +76,9 @@ def test_a_worker_freezes_what_it_built_before_its_first_job(app: Flask, workers
     # The app context a worker pushes for each job is heard by no receiver: the guard that
     # hides ratchet's tables from Flask-Migrate (flask_ratchet.migrate) is for `flask db`.
     receivers = ratchet.enqueue_now(context_receivers).id
-    proc = workers.start("--burst")
+    # A new interpreter, as in production: what the worker froze is all its own start's, with
+    # no module imported before it (every other test forks its workers, tests/preloaded.py).
+    proc = workers.start("--burst", fresh=True)
     assert proc.wait(timeout=120) == 0, workers.output(proc)
     assert job(job_id).result > 10_000
     assert job(receivers).result == 0

@@ -22,7 +22,7 @@ def host_cli(engine: sa.Engine, output: Path, *args: str, **env: str) -> Process
     """``flask <args>`` of tests.host_app on ``engine``'s database, started (not waited for),
     writing into the folder ``output``."""
     output.mkdir(exist_ok=True)
-    number = len(list(output.iterdir()))
+    number = len(list(output.glob("*.out")))
     return launcher().start(
         ["-m", "flask", "--app", "tests.host_app:create_app()", *args],
         os.environ | {"HOST_DATABASE_URL": engine.url.render_as_string(hide_password=False)} | env,

@@ -13,7 +13,12 @@ import pytest
 
 from tests import preloaded
 
-PROBE = "import json, sys; print(json.dumps([sys.path, sys.argv, __name__])); sys.exit(3)"
+PROBE = (
+    "import __main__, atexit, json, sys\n"
+    "atexit.register(lambda: print(sys.modules['__main__'] is __main__))\n"
+    "print(json.dumps([sys.path, sys.argv, __name__, vars(__main__) is globals()]))\n"
+    "sys.exit(3)\n"
+)
 
 
 @pytest.mark.parametrize("form", ["-c", "script", "-m"])
@@ -56,3 +61,14 @@ def test_an_error_goes_to_its_standard_error_and_a_signal_is_its_exit_status(
     sleeper.send_signal(signal.SIGTERM)
     assert sleeper.wait(30) == -signal.SIGTERM
     assert sleeper.poll() == -signal.SIGTERM
+    sleeper.kill()  # ended: nothing is sent (its pid may be another process's by now)
+
+
+def test_a_command_that_cannot_start_is_an_error_before_any_fork(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="no folder"):
+        preloaded.launcher().start(
+            ["-c", "pass"], dict(os.environ), tmp_path / "gone", tmp_path / "log"
+        )
+    # The launcher goes on: the next command runs.
+    done = preloaded.run(["-c", "print('next')"], env=dict(os.environ), cwd=tmp_path, timeout=60)
+    assert (done.returncode, done.stdout) == (0, "next\n")

@@ -335,6 +335,20 @@ def alarms_shown(driver: WebDriver) -> dict[str, str]:
         return {}
 
 
+def click_live(browser: WebDriver, selector: str) -> None:
+    """Click what ``selector`` finds in the header, which the page swaps in anew every few
+    seconds: an element found a moment before the swap is gone, so find it again."""
+
+    def clicked() -> bool:
+        try:
+            browser.find_element(By.CSS_SELECTOR, selector).click()
+        except StaleElementReferenceException:
+            return False
+        return True
+
+    wait_until(clicked, 10, f"a click on {selector}")
+
+
 def test_the_header_raises_each_alarm_live_and_the_overview_charts_attempts(
     browser: WebDriver, live: LiveServer, workers: Workers, dialect: str
 ) -> None:
@@ -372,11 +386,11 @@ def test_the_header_raises_each_alarm_live_and_the_overview_charts_attempts(
     shoot(browser, shots, "01-jobs-alarms")
 
     # Each alarm links to the page that shows it: the oldest due job, and the queues.
-    browser.find_element(By.CSS_SELECTOR, '[data-alarm="overdue"] a:not(.go)').click()
+    click_live(browser, '[data-alarm="overdue"] a:not(.go)')
     wait_until(lambda: browser.current_url.endswith(f"/jobs/{late.id}"), 10, "the late job")
     assert text_of(browser, "h1 .pill") == "PENDING"
     assert alarms_shown(browser).keys() == {"no-live-worker", "overdue", "paused"}
-    browser.find_element(By.CSS_SELECTOR, '[data-alarm="paused"] a.go').click()
+    click_live(browser, '[data-alarm="paused"] a.go')
     wait_until(lambda: browser.title == "Queues · Ratchet", 10, "the queues page")
     assert text_of(browser, 'tr[data-queue="reports"] .pill') == "paused"
 
@@ -394,7 +408,7 @@ def test_the_header_raises_each_alarm_live_and_the_overview_charts_attempts(
     )
     assert status_of(app, late.id) == JobStatus.FAILED
     shoot(browser, shots, "02-queues-alarms")
-    browser.find_element(By.CSS_SELECTOR, '[data-alarm="dead-letters"] a.go').click()
+    click_live(browser, '[data-alarm="dead-letters"] a.go')
     wait_until(lambda: browser.title == "Dead letters · Ratchet", 10, "the dead letters page")
     assert "could not process" in browser.find_element(By.TAG_NAME, "main").text
     assert alarms_shown(browser).keys() == {"paused", "dead-letters"}

@@ -141,7 +141,8 @@ class Launcher:
         self._unread = b""
         self._lock = threading.RLock()
         self._numbers = 0
-        self._answered: dict[str, dict[str, Any]] = {}
+        #: Answers by (kind, request number): a late one never answers a later request.
+        self._answered: dict[tuple[str, int], dict[str, Any]] = {}
         self._ended: dict[int, int] = {}
         self.gone = False
         #: CPU seconds of the children that have ended (``tests.cpu_report`` counts them).
@@ -164,10 +165,11 @@ class Launcher:
                 self._ended[answer["ended"]] = answer["returncode"]
                 self.children_cpu += answer["cpu"]
             else:
-                self._answered[next(iter(answer))] = answer
+                kind = next(iter(answer))
+                self._answered[kind, answer[kind]] = answer
 
-    def _ask(self, request: dict[str, Any], answer: str) -> dict[str, Any]:
-        """Send ``request`` and return its answer, whose first key is ``answer``."""
+    def _ask(self, request: dict[str, Any], answer: tuple[str, int]) -> dict[str, Any]:
+        """Send ``request`` and return its answer: (its kind, the request's number)."""
         with self._lock:
             self._requests.write(json.dumps(request).encode() + b"\n")
             self._requests.flush()
@@ -199,14 +201,14 @@ class Launcher:
                 "stdout": str(stdout),
                 "stderr": str(stderr or stdout),
             }
-            answer = self._ask(request, "started")
+            answer = self._ask(request, ("started", number))
         if "error" in answer:
             raise RuntimeError(f"the test launcher could not start {args}: {answer['error']}")
         return Process(self, number, answer["pid"], [sys.executable, *args], (stdout, stderr))
 
     def signal(self, number: int, sig: int) -> None:
         """Send ``sig`` to child ``number`` unless it has ended."""
-        self._ask({"signal": number, "number": sig}, "signalled")
+        self._ask({"signal": number, "number": sig}, ("signalled", number))
 
     def returncode(self, number: int, timeout: float | None) -> int | None:
         """Child ``number``'s exit status once it has ended, waiting up to ``timeout``
